@@ -1,0 +1,3 @@
+from ccadapter.cli import main
+
+main()

@@ -1,0 +1,82 @@
+"""Job -> cc-backend request bodies. Pure; golden-file tested.
+
+cc-backend decodes bodies strictly (an unknown field is a 400), so only fields of its
+``schema.Job`` appear, and only when they carry information: ``walltime`` is omitted for
+jobs without a limit (cc-backend requires >= 1 when present), empty ``hwthreads`` and
+``accelerators`` lists are left out. ``metaData`` values are strings, as the schema says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ccadapter.model import Job, JobState, Resource
+
+
+class NotSendable(ValueError):
+    """This run cannot become a start_job body (it never started, or lacks a user)."""
+
+
+def start_job_body(job: Job) -> dict[str, Any]:
+    """The exact body of ``POST /api/jobs/start_job/`` for this run."""
+    if not job.started:
+        raise NotSendable(f"job {job.job_id} never started (Slurm state {job.state})")
+    if not job.user:
+        raise NotSendable(f"job {job.job_id} has no user")
+    body: dict[str, Any] = {
+        "jobId": job.job_id,
+        "arrayJobId": job.array_job_id,
+        "user": job.user,
+        "project": job.account,
+        "cluster": job.cluster,
+        "partition": job.partition,
+        "numNodes": len(job.resources),
+        "numHwthreads": job.num_hwthreads,
+        "numAcc": job.num_acc,
+        "shared": job.shared.value,
+        "jobState": JobState.RUNNING.value,
+        "startTime": job.start_time,
+        "submitTime": job.submit_time,
+        "resources": [_resource(r) for r in job.resources],
+        "metaData": _meta(job),
+    }
+    if job.time_limit > 0:
+        body["walltime"] = job.time_limit
+    return body
+
+
+def stop_job_body(job: Job) -> dict[str, Any]:
+    """The body of ``POST /api/jobs/stop_job/``; always with startTime, so that cc-backend
+    stops this run and not the newest one of that job id."""
+    if not job.started:
+        raise NotSendable(f"job {job.job_id} never started (Slurm state {job.state})")
+    state = job.cc_state
+    if not job.finished or state is None or state is JobState.RUNNING:
+        raise NotSendable(f"job {job.job_id} has not ended (Slurm state {job.state})")
+    return {
+        "jobId": job.job_id,
+        "cluster": job.cluster,
+        "startTime": job.start_time,
+        "stopTime": max(job.end_time, job.start_time),
+        "jobState": state.value,
+    }
+
+
+def _resource(res: Resource) -> dict[str, Any]:
+    out: dict[str, Any] = {"hostname": res.hostname}
+    if res.hwthreads:
+        out["hwthreads"] = list(res.hwthreads)
+    if res.accelerators:
+        out["accelerators"] = list(res.accelerators)
+    return out
+
+
+def _meta(job: Job) -> dict[str, str]:
+    meta = {"jobName": job.name, "submitTime": str(job.submit_time)}
+    if job.array_task_id is not None:
+        meta["arrayTaskId"] = str(job.array_task_id)
+    if job.slurm_info:
+        meta["slurmInfo"] = job.slurm_info
+    if job.job_script:
+        meta["jobScript"] = job.job_script
+    return meta

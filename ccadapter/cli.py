@@ -1,0 +1,158 @@
+"""Command line. The only module that exits the process or prints for humans.
+
+Exit codes: 0 success, 1 a runtime failure (Slurm unreachable, unreadable answer),
+2 bad usage or a bad config (the message names the key).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ccadapter import __version__
+from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
+from ccadapter.errors import CcAdapterError, ConfigError
+from ccadapter.model import Job
+from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.runner import SlurmRunner
+from ccadapter.slurm.timefmt import parse_when
+
+log = logging.getLogger("ccadapter")
+
+_config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), default=None,
+    help=f"Config file (default {DEFAULT_CONFIG_PATH}; built-in defaults when that is absent).",
+)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level.upper()),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _load(config_path: str | None) -> Config:
+    """Explicit path: must load. Default path: optional, like cc-slurm-adapter."""
+    try:
+        if config_path is None:
+            if not Path(DEFAULT_CONFIG_PATH).exists():
+                log.info("no %s, using built-in defaults", DEFAULT_CONFIG_PATH)
+                return Config()
+            config_path = DEFAULT_CONFIG_PATH
+        return load_config(config_path)
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ccadapter")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def main(log_level: str) -> None:
+    """Feed ClusterCockpit's cc-backend with Slurm jobs."""
+    _setup_logging(log_level)
+
+
+@main.command("check-config")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check_config(path: str) -> None:
+    """Validate a config file; exit 2 naming the first bad key."""
+    config = _load(path)
+    problems = missing_files(config)
+    for key, file in problems:
+        click.echo(f"error: config key {key!r}: file {file} does not exist", err=True)
+    if problems:
+        sys.exit(2)
+    click.echo(json.dumps(config.redacted(), indent=2))
+    click.echo(f"{path}: OK", err=True)
+
+
+@main.command("jobs")
+@_config_option
+@click.option("--since", default="1h", show_default=True,
+              help="Window start: 2h, 30m, 1d, @EPOCH or an ISO time.")
+@click.option("--until", default=None, help="Window end (default: now).")
+@click.option("--cluster", default=None, help="Slurm cluster (default: the local one).")
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json",
+              show_default=True)
+def jobs(config_path: str | None, since: str, until: str | None, cluster: str | None,
+         fmt: str) -> None:
+    """Show the jobs of a time window as the cc-backend requests they would become.
+
+    A dry run: nothing is sent anywhere.
+    """
+    config = _load(config_path)
+    now = time.time()
+    try:
+        start = parse_when(since, now)
+        end = parse_when(until, now) if until else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    collector = Collector(SlurmRunner(config.slurm_command_prefix,
+                                      config.slurm_command_timeout), config)
+    try:
+        result = collector.window(start, end, cluster)
+    except CcAdapterError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    ignore = config.ignore_hosts_pattern()
+    views = [_job_view(job, ignore) for job in result.jobs]
+    if fmt == "json":
+        click.echo(json.dumps(views, indent=2, ensure_ascii=False))
+    else:
+        click.echo(_table(result.jobs, views))
+    if result.errors:
+        click.echo(f"{len(result.errors)} record(s) skipped, see messages above", err=True)
+
+
+def _job_view(job: Job, ignore: Any) -> dict[str, Any]:
+    ignored = bool(ignore and job.hostnames and all(ignore.search(h) for h in job.hostnames))
+    view: dict[str, Any] = {
+        "cluster": job.cluster,
+        "jobId": job.job_id,
+        "slurmState": job.state,
+        "started": job.started,
+        "ignored": ignored,
+        "startJob": None,
+        "stopJob": None,
+    }
+    if job.started:
+        view["startJob"] = start_job_body(job)
+        if job.finished:
+            view["stopJob"] = stop_job_body(job)
+    else:
+        view["reason"] = "never started: nothing is sent to cc-backend"
+    return view
+
+
+def _table(jobs_: list[Job], views: list[dict[str, Any]]) -> str:
+    head = ("CLUSTER", "JOBID", "ARRAY", "STATE", "USER", "PROJECT", "PARTITION", "START",
+            "END", "NODES", "HWT", "ACC", "SHARED", "SENT AS")
+    rows = [head]
+    for job, view in zip(jobs_, views, strict=True):
+        array = f"{job.array_job_id}_{job.array_task_id}" if job.array_task_id is not None else ""
+        sent = "ignored" if view["ignored"] else (
+            "start+stop" if view["stopJob"] else "start" if view["startJob"] else "never started")
+        rows.append((
+            job.cluster, str(job.job_id), array, job.state, job.user, job.account,
+            job.partition, _ts(job.start_time), _ts(job.end_time),
+            ",".join(job.hostnames) or "-", str(job.num_hwthreads), str(job.num_acc),
+            job.shared.value, sent,
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in rows)
+
+
+def _ts(epoch: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"

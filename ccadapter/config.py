@@ -1,0 +1,223 @@
+"""The configuration file: cc-slurm-adapter's JSON keys, unchanged, plus our own.
+
+A site migrating from cc-slurm-adapter keeps its config file as it is. Go's ``encoding/json``
+matches keys case-insensitively and ignores unknown ones, so we do the same for matching and
+warn (instead of silently ignoring) on unknown keys. The documented example of
+cc-slurm-adapter spells the retry key ``slurmQueryMaxRetries`` while its code reads
+``slurmMaxRetries``; both are accepted.
+
+Loading validates types, ranges and regexes without touching the file system, so a config
+can be checked on any machine; :func:`missing_files` is the separate check that the files
+it names exist, done where they are needed (the daemon, ``check-config``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ccadapter.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = "/etc/cc-slurm-adapter/config.json"
+
+# Keys we accept under another spelling; value is the canonical key.
+_ALIASES = {"slurmQueryMaxRetries": "slurmMaxRetries"}
+
+# Keys whose values are secrets: never logged, never echoed in errors.
+SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
+
+
+class Config(BaseModel):
+    """One model for the whole file; attribute names are Pythonic, aliases are the file's."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    # --- cc-slurm-adapter keys, same defaults ---------------------------------------------
+    pid_file_path: str = Field("/run/cc-slurm-adapter/daemon.pid", alias="pidFilePath")
+    prep_sock_listen_path: str = Field(
+        "/run/cc-slurm-adapter/daemon.sock", alias="prepSockListenPath"
+    )
+    prep_sock_connect_path: str = Field(
+        "/run/cc-slurm-adapter/daemon.sock", alias="prepSockConnectPath"
+    )
+    last_run_path: str = Field("/var/lib/cc-slurm-adapter/lastrun", alias="lastRunPath")
+    slurm_poll_interval: int = Field(60, alias="slurmPollInterval")
+    slurm_query_delay: int = Field(1, alias="slurmQueryDelay")
+    slurm_query_max_span: int = Field(7 * 24 * 3600, alias="slurmQueryMaxSpan")
+    slurm_max_retries: int = Field(10, alias="slurmMaxRetries")
+    cc_rest_url: str = Field("", alias="ccRestUrl")
+    cc_rest_jwt: str = Field("", alias="ccRestJwt", repr=False)
+    cc_rest_submit_jobs: bool = Field(True, alias="ccRestSubmitJobs")
+    cc_poll_interval: int = Field(6 * 3600, alias="ccPollInterval")
+    gpu_pci_addrs: dict[str, list[str]] = Field(default_factory=dict, alias="gpuPciAddrs")
+    ignore_hosts: str = Field("", alias="ignoreHosts")
+    nats_server: str = Field("", alias="natsServer")
+    nats_port: int = Field(4222, alias="natsPort")
+    nats_subject: str = Field("jobs", alias="natsSubject")
+    nats_user: str = Field("", alias="natsUser")
+    nats_password: str = Field("", alias="natsPassword", repr=False)
+    nats_creds_file: str = Field("", alias="natsCredsFile")
+    nats_nkey_seed_file: str = Field("", alias="natsNKeySeedFile")
+
+    # --- our own keys ---------------------------------------------------------------------
+    # Put in front of every Slurm command, e.g. ["chroot", "/srv/slurm24"] or ["ssh", "ctld"].
+    slurm_command_prefix: list[str] = Field(default_factory=list, alias="slurmCommandPrefix")
+    # Seconds one Slurm command may take before it is killed and counted as failed.
+    slurm_command_timeout: float = Field(60.0, alias="slurmCommandTimeout")
+    # Clusters to serve; empty means the cluster of the local slurm.conf.
+    slurm_clusters: list[str] = Field(default_factory=list, alias="slurmClusters")
+    # Fetch batch scripts from slurmctld when slurmdbd does not store them (one call per job).
+    slurm_fetch_job_scripts: bool = Field(True, alias="slurmFetchJobScripts")
+    # How many `scontrol write batch_script` calls may run at once.
+    slurm_script_parallelism: int = Field(4, alias="slurmScriptParallelism")
+    # Where the outbox and other durable state live.
+    state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
+
+    @field_validator(
+        "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"
+    )
+    @classmethod
+    def _positive_interval(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must not be negative, got {value}")
+        # cc-slurm-adapter turns 0 into 1 (0 would be busy waiting); so do we.
+        return max(value, 1)
+
+    @field_validator("slurm_max_retries")
+    @classmethod
+    def _retries(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must not be negative, got {value}")
+        return value
+
+    @field_validator("slurm_command_timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"must be a positive number of seconds, got {value}")
+        return value
+
+    @field_validator("slurm_script_parallelism")
+    @classmethod
+    def _parallelism(cls, value: int) -> int:
+        if not 1 <= value <= 64:
+            raise ValueError(f"must be between 1 and 64, got {value}")
+        return value
+
+    @field_validator("nats_port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65536:
+            raise ValueError(f"must be a TCP port (1-65535), got {value}")
+        return value
+
+    @field_validator("ignore_hosts")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        _compile(value)
+        return value
+
+    @field_validator("gpu_pci_addrs")
+    @classmethod
+    def _gpu_regexes(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for pattern in value:
+            _compile(pattern)
+        return value
+
+    @field_validator("cc_rest_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+    # --- derived views --------------------------------------------------------------------
+    def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
+        """Host regexes in file order; the first match wins."""
+        return [(re.compile(p), addrs) for p, addrs in self.gpu_pci_addrs.items()]
+
+    def ignore_hosts_pattern(self) -> re.Pattern[str] | None:
+        return re.compile(self.ignore_hosts) if self.ignore_hosts else None
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as the file would spell it, secrets replaced, for display."""
+        data = self.model_dump(by_alias=True)
+        for key in SECRET_KEYS:
+            if data.get(key):
+                data[key] = "<redacted>"
+        return data
+
+
+def _compile(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _canonical_keys() -> dict[str, str]:
+    """Lower-cased spelling -> the spelling the model knows, for case-insensitive matching."""
+    keys = {f.alias: f.alias for f in Config.model_fields.values() if f.alias}
+    keys.update(_ALIASES)
+    return {k.lower(): v for k, v in keys.items()}
+
+
+def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
+    canon = _canonical_keys()
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        target = canon.get(key.lower())
+        if target is None:
+            log.warning("config: unknown key %r ignored", key)
+            continue
+        if target in out:
+            log.warning("config: key %r given twice (as %r); the later one wins", target, key)
+        out[target] = value
+    return out
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Config:
+    """Validate decoded JSON; raises :class:`ConfigError` naming the first bad key."""
+    if not isinstance(raw, dict):
+        raise ConfigError("<top level>", f"{source} must hold a JSON object")
+    try:
+        return Config.model_validate(_normalise(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "<top level>"
+        msg = err["msg"].removeprefix("Value error, ")
+        if key.split(".")[0] in SECRET_KEYS:
+            msg = "invalid value (not shown: it is a secret)"
+        raise ConfigError(key, msg) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate the config file at ``path``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError("<file>", f"{path} is not valid JSON: {exc}") from None
+    return parse_config(raw, str(path))
+
+
+def missing_files(config: Config) -> list[tuple[str, str]]:
+    """Files the config names that do not exist, as (key, path)."""
+    out = []
+    for key, path in (
+        ("natsCredsFile", config.nats_creds_file),
+        ("natsNKeySeedFile", config.nats_nkey_seed_file),
+    ):
+        if path and not Path(path).is_file():
+            out.append((key, path))
+    return out

@@ -1,0 +1,46 @@
+"""Typed errors.
+
+Every error that reaches an operator names what is wrong (a config key, a Slurm command and
+version, a job id) so that the message alone is enough to act on it. Secrets never go into
+these messages: callers pass keys and commands, never values of secret settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class CcAdapterError(Exception):
+    """Base of all errors ccadapter raises on purpose."""
+
+
+class ConfigError(CcAdapterError):
+    """A config value is unusable; ``key`` is the offending key as written in the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"config key {key!r}: {message}")
+        self.key = key
+
+
+class SlurmCommandError(CcAdapterError):
+    """A Slurm command failed, timed out or could not be started."""
+
+    def __init__(self, argv: Sequence[str], message: str, stderr: str = "") -> None:
+        detail = f": {stderr.strip()}" if stderr.strip() else ""
+        super().__init__(f"{' '.join(argv)}: {message}{detail}")
+        self.argv = list(argv)
+        self.stderr = stderr
+
+
+class SlurmParseError(CcAdapterError):
+    """Slurm answered something we cannot read; names the version and the command."""
+
+    def __init__(self, version: str, command: str, detail: str) -> None:
+        super().__init__(f"Slurm {version}, `{command}`: {detail}")
+        self.version = version
+        self.command = command
+        self.detail = detail
+
+
+class UnsupportedSlurmVersion(SlurmParseError):
+    """The output comes from a Slurm generation we have no parser for."""

@@ -1,0 +1,139 @@
+"""The normalized job, independent of the Slurm version it was read from.
+
+Everything downstream (payloads, the outbox, the reconcilers) sees only these frozen
+dataclasses; what differs between Slurm releases stays in ``ccadapter.slurm.formats``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """cc-backend's ``jobState`` values."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    NODE_FAIL = "node_fail"
+    OUT_OF_MEMORY = "out_of_memory"
+    BOOT_FAIL = "boot_fail"
+    DEADLINE = "deadline"
+
+
+# Slurm base states (without flags such as "CANCELLED by 0") -> cc-backend state.
+# COMPLETING, SUSPENDED, STOPPED and friends are still on the nodes: running for cc-backend.
+_SLURM_TO_CC: dict[str, JobState] = {
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "CONFIGURING": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "PREEMPTED": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
+    "BOOT_FAIL": JobState.BOOT_FAIL,
+    "DEADLINE": JobState.DEADLINE,
+    # A requeued run ended; the next run is a new start with its own startTime.
+    "REQUEUED": JobState.PREEMPTED,
+    "REQUEUE_FED": JobState.PREEMPTED,
+    "REQUEUE_HOLD": JobState.PREEMPTED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "REVOKED": JobState.CANCELLED,
+}
+
+# States in which a job has not (yet) run.
+PENDING_STATES = frozenset({"PENDING", "REQUEUE_HOLD", "REVOKED"})
+
+
+def base_state(slurm_state: str) -> str:
+    """``"CANCELLED by 0"`` -> ``"CANCELLED"``; Slurm appends reasons and flags."""
+    return slurm_state.strip().split(" ", 1)[0].upper()
+
+
+def cc_state(slurm_state: str) -> JobState | None:
+    """cc-backend's state for a Slurm state, None where cc-backend has none (PENDING)."""
+    return _SLURM_TO_CC.get(base_state(slurm_state))
+
+
+class Shared(StrEnum):
+    """cc-backend's ``shared``: how the job's nodes may be shared."""
+
+    NONE = "none"
+    SINGLE_USER = "single_user"
+    MULTI_USER = "multi_user"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One node of an allocation."""
+
+    hostname: str
+    hwthreads: tuple[int, ...] = ()
+    accelerators: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of one Slurm job. A requeued job has several runs: same id, other startTime."""
+
+    job_id: int
+    cluster: str
+    partition: str
+    account: str
+    user: str
+    group: str
+    name: str
+    state: str  # Slurm's base state, e.g. "RUNNING", "CANCELLED"
+    submit_time: int
+    start_time: int  # 0 when it never started
+    end_time: int  # 0 while it runs
+    time_limit: int  # seconds, 0 = none
+    num_nodes: int
+    num_hwthreads: int
+    num_acc: int
+    shared: Shared
+    resources: tuple[Resource, ...]
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    exit_code: int | None = None
+    slurm_info: str = ""
+    job_script: str = ""
+    allocation_known: bool = False  # True when hwthreads came from slurmctld
+
+    @property
+    def started(self) -> bool:
+        """Did this run ever get nodes? Never-started jobs are never sent to cc-backend."""
+        return (
+            self.start_time > 0
+            and bool(self.resources)
+            and base_state(self.state) not in PENDING_STATES
+        )
+
+    @property
+    def finished(self) -> bool:
+        return self.end_time > 0 and cc_state(self.state) not in (None, JobState.RUNNING)
+
+    @property
+    def cc_state(self) -> JobState | None:
+        return cc_state(self.state)
+
+    @property
+    def hostnames(self) -> tuple[str, ...]:
+        return tuple(r.hostname for r in self.resources)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """Identity of one run: (cluster, jobId, startTime)."""
+        return (self.cluster, self.job_id, self.start_time)

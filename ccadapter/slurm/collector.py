@@ -1,0 +1,243 @@
+"""Queries Slurm and turns its answers into :class:`~ccadapter.model.Job` runs.
+
+Cost is fixed per query, not per job: one ``sacct`` for a time window or a list of ids,
+one ``scontrol show job -d`` for the allocations of every job slurmctld still holds. Only
+batch scripts that slurmdbd did not store take one call per job, with bounded parallelism,
+and only for jobs slurmctld still has.
+
+A record that cannot be read is reported with its job id and skipped; it never costs the
+rest of the window.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import tzinfo
+
+from ccadapter.config import Config
+from ccadapter.errors import SlurmCommandError, SlurmParseError
+from ccadapter.model import Job, Resource, Shared
+from ccadapter.slurm.formats import format_for
+from ccadapter.slurm.formats._common import (
+    ControllerJob,
+    ParseContext,
+    SacctRecord,
+    SlurmVersion,
+    parse_scontrol_jobs,
+    version_from_meta,
+    version_from_text,
+)
+from ccadapter.slurm.runner import CommandRunner
+from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
+
+log = logging.getLogger(__name__)
+
+# slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
+# settings without asking slurmctld about windows far in the past.
+_CONTROLLER_MEMORY = 3600
+
+
+@dataclass
+class QueryResult:
+    jobs: list[Job]
+    version: SlurmVersion
+    errors: list[str] = field(default_factory=list)
+
+
+class Collector:
+    """Reads jobs of one Slurm installation through a :class:`CommandRunner`."""
+
+    def __init__(
+        self,
+        runner: CommandRunner,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        tz: tzinfo | None = None,
+    ) -> None:
+        self.runner = runner
+        self.config = config
+        self.clock = clock
+        self.tz = tz or local_zone()
+        self._gpu_patterns = config.gpu_pci_patterns()
+
+    # --- public queries --------------------------------------------------------------------
+
+    def window(self, since: float, until: float | None = None,
+               cluster: str | None = None) -> QueryResult:
+        """Every run active in [since, until]; ``until=None`` means now."""
+        end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
+        args = ["--starttime", sacct_bound(since, self.tz, is_start=True), "--endtime", end]
+        return self._query(args, cluster, wanted=None)
+
+    def jobs_by_id(self, job_ids: Iterable[int], cluster: str | None = None) -> QueryResult:
+        """The runs of the given job ids (raw ids, as in SLURM_JOB_ID)."""
+        ids = sorted(set(job_ids))
+        if not ids:
+            return QueryResult([], self.version())
+        return self._query(["--jobs", ",".join(map(str, ids))], cluster, wanted=set(ids))
+
+    def version(self) -> SlurmVersion:
+        out = self.runner.run(["sacct", "-V"])
+        return version_from_text(out, "sacct -V")
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def _query(self, args: list[str], cluster: str | None, wanted: set[int] | None) -> QueryResult:
+        argv = ["sacct", "--json", "--allusers", "--duplicates", *args, *_clusters(cluster)]
+        doc = self._json(argv)
+        command = " ".join(argv[:2])
+        version = version_from_meta(doc, command)
+        parser = format_for(version, command)
+        ctx = ParseContext(str(version), command)
+        records, errors = _parse_records(doc, parser, ctx, wanted)
+        controller: dict[int, ControllerJob] = {}
+        if self._needs_controller(records):
+            controller, ctl_errors = self._controller(cluster, str(version))
+            errors.extend(ctl_errors)
+        scripts = self._scripts(records, controller, cluster)
+        jobs = []
+        for rec in records:
+            ctl = controller.get(rec.job_id)
+            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
+                ctl = None  # another run of a requeued job
+            jobs.append(build_job(rec, ctl, scripts.get(rec.job_id, ""), self._gpu_patterns))
+        for err in errors:
+            log.error("skipped: %s", err)
+        return QueryResult(jobs, version, errors)
+
+    def _json(self, argv: list[str]) -> dict:
+        out = self.runner.run(argv)
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
+                                  f"output is not JSON ({exc}): {out[:120]!r}") from None
+        if not isinstance(doc, dict):
+            raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
+                                  "output is not a JSON object")
+        return doc
+
+    def _version_text(self) -> str:
+        try:
+            return str(self.version())
+        except (SlurmCommandError, SlurmParseError):
+            return "unknown"
+
+    def _needs_controller(self, records: Sequence[SacctRecord]) -> bool:
+        horizon = self.clock() - _CONTROLLER_MEMORY
+        return any(r.start_time and (r.end_time == 0 or r.end_time >= horizon) for r in records)
+
+    def _controller(self, cluster: str | None, version: str) -> tuple[dict, list[str]]:
+        argv = ["scontrol", *_clusters(cluster), "show", "job", "-d"]
+        try:
+            out = self.runner.run(argv)
+        except SlurmCommandError as exc:
+            # Allocation details are an improvement, not a precondition: without them the
+            # jobs still carry their hostnames, and the next cycle tries again.
+            return {}, [f"allocation details unavailable: {exc}"]
+        out = "\n".join(ln for ln in out.splitlines() if not ln.startswith("CLUSTER:"))
+        return parse_scontrol_jobs(out, ParseContext(version, "scontrol show job -d"))
+
+    def _scripts(self, records: Sequence[SacctRecord], controller: dict[int, ControllerJob],
+                 cluster: str | None) -> dict[int, str]:
+        if not self.config.slurm_fetch_job_scripts:
+            return {}
+        todo = [r.job_id for r in records
+                if not r.script and r.job_id in controller and controller[r.job_id].batch]
+        if not todo:
+            return {}
+
+        def fetch(job_id: int) -> tuple[int, str]:
+            argv = ["scontrol", *_clusters(cluster), "write", "batch_script", str(job_id), "-"]
+            try:
+                return job_id, self.runner.run(argv, retry=False)
+            except SlurmCommandError as exc:
+                log.debug("no batch script for job %d: %s", job_id, exc)
+                return job_id, ""
+
+        with ThreadPoolExecutor(max_workers=self.config.slurm_script_parallelism) as pool:
+            return dict(pool.map(fetch, todo))
+
+
+def _clusters(cluster: str | None) -> list[str]:
+    return ["--clusters", cluster] if cluster else []
+
+
+def _parse_records(doc: dict, parser, ctx: ParseContext,
+                   wanted: set[int] | None) -> tuple[list[SacctRecord], list[str]]:
+    raw = doc.get("jobs")
+    if not isinstance(raw, list):
+        raise ctx.error("output has no 'jobs' list")
+    records: list[SacctRecord] = []
+    errors: list[str] = []
+    for item in raw:
+        try:
+            rec = parser.parse_sacct_job(item, ctx)
+        except SlurmParseError as exc:
+            errors.append(str(exc))
+            continue
+        if wanted is None or rec.job_id in wanted:
+            records.append(rec)
+    return records, errors
+
+
+def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
+              gpu_patterns: list) -> Job:
+    """Join what slurmdbd and slurmctld know of one run. Pure."""
+    if ctl is not None and ctl.nodes:
+        resources = tuple(
+            Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
+            for n in ctl.nodes
+        )
+    else:
+        resources = tuple(Resource(h) for h in rec.nodes) if rec.start_time else ()
+    gpus = sum(len(n.gpu_indices) for n in ctl.nodes) if ctl else 0
+    shared = rec.shared or (ctl.shared if ctl else Shared.MULTI_USER)
+    return Job(
+        job_id=rec.job_id,
+        cluster=rec.cluster,
+        partition=rec.partition,
+        account=rec.account,
+        user=rec.user,
+        group=rec.group,
+        name=rec.name,
+        state=rec.state.upper(),
+        submit_time=rec.submit_time,
+        start_time=rec.start_time,
+        end_time=rec.end_time,
+        time_limit=rec.time_limit,
+        num_nodes=max(rec.num_nodes, len(resources)),
+        num_hwthreads=rec.num_hwthreads,
+        num_acc=rec.num_gpus if rec.num_gpus is not None else gpus,
+        shared=shared,
+        resources=resources,
+        array_job_id=rec.array_job_id,
+        array_task_id=rec.array_task_id,
+        exit_code=rec.exit_code,
+        slurm_info=ctl.text if ctl else "",
+        job_script=rec.script or script,
+        allocation_known=bool(ctl and ctl.nodes),
+    )
+
+
+def _accelerators(host: str, indices: tuple[int, ...], patterns: list) -> tuple[str, ...]:
+    """PCI addresses from gpuPciAddrs (first matching host regex wins), else the index."""
+    if not indices:
+        return ()
+    for pattern, addrs in patterns:
+        if pattern.search(host):
+            out = []
+            for idx in indices:
+                if idx < len(addrs):
+                    out.append(addrs[idx])
+                else:
+                    log.warning("gpuPciAddrs for %s lists %d GPUs, job uses index %d; "
+                                "sending the index", host, len(addrs), idx)
+                    out.append(str(idx))
+            return tuple(out)
+    return tuple(str(i) for i in indices)

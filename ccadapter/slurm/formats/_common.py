@@ -1,0 +1,364 @@
+"""What every Slurm generation shares: value decoders, version detection, text parsers.
+
+The ``scontrol show job -d`` text is the same from 22.05 to 26.05 in the parts we read (the
+``Nodes=.. CPU_IDs=.. Mem=.. GRES=..`` detail lines, ``JobState``, ``StartTime``,
+``OverSubscribe``); 26.05 adds ``Exclusive=`` beside ``OverSubscribe=`` and ``SLUID=``.
+It is the one source of exact CPU ids on every version (22.05's scontrol has no --json, and
+the JSON core bitmaps lose hyper-threads), so it is parsed here, once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import hostlist
+
+from ccadapter.errors import SlurmParseError
+from ccadapter.model import Shared
+
+
+@dataclass(frozen=True)
+class SlurmVersion:
+    major: int
+    minor: int
+    micro: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor:02d}.{self.micro}"
+
+    @property
+    def generation(self) -> tuple[int, int]:
+        return (self.major, self.minor)
+
+
+@dataclass(frozen=True)
+class SacctRecord:
+    """What slurmdbd knows of one run, before allocation details are added."""
+
+    job_id: int
+    array_job_id: int
+    array_task_id: int | None
+    cluster: str
+    partition: str
+    account: str
+    user: str
+    group: str
+    name: str
+    state: str
+    submit_time: int
+    start_time: int
+    end_time: int
+    time_limit: int  # seconds, 0 = unlimited
+    nodes: tuple[str, ...]
+    num_nodes: int
+    num_hwthreads: int
+    num_gpus: int | None  # None when slurmdbd does not track gres/gpu
+    shared: Shared | None  # None when this generation's sacct does not say
+    script: str | None  # None when slurmdbd did not store it
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
+class NodeAlloc:
+    hostname: str
+    cpu_ids: tuple[int, ...]
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ControllerJob:
+    """What slurmctld knows of a job it still holds (until MinJobAge after its end)."""
+
+    job_id: int
+    state: str
+    start_time: str  # local time text as scontrol prints it, "Unknown"/"None" when unset
+    batch: bool
+    shared: Shared
+    nodes: tuple[NodeAlloc, ...]
+    text: str
+
+
+# --- value decoders ------------------------------------------------------------------------
+
+
+def number(value: Any, where: str, ctx: ParseContext) -> int | None:
+    """Plain int (22.05) or ``{"set","infinite","number"}`` (23.02+); None = unset/infinite."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ctx.error(f"{where}: expected a number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Mapping):
+        if value.get("infinite") or not value.get("set", False):
+            return None
+        num = value.get("number")
+        if isinstance(num, int) and not isinstance(num, bool):
+            return num
+    raise ctx.error(f"{where}: expected a number, got {value!r}")
+
+
+def text(value: Any, where: str, ctx: ParseContext) -> str:
+    """Plain string, or a list of strings (24.11 wraps some strings in lists)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value[0] if value else ""
+    raise ctx.error(f"{where}: expected a string, got {value!r}")
+
+
+def field(record: Mapping[str, Any], path: str, ctx: ParseContext) -> Any:
+    """``record["a"]["b"]`` for ``path="a.b"``, naming the path when it is missing."""
+    cur: Any = record
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            raise ctx.error(f"missing field {path!r}")
+        cur = cur[part]
+    return cur
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """Carried into parsers so every error names the Slurm version and command."""
+
+    version: str
+    command: str
+    job_id: int | None = None
+
+    def error(self, detail: str) -> SlurmParseError:
+        where = f"job {self.job_id}: " if self.job_id is not None else ""
+        return SlurmParseError(self.version, self.command, where + detail)
+
+    def for_job(self, job_id: int) -> ParseContext:
+        return ParseContext(self.version, self.command, job_id)
+
+
+def expand_hostlist(expr: str, ctx: ParseContext) -> tuple[str, ...]:
+    """``"n[1-2],e1"`` -> hosts; sacct says ``"None assigned"`` for never-started jobs."""
+    expr = expr.strip()
+    if not expr or expr.lower() in ("none assigned", "(null)", "none"):
+        return ()
+    try:
+        return tuple(hostlist.expand_hostlist(expr))
+    except hostlist.BadHostlist as exc:
+        raise ctx.error(f"bad hostlist {expr!r}: {exc}") from None
+
+
+def tres_count(entries: Any, kind: str, name: str | None, ctx: ParseContext) -> int | None:
+    """Count of a TRES (``cpu``, ``gres``/``gpu``) in sacct's ``tres.allocated`` list."""
+    if not isinstance(entries, list):
+        raise ctx.error(f"tres list expected, got {type(entries).__name__}")
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            raise ctx.error(f"tres entry expected, got {entry!r}")
+        if entry.get("type") == kind and (name is None or entry.get("name") == name):
+            count = entry.get("count")
+            if isinstance(count, str) and count.isdigit():
+                return int(count)
+            if count is None or isinstance(count, bool) or not isinstance(count, int):
+                return None
+            return max(count, 0)
+    return None
+
+
+# --- version detection ---------------------------------------------------------------------
+
+
+def version_from_meta(doc: Mapping[str, Any], command: str) -> SlurmVersion:
+    """22.05 writes ``meta.Slurm.version`` with ints, 23.02+ ``meta.slurm.version`` strings."""
+    meta = doc.get("meta") if isinstance(doc, Mapping) else None
+    slurm = None
+    if isinstance(meta, Mapping):
+        slurm = meta.get("slurm") or meta.get("Slurm")
+    ver = slurm.get("version") if isinstance(slurm, Mapping) else None
+    if not isinstance(ver, Mapping):
+        raise SlurmParseError("unknown", command, "output has no meta.slurm.version")
+    try:
+        return SlurmVersion(int(ver["major"]), int(ver["minor"]), int(ver.get("micro", 0)))
+    except (KeyError, TypeError, ValueError):
+        raise SlurmParseError("unknown", command, f"unreadable version {ver!r}") from None
+
+
+def version_from_text(out: str, command: str) -> SlurmVersion:
+    """``sacct -V`` prints ``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``)."""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        raise SlurmParseError("unknown", command, f"no version in {out.strip()!r}")
+    return SlurmVersion(int(m[1]), int(m[2]), int(m[3]))
+
+
+# --- id lists and GRES ---------------------------------------------------------------------
+
+
+def int_ranges(spec: str) -> tuple[int, ...]:
+    """``"0-2,5"`` -> (0, 1, 2, 5). Raises ValueError on anything else."""
+    out: list[int] = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        first = int(lo)
+        last = int(hi) if sep else first
+        if last < first or last - first > 1_000_000:
+            raise ValueError(f"bad range {part!r}")
+        out.extend(range(first, last + 1))
+    return tuple(out)
+
+
+# gpu:tesla:1(IDX:0)  gpu:1(IDX:0-1)  gpu:a100:2(IDX:0,2)  -- IDX may be N/A
+_GRES = re.compile(r"(?P<name>[\w.-]+)(?::(?P<type>[^:(),]+))?(?::(?P<count>\d+))?"
+                   r"\(IDX:(?P<idx>[^)]*)\)")
+
+
+def gpu_indices(gres: str) -> tuple[int, ...]:
+    """GPU indices of one node's GRES string; other GRES kinds are ignored."""
+    out: list[int] = []
+    for m in _GRES.finditer(gres):
+        if m["name"] != "gpu" or m["idx"] in ("", "N/A"):
+            continue
+        out.extend(int_ranges(m["idx"]))
+    return tuple(sorted(set(out)))
+
+
+# --- scontrol show job -d (text) -----------------------------------------------------------
+
+_DETAIL = re.compile(
+    r"^\s+Nodes=(?P<nodes>\S+) CPU_IDs=(?P<cpus>\S*) Mem=\S* GRES=(?P<gres>\S*)", re.M
+)
+_KV = {
+    key: re.compile(rf"(?:^|\s){key}=(\S*)", re.M)
+    for key in ("JobId", "JobState", "StartTime", "BatchFlag", "OverSubscribe", "Exclusive")
+}
+
+
+def _kv(record: str, key: str) -> str | None:
+    m = _KV[key].search(record)
+    return m[1] if m else None
+
+
+def shared_from_flags(oversubscribe: str | None, exclusive: str | None) -> Shared:
+    """26.05 prints ``Exclusive=NODE|USER|MCS|NO``; before, ``OverSubscribe=NO`` meant an
+    exclusive node and ``OverSubscribe=USER`` an exclusive user."""
+    if exclusive is not None:
+        value = exclusive.upper()
+        if value in ("NODE", "YES", "TOPO"):
+            return Shared.NONE
+        if value == "USER":
+            return Shared.SINGLE_USER
+        return Shared.MULTI_USER
+    value = (oversubscribe or "").upper()
+    if value == "NO":
+        return Shared.NONE
+    if value == "USER":
+        return Shared.SINGLE_USER
+    return Shared.MULTI_USER
+
+
+def parse_scontrol_jobs(out: str, ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
+    """Parse ``scontrol show job -d`` for all jobs; a bad record is an error string, not a
+    failure of the whole answer."""
+    jobs: dict[int, ControllerJob] = {}
+    errors: list[str] = []
+    for record in re.split(r"\n\s*\n", out):
+        if not record.strip():
+            continue
+        record = record.strip("\n")
+        job_id = _kv(record, "JobId")
+        if job_id is None or not job_id.isdigit():
+            if "No jobs in the system" not in record:
+                errors.append(str(ctx.error(f"record without JobId: {record[:80]!r}")))
+            continue
+        try:
+            jobs[int(job_id)] = _controller_job(int(job_id), record, ctx.for_job(int(job_id)))
+        except (ValueError, SlurmParseError) as exc:
+            errors.append(str(ctx.for_job(int(job_id)).error(str(exc))))
+    return jobs, errors
+
+
+def _controller_job(job_id: int, record: str, ctx: ParseContext) -> ControllerJob:
+    nodes: list[NodeAlloc] = []
+    for m in _DETAIL.finditer(record):
+        cpus = int_ranges(m["cpus"]) if m["cpus"] else ()
+        gpus = gpu_indices(m["gres"])
+        for host in expand_hostlist(m["nodes"], ctx):
+            nodes.append(NodeAlloc(host, cpus, gpus))
+    return ControllerJob(
+        job_id=job_id,
+        state=_kv(record, "JobState") or "",
+        start_time=_kv(record, "StartTime") or "",
+        batch=_kv(record, "BatchFlag") == "1",
+        shared=shared_from_flags(_kv(record, "OverSubscribe"), _kv(record, "Exclusive")),
+        nodes=tuple(nodes),
+        text=record.strip(),
+    )
+
+
+# --- sacct records: the parts every generation shares --------------------------------------
+
+# Slurm's NO_VAL / INFINITE sentinels leak into time fields of never-started jobs.
+_SENTINEL = 0xFFFFFFFE
+
+
+def epoch(value: Any, where: str, ctx: ParseContext) -> int:
+    num = number(value, where, ctx)
+    if num is None or num < 0 or num >= _SENTINEL:
+        return 0
+    return num
+
+
+def build_sacct_record(
+    record: Mapping[str, Any],
+    ctx: ParseContext,
+    *,
+    state: str,
+    array_task_id: int | None,
+    exit_code: int | None,
+    shared: Shared | None,
+    script: str | None,
+) -> SacctRecord:
+    """Fields whose layout is the same (up to int/object and str/list) in all generations;
+    the caller passes what its generation lays out differently."""
+    if not isinstance(record, Mapping):
+        raise ctx.error(f"job record expected, got {type(record).__name__}")
+    tres = field(record, "tres.allocated", ctx)
+    nodes = expand_hostlist(text(record.get("nodes"), "nodes", ctx), ctx)
+    limit = number(field(record, "time.limit", ctx), "time.limit", ctx)
+    required_cpus = number(record.get("required", {}).get("CPUs"), "required.CPUs", ctx)
+    cpus = tres_count(tres, "cpu", None, ctx)
+    return SacctRecord(
+        job_id=ctx.job_id or 0,
+        array_job_id=number(field(record, "array.job_id", ctx), "array.job_id", ctx) or 0,
+        array_task_id=array_task_id,
+        cluster=text(field(record, "cluster", ctx), "cluster", ctx),
+        partition=text(record.get("partition"), "partition", ctx),
+        account=text(record.get("account"), "account", ctx),
+        user=text(field(record, "user", ctx), "user", ctx),
+        group=text(record.get("group"), "group", ctx),
+        name=text(record.get("name"), "name", ctx),
+        state=state,
+        submit_time=epoch(field(record, "time.submission", ctx), "time.submission", ctx),
+        start_time=epoch(field(record, "time.start", ctx), "time.start", ctx),
+        end_time=epoch(field(record, "time.end", ctx), "time.end", ctx),
+        time_limit=(limit or 0) * 60 if limit is not None and limit < _SENTINEL else 0,
+        nodes=nodes,
+        num_nodes=number(record.get("allocation_nodes"), "allocation_nodes", ctx) or len(nodes),
+        num_hwthreads=cpus if cpus is not None else (required_cpus or 0),
+        num_gpus=tres_count(tres, "gres", "gpu", ctx),
+        shared=shared,
+        script=script or None,
+        exit_code=exit_code,
+    )
+
+
+def job_id_of(record: Any, ctx: ParseContext) -> int:
+    """The job id first, so that every later error can name the job."""
+    job_id = record.get("job_id") if isinstance(record, Mapping) else None
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        raise ctx.error(f"record without a valid job_id: {str(record)[:80]!r}")
+    return job_id

@@ -1,0 +1,42 @@
+"""Slurm 22.05 (sacct ``openapi/dbv0.0.38``).
+
+The baseline generation:
+- integers are plain JSON numbers; ``time.start`` is ``null`` for a job that never started;
+- ``state.current`` is a string;
+- ``array.task_id`` is a number or ``null``;
+- ``exit_code.return_code`` is a plain number;
+- sacct has no ``script``, ``exclusive`` or ``oversubscribe``: scripts come from slurmctld
+  (``scontrol write batch_script``) and sharing from ``scontrol show job`` only;
+- ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ccadapter.slurm.formats._common import (
+    ParseContext,
+    SacctRecord,
+    build_sacct_record,
+    field,
+    job_id_of,
+    number,
+)
+
+
+def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
+    ctx = ctx.for_job(job_id_of(record, ctx))
+    state = field(record, "state.current", ctx)
+    if not isinstance(state, str):
+        raise ctx.error(f"state.current: expected a string on 22.05, got {state!r}")
+    exit_code = record.get("exit_code") or {}
+    return build_sacct_record(
+        record,
+        ctx,
+        state=state,
+        array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
+        exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
+        shared=None,
+        script=None,
+    )

@@ -1,0 +1,49 @@
+"""Slurm 24.11 (``data_parser/v0.0.42``).
+
+Differences from 22.05 and how they are handled:
+- many integers became ``{"set", "infinite", "number"}`` objects (``time.limit``,
+  ``array.task_id``, ``exit_code.return_code``); unset or infinite reads as None/0;
+- ``time.start`` of a never-started job is the sentinel 4294967294 instead of ``null``;
+- ``state.current`` became a list of strings (base state first, then flags);
+- ``exit_code.status`` became a list; ``signal`` was added (not used);
+- ``meta.slurm.version`` fields became strings (handled in ``_common.version_from_meta``);
+- sacct carries ``script`` (empty unless ``AccountingStoreFlags=job_script``);
+- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ccadapter.model import Shared
+from ccadapter.slurm.formats._common import (
+    ParseContext,
+    SacctRecord,
+    build_sacct_record,
+    field,
+    job_id_of,
+    number,
+    text,
+)
+
+
+def parse_sacct_job(
+    record: Mapping[str, Any], ctx: ParseContext, shared: Shared | None = None
+) -> SacctRecord:
+    ctx = ctx.for_job(job_id_of(record, ctx))
+    state = field(record, "state.current", ctx)
+    if not isinstance(state, list) or not state or not all(isinstance(s, str) for s in state):
+        raise ctx.error(f"state.current: expected a list of strings, got {state!r}")
+    exit_code = record.get("exit_code") or {}
+    if not isinstance(exit_code, Mapping):
+        raise ctx.error(f"exit_code: expected an object, got {exit_code!r}")
+    return build_sacct_record(
+        record,
+        ctx,
+        state=state[0],
+        array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
+        exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
+        shared=shared,
+        script=text(record.get("script"), "script", ctx),
+    )

@@ -1,0 +1,53 @@
+"""Shared test helpers: recorded Slurm outputs and a runner that replays them."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+VERSIONS = ("22.05", "24.11", "26.05")
+
+# The workload recorded in tests/fixtures/<version>/ (see tests/fixtures/README.md):
+# job name -> job id, per version.
+WORKLOAD_IDS = {
+    "22.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,
+              "timeout": 9, "excl": 10},
+    "24.11": {"complete": 1, "fail": 2, "multinode": 3, "gpujob": 4, "cancelrun": 6,
+              "timeout": 8, "excl": 9},
+    "26.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,
+              "timeout": 9, "excl": 10},
+}
+
+
+def fixture_text(version: str, name: str) -> str:
+    return (FIXTURES / version / name).read_text(encoding="utf-8")
+
+
+def fixture_json(version: str, name: str) -> Any:
+    return json.loads(fixture_text(version, name))
+
+
+class ReplayRunner:
+    """Answers Slurm commands from a function of argv; counts calls like SlurmRunner."""
+
+    def __init__(self, answer: Callable[[Sequence[str]], str]) -> None:
+        self.answer = answer
+        self.calls: Counter[str] = Counter()
+        self.argvs: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], *, retry: bool = True,
+            timeout: float | None = None) -> str:
+        self.calls[argv[0]] += 1
+        self.argvs.append(list(argv))
+        return self.answer(argv)
+
+
+@pytest.fixture(params=VERSIONS)
+def version(request: pytest.FixtureRequest) -> str:
+    return request.param

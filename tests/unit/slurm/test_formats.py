@@ -1,0 +1,189 @@
+"""Parsers over recorded real outputs of every supported Slurm version."""
+
+import copy
+
+import pytest
+
+from ccadapter.errors import SlurmParseError, UnsupportedSlurmVersion
+from ccadapter.model import Shared
+from ccadapter.slurm.formats import format_for
+from ccadapter.slurm.formats._common import (
+    ParseContext,
+    SlurmVersion,
+    gpu_indices,
+    int_ranges,
+    parse_scontrol_jobs,
+    version_from_meta,
+    version_from_text,
+)
+from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
+
+
+def parse_window(version):
+    doc = fixture_json(version, "sacct-window.json")
+    ver = version_from_meta(doc, "sacct --json")
+    parser = format_for(ver, "sacct --json")
+    ctx = ParseContext(str(ver), "sacct --json")
+    return {r["job_id"]: parser.parse_sacct_job(r, ctx) for r in doc["jobs"]}, ver
+
+
+def test_version_detected_from_meta(version):
+    _, ver = parse_window(version)
+    assert f"{ver.major}.{ver.minor:02d}" == version
+
+
+def test_workload_fields(version):
+    recs, _ = parse_window(version)
+    ids = WORKLOAD_IDS[version]
+    assert recs[ids["complete"]].state == "COMPLETED"
+    assert recs[ids["complete"]].num_hwthreads == 2
+    assert recs[ids["fail"]].state == "FAILED"
+    assert recs[ids["timeout"]].state == "TIMEOUT"
+    assert recs[ids["timeout"]].time_limit == 60
+    multi = recs[ids["multinode"]]
+    assert len(multi.nodes) == 2 and multi.num_nodes == 2 and multi.num_hwthreads == 4
+    assert recs[ids["excl"]].num_hwthreads == 4  # a whole node, though one CPU was asked for
+    assert recs[ids["gpujob"]].partition == "gpu"
+    cancelled = recs[ids["cancelrun"]]
+    assert cancelled.state == "CANCELLED"
+    assert cancelled.start_time == 0 and cancelled.nodes == ()
+    for rec in recs.values():
+        assert rec.submit_time > 1_700_000_000
+        assert rec.user == "root"
+        if rec.start_time:
+            assert rec.end_time >= rec.start_time
+
+
+def test_array_tasks(version):
+    recs, _ = parse_window(version)
+    tasks = sorted((r.array_task_id, r.job_id) for r in recs.values() if r.array_job_id)
+    assert [t for t, _ in tasks] == [1, 2, 3]
+    array_ids = {r.array_job_id for r in recs.values() if r.array_job_id}
+    assert len(array_ids) == 1
+    # The array's own id is the record of its last task.
+    assert array_ids.pop() in [j for _, j in tasks]
+
+
+def test_gpu_tres_only_when_accounted(version):
+    recs, _ = parse_window(version)
+    gpu = recs[WORKLOAD_IDS[version]["gpujob"]]
+    # AccountingStorageTRES=gres/gpu was set on the 24.11 and 26.05 recordings only.
+    assert gpu.num_gpus == (None if version == "22.05" else 1)
+
+
+def test_sharing_known_from_sacct_only_on_26_05(version):
+    recs, _ = parse_window(version)
+    excl = recs[WORKLOAD_IDS[version]["excl"]]
+    plain = recs[WORKLOAD_IDS[version]["complete"]]
+    if version == "26.05":
+        assert (excl.shared, plain.shared) == (Shared.NONE, Shared.MULTI_USER)
+    else:
+        assert excl.shared is None and plain.shared is None
+
+
+def test_unknown_generation_is_refused():
+    with pytest.raises(UnsupportedSlurmVersion) as err:
+        format_for(SlurmVersion(23, 2, 7), "sacct --json")
+    assert "23.02.7" in str(err.value) and "sacct --json" in str(err.value)
+
+
+def test_version_text():
+    assert version_from_text("slurm-wlm 22.05.8\n", "sacct -V") == SlurmVersion(22, 5, 8)
+    with pytest.raises(SlurmParseError):
+        version_from_text("garbage", "sacct -V")
+    with pytest.raises(SlurmParseError, match="meta"):
+        version_from_meta({"jobs": []}, "sacct --json")
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda r: r.pop("time"),
+    lambda r: r["state"].update(current=7),
+    lambda r: r.update(nodes="n[1-"),
+    lambda r: r["tres"].update(allocated="cpu=1"),
+    lambda r: r.update(user=None) or r.pop("user"),
+    lambda r: r["array"].update(job_id="six"),
+])
+def test_bad_record_error_names_version_command_and_job(version, mutate):
+    doc = fixture_json(version, "sacct-window.json")
+    record = copy.deepcopy(doc["jobs"][0])
+    mutate(record)
+    ver = version_from_meta(doc, "sacct --json")
+    with pytest.raises(SlurmParseError) as err:
+        format_for(ver, "sacct --json").parse_sacct_job(record, ParseContext(str(ver), "sacct"))
+    msg = str(err.value)
+    assert str(ver) in msg
+    assert f"job {record['job_id']}" in msg
+
+
+def test_parsers_do_not_mutate_input(version):
+    doc = fixture_json(version, "sacct-window.json")
+    before = copy.deepcopy(doc)
+    parse_window(version)
+    ver = version_from_meta(doc, "x")
+    for r in doc["jobs"]:
+        format_for(ver, "x").parse_sacct_job(r, ParseContext(str(ver), "x"))
+    assert doc == before
+
+
+# --- scontrol show job -d text -------------------------------------------------------------
+
+def test_scontrol_detail_lines(version):
+    ids = {"22.05": (4, 5), "24.11": (3, None), "26.05": (4, None)}[version]
+    multi_id, gpu_id = ids
+    jobs, errors = parse_scontrol_jobs(fixture_text(version, f"scontrol-d-{multi_id}.txt"),
+                                       ParseContext(version, "scontrol"))
+    assert errors == []
+    multi = jobs[multi_id]
+    assert [(n.hostname, n.cpu_ids) for n in multi.nodes][1][1] == (0, 1, 2)
+    assert len(multi.nodes) == 2 and multi.nodes[0].cpu_ids == (3,)
+    assert multi.state == "RUNNING" and multi.batch
+    assert multi.text.startswith(f"JobId={multi_id} ")
+    if gpu_id:
+        jobs, _ = parse_scontrol_jobs(fixture_text(version, f"scontrol-d-{gpu_id}.txt"),
+                                      ParseContext(version, "scontrol"))
+        assert jobs[gpu_id].nodes[0].gpu_indices == (0,)
+
+
+def test_scontrol_exclusive_22_05():
+    jobs, _ = parse_scontrol_jobs(fixture_text("22.05", "scontrol-d-10.txt"),
+                                  ParseContext("22.05", "scontrol"))
+    assert jobs[10].shared is Shared.NONE
+    assert jobs[10].nodes[0].cpu_ids == (0, 1, 2, 3)
+
+
+def test_scontrol_many_records_and_compressed_hostlist():
+    text = (
+        "JobId=7 JobName=a\n   JobState=RUNNING Reason=None\n   BatchFlag=1\n"
+        "   StartTime=2026-11-21T22:43:07 EndTime=Unknown\n"
+        "     Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:1(IDX:0-1)\n"
+        "   OverSubscribe=OK Contiguous=0\n\n"
+        "JobId=8 JobName=b c\n   JobState=PENDING Reason=Resources\n   BatchFlag=0\n"
+        "   OverSubscribe=USER\n\n"
+        "garbage without id\n\n"
+        "JobId=9 JobName=x\n     Nodes=n1 CPU_IDs=2-x Mem=0 GRES=\n\n"
+    )
+    jobs, errors = parse_scontrol_jobs(text, ParseContext("24.11.5", "scontrol show job -d"))
+    assert [(n.hostname, n.cpu_ids, n.gpu_indices) for n in jobs[7].nodes] == [
+        ("n1", (0, 1), (0, 1)), ("n2", (0, 1), (0, 1))]
+    assert jobs[8].nodes == () and not jobs[8].batch and jobs[8].shared is Shared.SINGLE_USER
+    assert 9 not in jobs
+    assert len(errors) == 2 and "job 9" in errors[1] and "24.11.5" in errors[1]
+
+
+@pytest.mark.parametrize(("gres", "expected"), [
+    ("gpu:tesla:1(IDX:0)", (0,)),
+    ("gpu:1(IDX:0-1)", (0, 1)),
+    ("gpu:a100:3(IDX:0,2-3)", (0, 2, 3)),
+    ("gpu:a:1(IDX:0),gpu:b:1(IDX:3)", (0, 3)),
+    ("gpu:tesla:0(IDX:N/A)", ()),
+    ("mps:100(IDX:0),gpu:1(IDX:1)", (1,)),
+    ("", ()),
+])
+def test_gres_with_and_without_type(gres, expected):
+    assert gpu_indices(gres) == expected
+
+
+def test_int_ranges():
+    assert int_ranges("0-2,5") == (0, 1, 2, 5)
+    with pytest.raises(ValueError):
+        int_ranges("3-1")

@@ -1,0 +1,73 @@
+"""The runner drives real subprocesses: a small shell script stands in for a Slurm client."""
+
+import os
+import stat
+import time
+
+import pytest
+
+from ccadapter.errors import SlurmCommandError
+from ccadapter.slurm.runner import RetryPolicy, SlurmRunner, TransientSlurmError
+
+FAST = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.02)
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    def make(name, body):
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+        return str(tmp_path)
+
+    return make
+
+
+def runner_for(bindir, **kw):
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    return SlurmRunner(env=env, retry=FAST, **kw)
+
+
+def test_output_with_non_utf8_bytes_is_replaced(fake_bin):
+    d = fake_bin("sacct", r"printf '{\042name\042: \042caf\351\042}'")
+    assert runner_for(d).run(["sacct"]) == '{"name": "caf\ufffd"}'
+
+
+def test_transient_failure_is_retried_then_succeeds(fake_bin, tmp_path):
+    marker = tmp_path / "count"
+    d = fake_bin("squeue", f"""
+n=$(cat {marker} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {marker}
+if [ $n -lt 3 ]; then echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; fi
+echo ok""")
+    r = runner_for(d)
+    assert r.run(["squeue"]).strip() == "ok"
+    assert r.calls["squeue"] == 3
+
+
+def test_permanent_failure_is_not_retried_and_keeps_stderr(fake_bin):
+    d = fake_bin("sacct", 'echo "sacct: unrecognized option --bogus" >&2; exit 1')
+    r = runner_for(d)
+    with pytest.raises(SlurmCommandError) as err:
+        r.run(["sacct", "--bogus"])
+    assert not isinstance(err.value, TransientSlurmError)
+    assert "unrecognized option" in str(err.value) and r.calls["sacct"] == 1
+
+
+def test_timeout_kills_and_reports(fake_bin):
+    d = fake_bin("scontrol", "sleep 30")
+    r = runner_for(d, timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(TransientSlurmError, match=r"no answer within 0\.3 s"):
+        r.run(["scontrol", "show", "job"], retry=False)
+    assert time.monotonic() - started < 5
+
+
+def test_prefix_is_prepended(fake_bin):
+    d = fake_bin("wrap", 'echo "$@"')
+    r = SlurmRunner(prefix=[f"{d}/wrap", "inner"], retry=FAST)
+    assert r.run(["sinfo", "--json"]).strip() == "inner sinfo --json"
+
+
+def test_missing_program():
+    with pytest.raises(SlurmCommandError, match="cannot run"):
+        SlurmRunner(prefix=["/nonexistent/chroot"], retry=FAST).run(["sacct"])

@@ -1,0 +1,104 @@
+import json
+import logging
+
+import pytest
+from click.testing import CliRunner
+
+from ccadapter.cli import main
+from ccadapter.config import Config, load_config, missing_files, parse_config
+from ccadapter.errors import ConfigError
+from tests.conftest import FIXTURES
+
+
+def test_defaults_match_cc_slurm_adapter():
+    c = Config()
+    assert (c.slurm_poll_interval, c.slurm_query_delay, c.slurm_query_max_span) == (60, 1, 604800)
+    assert (c.slurm_max_retries, c.cc_poll_interval, c.nats_port, c.nats_subject) == (
+        10, 21600, 4222, "jobs")
+    assert c.pid_file_path == "/run/cc-slurm-adapter/daemon.pid"
+    sock = "/run/cc-slurm-adapter/daemon.sock"
+    assert c.prep_sock_listen_path == c.prep_sock_connect_path == sock
+    assert c.last_run_path == "/var/lib/cc-slurm-adapter/lastrun"
+    assert c.cc_rest_submit_jobs is True
+
+
+def test_documented_example_loads_unchanged(caplog):
+    with caplog.at_level(logging.WARNING):
+        c = load_config(FIXTURES / "cc-slurm-adapter-example.json")
+    assert caplog.records == []  # every key of the example is known
+    assert c.slurm_max_retries == 5  # the example spells it slurmQueryMaxRetries
+    assert c.last_run_path == "/var/lib/cc-slurm-adapter/last_run"
+    assert c.cc_rest_url == "https://my-cc-backend-instance.example"
+    assert list(c.gpu_pci_addrs) == ["^nodehostname0[0-9]$", "^nodehostname1[0-9]$"]
+    assert c.ignore_hosts_pattern().search("nodehostname9abc")
+    assert (c.nats_server, c.nats_subject, c.nats_user) == ("mynatsserver.example", "mysubject",
+                                                           "myuser")
+    # The example names NATS files that do not exist here; that is reported separately.
+    assert [k for k, _ in missing_files(c)] == ["natsCredsFile", "natsNKeySeedFile"]
+
+
+def test_keys_match_case_insensitively_like_go():
+    assert parse_config({"SLURMPOLLINTERVAL": 5}).slurm_poll_interval == 5
+
+
+def test_unknown_key_is_a_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        parse_config({"slurmPollIntervall": 5})
+    assert "slurmPollIntervall" in caplog.text
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    ({"ignoreHosts": "n[1-"}, "ignoreHosts"),
+    ({"gpuPciAddrs": {"(bad": ["0000:00:01.0"]}}, "gpuPciAddrs"),
+    ({"slurmPollInterval": -1}, "slurmPollInterval"),
+    ({"ccPollInterval": "soon"}, "ccPollInterval"),
+    ({"natsPort": 70000}, "natsPort"),
+    ({"ccRestUrl": "ftp://x"}, "ccRestUrl"),
+    ({"slurmCommandPrefix": "chroot /x"}, "slurmCommandPrefix"),
+])
+def test_bad_values_name_the_key(raw, key):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw)
+    assert err.value.key.split(".")[0] == key
+    assert key in str(err.value)
+
+
+def test_zero_interval_becomes_one_like_go():
+    assert parse_config({"slurmPollInterval": 0}).slurm_poll_interval == 1
+
+
+def test_secret_never_in_error():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"ccRestJwt": ["s3cr3t-token"]})
+    assert "s3cr3t" not in str(err.value)
+    assert "ccRestJwt" in str(err.value)
+
+
+def test_check_config_cli(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"ignoreHosts": "("}))
+    res = CliRunner().invoke(main, ["check-config", str(bad)])
+    assert res.exit_code == 2
+    assert "ignoreHosts" in res.output
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"ccRestJwt": "s3cr3t-token", "slurmPollInterval": 30}))
+    res = CliRunner().invoke(main, ["check-config", str(good)])
+    assert res.exit_code == 0, res.output
+    assert "s3cr3t" not in res.output
+    assert json.loads(res.stdout.split("\n" + str(good))[0])["slurmPollInterval"] == 30
+
+    example = str(FIXTURES / "cc-slurm-adapter-example.json")
+    res = CliRunner().invoke(main, ["check-config", example])
+    assert res.exit_code == 2
+    assert "natsCredsFile" in res.output
+
+
+def test_not_json_and_not_object(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text("[1]")
+    with pytest.raises(ConfigError):
+        load_config(p)
+    p.write_text("{")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(p)
