@@ -71,8 +71,6 @@ class Config(BaseModel):
     slurm_command_prefix: list[str] = Field(default_factory=list, alias="slurmCommandPrefix")
     # Seconds one Slurm command may take before it is killed and counted as failed.
     slurm_command_timeout: float = Field(60.0, alias="slurmCommandTimeout")
-    # Clusters to serve; empty means the cluster of the local slurm.conf.
-    slurm_clusters: list[str] = Field(default_factory=list, alias="slurmClusters")
     # Fetch batch scripts from slurmctld when slurmdbd does not store them (one call per job).
     slurm_fetch_job_scripts: bool = Field(True, alias="slurmFetchJobScripts")
     # How many `scontrol write batch_script` calls may run at once.

@@ -1,9 +1,10 @@
 """Queries Slurm and turns its answers into :class:`~ccadapter.model.Job` runs.
 
 Cost is fixed per query, not per job: one ``sacct`` for a time window or a list of ids,
-one ``scontrol show job -d`` for the allocations of every job slurmctld still holds. Only
-batch scripts that slurmdbd did not store take one call per job, with bounded parallelism,
-and only for jobs slurmctld still has.
+one ``scontrol show job -d`` for the allocations of every job slurmctld still holds, and
+(24.11+) one ``sacct -B -j IDS`` for the batch scripts slurmdbd stored. Only scripts that
+slurmdbd does not have take one call per job (``scontrol write batch_script``), with bounded
+parallelism, and only for jobs slurmctld still has.
 
 A record that cannot be read is reported with its job id and skipped; it never costs the
 rest of the window.
@@ -99,7 +100,7 @@ class Collector:
         if self._needs_controller(records):
             controller, ctl_errors = self._controller(cluster, str(version))
             errors.extend(ctl_errors)
-        scripts = self._scripts(records, controller, cluster)
+        scripts = self._scripts(records, controller, cluster, parser, ctx)
         jobs = []
         for rec in records:
             ctl = controller.get(rec.job_id)
@@ -144,14 +145,32 @@ class Collector:
         return parse_scontrol_jobs(out, ParseContext(version, "scontrol show job -d"))
 
     def _scripts(self, records: Sequence[SacctRecord], controller: dict[int, ControllerJob],
-                 cluster: str | None) -> dict[int, str]:
+                 cluster: str | None, parser, ctx: ParseContext) -> dict[int, str]:
         if not self.config.slurm_fetch_job_scripts:
             return {}
-        todo = [r.job_id for r in records
-                if not r.script and r.job_id in controller and controller[r.job_id].batch]
-        if not todo:
-            return {}
+        todo = [r.job_id for r in records if r.start_time and not r.script]
+        scripts: dict[int, str] = {}
+        if todo and parser.SACCT_HAS_SCRIPTS:
+            scripts = self._stored_scripts(todo, cluster, parser, ctx)
+        held = [i for i in todo
+                if i not in scripts and i in controller and controller[i].batch]
+        if held:
+            scripts.update(self._controller_scripts(held, cluster))
+        return scripts
 
+    def _stored_scripts(self, ids: list[int], cluster: str | None, parser,
+                        ctx: ParseContext) -> dict[int, str]:
+        """Scripts slurmdbd stored (AccountingStoreFlags=job_script): one call for all."""
+        argv = ["sacct", "--json", "--allusers", "--duplicates", "-B",
+                "--jobs", ",".join(map(str, ids)), *_clusters(cluster)]
+        try:
+            records, _ = _parse_records(self._json(argv), parser, ctx, set(ids))
+        except (SlurmCommandError, SlurmParseError) as exc:
+            log.warning("batch scripts from slurmdbd unavailable: %s", exc)
+            return {}
+        return {r.job_id: r.script for r in records if r.script}
+
+    def _controller_scripts(self, ids: list[int], cluster: str | None) -> dict[int, str]:
         def fetch(job_id: int) -> tuple[int, str]:
             argv = ["scontrol", *_clusters(cluster), "write", "batch_script", str(job_id), "-"]
             try:
@@ -161,7 +180,7 @@ class Collector:
                 return job_id, ""
 
         with ThreadPoolExecutor(max_workers=self.config.slurm_script_parallelism) as pool:
-            return dict(pool.map(fetch, todo))
+            return {i: text for i, text in pool.map(fetch, ids) if text}
 
 
 def _clusters(cluster: str | None) -> list[str]:

@@ -331,6 +331,10 @@ def build_sacct_record(
     limit = number(field(record, "time.limit", ctx), "time.limit", ctx)
     required_cpus = number(record.get("required", {}).get("CPUs"), "required.CPUs", ctx)
     cpus = tres_count(tres, "cpu", None, ctx)
+    start = epoch(field(record, "time.start", ctx), "time.start", ctx)
+    if cpus is None:
+        # Nothing allocated (yet): what was asked for if it ran, else nothing.
+        cpus = (required_cpus or 0) if start else 0
     return SacctRecord(
         job_id=ctx.job_id or 0,
         array_job_id=number(field(record, "array.job_id", ctx), "array.job_id", ctx) or 0,
@@ -343,12 +347,12 @@ def build_sacct_record(
         name=text(record.get("name"), "name", ctx),
         state=state,
         submit_time=epoch(field(record, "time.submission", ctx), "time.submission", ctx),
-        start_time=epoch(field(record, "time.start", ctx), "time.start", ctx),
+        start_time=start,
         end_time=epoch(field(record, "time.end", ctx), "time.end", ctx),
         time_limit=(limit or 0) * 60 if limit is not None and limit < _SENTINEL else 0,
         nodes=nodes,
         num_nodes=number(record.get("allocation_nodes"), "allocation_nodes", ctx) or len(nodes),
-        num_hwthreads=cpus if cpus is not None else (required_cpus or 0),
+        num_hwthreads=cpus,
         num_gpus=tres_count(tres, "gres", "gpu", ctx),
         shared=shared,
         script=script or None,

@@ -6,7 +6,8 @@ The baseline generation:
 - ``array.task_id`` is a number or ``null``;
 - ``exit_code.return_code`` is a plain number;
 - sacct has no ``script``, ``exclusive`` or ``oversubscribe``: scripts come from slurmctld
-  (``scontrol write batch_script``) and sharing from ``scontrol show job`` only;
+  (``scontrol write batch_script``) and sharing from ``scontrol show job`` only
+  (``sacct -B`` prints scripts in text form only, one header per job; not used);
 - ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``.
 """
 
@@ -23,6 +24,9 @@ from ccadapter.slurm.formats._common import (
     job_id_of,
     number,
 )
+
+# sacct --json -B -j IDS does not fill "script" on this generation.
+SACCT_HAS_SCRIPTS = False
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:

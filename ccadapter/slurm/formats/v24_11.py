@@ -7,7 +7,9 @@ Differences from 22.05 and how they are handled:
 - ``state.current`` became a list of strings (base state first, then flags);
 - ``exit_code.status`` became a list; ``signal`` was added (not used);
 - ``meta.slurm.version`` fields became strings (handled in ``_common.version_from_meta``);
-- sacct carries ``script`` (empty unless ``AccountingStoreFlags=job_script``);
+- sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
+  when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
+  even after slurmctld forgot them;
 - ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy.
 """
 
@@ -26,6 +28,9 @@ from ccadapter.slurm.formats._common import (
     number,
     text,
 )
+
+# sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
+SACCT_HAS_SCRIPTS = True
 
 
 def parse_sacct_job(

@@ -24,6 +24,8 @@ from ccadapter.slurm.formats._common import (
     text,
 )
 
+SACCT_HAS_SCRIPTS = v24_11.SACCT_HAS_SCRIPTS
+
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
     ctx = ctx.for_job(job_id_of(record, ctx))

@@ -26,6 +26,12 @@ def make_runner(version, sacct_doc=None, scontrol=None):
     def answer(argv):
         if argv[:2] == ["sacct", "-V"]:
             return f"slurm {RELEASE[version]}\n"
+        if argv[0] == "sacct" and "-B" in argv:  # scripts slurmdbd stored: only job 3's
+            stored = copy.deepcopy(doc)
+            for rec in stored["jobs"]:
+                if rec.get("job_id") == 3:
+                    rec["script"] = "#!/bin/sh\nstored in slurmdbd\n"
+            return json.dumps(stored)
         if argv[0] == "sacct":
             return doc if isinstance(doc, str) else json.dumps(doc)
         if argv[-3:] == ["show", "job", "-d"]:
@@ -45,12 +51,17 @@ def collect(version, config=None, **kw):
     return col.window(newest - 3600), runner
 
 
-def test_window_costs_two_calls_plus_scripts(version):
+def test_window_costs_fixed_calls_plus_scripts(version):
     result, runner = collect(version)
-    assert runner.calls["sacct"] == 1
+    # 24.11+: a second sacct (-B -j IDS) fetches every stored script at once.
+    assert runner.calls["sacct"] == (1 if version == "22.05" else 2)
     shows = [a for a in runner.argvs if a[-3:] == ["show", "job", "-d"]]
     scripts = [a for a in runner.argvs if "batch_script" in a]
     assert len(shows) == 1
+    jobs = {j.job_id: j for j in result.jobs}
+    if version != "22.05":
+        assert jobs[3].job_script == "#!/bin/sh\nstored in slurmdbd\n"
+        assert "3" not in [a[-2] for a in scripts]
     # Scripts only for jobs slurmctld still holds (the recorded scontrol-d files).
     held = {int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / version).glob("scontrol-d-*.txt")}
     assert {int(a[-2]) for a in scripts} <= held
@@ -65,7 +76,7 @@ def test_allocation_joined_by_job_and_start_time(version):
     assert [(r.hostname[1:], r.hwthreads) for r in multi.resources] == [("1", (3,)),
                                                                       ("2", (0, 1, 2))]
     assert multi.slurm_info.startswith(f"JobId={multi.job_id} ")
-    assert "quoted" in multi.job_script
+    assert "quoted" in multi.job_script or "slurmdbd" in multi.job_script
     plain = jobs[WORKLOAD_IDS[version]["complete"]]
     assert not plain.allocation_known and plain.resources[0].hwthreads == ()
     cancelled = jobs[WORKLOAD_IDS[version]["cancelrun"]]
@@ -157,6 +168,9 @@ def test_calls_do_not_grow_with_jobs():
     result, runner = collect("24.11", config=cfg, sacct_doc=doc)
     assert len(result.jobs) == 10_000
     assert sum(runner.calls.values()) == 2
+    cfg = Config()
+    result, runner = collect("24.11", config=cfg, sacct_doc=doc)
+    assert runner.calls["sacct"] == 2  # scripts of all 10,000 in one more call
 
 
 def test_jobs_by_id_filters_array_siblings():
