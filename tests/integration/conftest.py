@@ -1,0 +1,97 @@
+"""Session fixtures: the test-bed clusters, the workload run once on each, in parallel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ccadapter.config import Config
+from ccadapter.slurm.collector import Collector, QueryResult
+from ccadapter.slurm.runner import SlurmRunner
+from tests.conftest import VERSIONS
+from tests.integration.workload import (
+    Cluster,
+    Submitted,
+    drive,
+    submit,
+    testbed_clusters,
+    wait_running,
+)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> dict[str, Cluster]:
+    clusters = {c.short: c for c in testbed_clusters()}
+    missing = sorted(set(VERSIONS) - set(clusters))
+    if missing:
+        msg = f"test-bed clusters not up: {missing} (run tests/testbed/slurm up)"
+        if os.environ.get("CCADAPTER_REQUIRE_SLURM"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return clusters
+
+
+def cluster_config(cluster: Cluster, **extra) -> Config:
+    return Config(slurmCommandPrefix=list(cluster.prefix), **extra)
+
+
+@dataclass
+class WorkloadRun:
+    """One cluster's workload: Slurm's truth and the collector's answers.
+
+    ``busy``/``busy_cli`` were taken while most jobs ran (GPU indices exist only then:
+    slurmctld drops them when a job ends); ``final``/``runner`` after every job ended."""
+
+    sub: Submitted
+    busy: QueryResult
+    busy_cli: list[dict]
+    final: QueryResult
+    runner: SlurmRunner
+
+
+def cli_jobs(cluster: Cluster, tmp_dir: Path) -> list[dict]:
+    cfg = tmp_dir / f"config-{cluster.name}.json"
+    cfg.write_text(json.dumps({"slurmCommandPrefix": list(cluster.prefix)}))
+    out = subprocess.run(
+        [sys.executable, "-m", "ccadapter", "jobs", "--since", "1h", "--format", "json",
+         "--config", str(cfg)],
+        capture_output=True, text=True, timeout=120, check=True, stdin=subprocess.DEVNULL)
+    return json.loads(out.stdout)
+
+
+def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
+    config = cluster_config(cluster)
+    busy: dict = {}
+
+    def while_busy(sub: Submitted) -> None:
+        wait_running(cluster, sub.ids["gpujob"][0])
+        busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix), config).window(
+            sub.submitted_at - 5)
+        busy["cli"] = cli_jobs(cluster, tmp_dir)
+
+    sub = submit(cluster)
+    drive(sub, while_busy=while_busy)
+    runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+    final = Collector(runner, config).window(sub.submitted_at - 5)
+    return WorkloadRun(sub, busy["result"], busy["cli"], final, runner)
+
+
+@pytest.fixture(scope="session")
+def workloads(testbed, tmp_path_factory) -> dict[str, WorkloadRun]:
+    """The workload mix on every cluster at once (the timeout job alone takes ~1.5 min)."""
+    with ThreadPoolExecutor(len(testbed)) as pool:
+        tmp = tmp_path_factory.mktemp("cli")
+        futures = {v: pool.submit(_run_workload, c, tmp) for v, c in testbed.items()}
+        return {v: f.result() for v, f in futures.items()}
+
+
+@pytest.fixture(params=VERSIONS)
+def workload(request, workloads):
+    return workloads[request.param]

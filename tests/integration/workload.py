@@ -1,0 +1,210 @@
+"""The workload mix, submitted to a real test-bed cluster, and Slurm's own view of it.
+
+Used by the integration tests and by ``tests/testbed/record-fixtures``. Slurm's truth is
+read here with commands and formats the product does not use (``sacct -P`` text, one
+``scontrol show job -d ID`` per job), so a test compares two independent readings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hostlist
+
+TESTBED = Path(__file__).resolve().parents[1] / "testbed" / "slurm"
+
+# name -> sbatch arguments. Scripts print quotes, commas and a non-UTF-8 byte on purpose.
+WORKLOAD: dict[str, list[str]] = {
+    "complete": ["-N1", "-n2", "--wrap", "sleep 4"],
+    "fail": ["--wrap", "sleep 2; exit 3"],
+    "multinode": ["-N2", "-n4", "--wrap", "sleep 8"],
+    "gpujob": ["-p", "gpu", "--gres=gpu:tesla:1", "--wrap", "sleep 25"],
+    "arr": ["--array=1-3", "--wrap", "sleep 3"],
+    "cancelpend": ["--begin=now+3600", "--wrap", "sleep 1"],
+    "cancelrun": ["--wrap", "sleep 300"],  # also holds its node for "cancelqueued"
+    "timeout": ["-t", "1", "--wrap", "sleep 300"],
+    "excl": ["--exclusive", "--wrap", "sleep 4"],
+}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    version: str
+    prefix: tuple[str, ...]
+    nodes: tuple[str, ...]
+    gpu_node: str
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
+        proc = subprocess.run([*self.prefix, *argv], capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+        out = proc.stdout.decode("utf-8", "replace")
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: rc={proc.returncode} "
+                               f"{proc.stderr.decode('utf-8', 'replace')}")
+        return out
+
+    @property
+    def short(self) -> str:
+        return self.version.rsplit(".", 1)[0]
+
+
+def testbed_clusters() -> list[Cluster]:
+    out = subprocess.run([str(TESTBED), "info"], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, check=False)
+    if out.returncode != 0:
+        return []
+    return [Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
+                    c["gpu_node"]) for c in json.loads(out.stdout)]
+
+
+@dataclass
+class Submitted:
+    cluster: Cluster
+    ids: dict[str, list[int]] = field(default_factory=dict)  # name -> raw job ids
+    submitted_at: float = 0.0
+    truth_cpus: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    truth_gpus: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    controller_text: dict[int, str] = field(default_factory=dict)
+
+    def all_ids(self) -> list[int]:
+        return sorted(i for ids in self.ids.values() for i in ids)
+
+
+def submit(cluster: Cluster) -> Submitted:
+    sub = Submitted(cluster, submitted_at=time.time())
+    for name, args in WORKLOAD.items():
+        out = cluster.run("sbatch", "--parsable", "-J", name, "-o", "/dev/null", *args)
+        sub.ids[name] = [int(out.strip().split(";")[0])]
+    return sub
+
+
+def _squeue_state(cluster: Cluster, job_id: int) -> str:
+    return cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).strip()
+
+
+def wait_running(cluster: Cluster, job_id: int, timeout: float = 60) -> None:
+    until = time.time() + timeout
+    while _squeue_state(cluster, job_id) != "RUNNING":
+        if time.time() > until:
+            raise TimeoutError(f"{cluster.name}: job {job_id} did not start in {timeout} s")
+        time.sleep(0.5)
+
+
+def drive(sub: Submitted, deadline: float = 300,
+          while_busy: Callable[[Submitted], None] | None = None) -> None:
+    """Cancel the cancel jobs at the right moments, read slurmctld's allocation of every
+    running job, and wait until sacct shows all of them ended. ``while_busy`` is called
+    once while most of the workload runs (the fixture recorder snapshots Slurm there)."""
+    c = sub.cluster
+    c.run("scancel", str(sub.ids["cancelpend"][0]))
+    until = time.time() + deadline
+    cancelled = False
+    while time.time() < until:
+        if not cancelled and _squeue_state(c, sub.ids["cancelrun"][0]) == "RUNNING":
+            _cancel_queued_behind(sub)
+            _capture_running(sub)
+            if while_busy:
+                while_busy(sub)
+            c.run("scancel", str(sub.ids["cancelrun"][0]))
+            cancelled = True
+        _capture_running(sub)
+        states = sacct_truth(c, sub.all_ids(), expand_arrays=True)
+        names = {r["name"] for r in states.values()}
+        if cancelled and len(states) >= len(sub.all_ids()) + 2 and names >= set(sub.ids) and all(
+            r["state"] in TERMINAL for r in states.values()
+        ):
+            sub.ids["arr"] = sorted(j for j, r in states.items() if r["name"] == "arr")
+            return
+        time.sleep(2)
+    raise TimeoutError(f"{c.name}: workload did not finish in {deadline} s: {states}")
+
+
+def _cancel_queued_behind(sub: Submitted) -> None:
+    """A job cancelled while pending but eligible (so sacct windows list it): it asks for
+    the node that "cancelrun" occupies, exclusively, and is cancelled while it waits."""
+    c = sub.cluster
+    node = c.run("squeue", "-h", "-j", str(sub.ids["cancelrun"][0]), "-o", "%N").strip()
+    out = c.run("sbatch", "--parsable", "-J", "cancelqueued", "-o", "/dev/null", "-w", node,
+                "--exclusive", "--wrap", "true")
+    job_id = int(out.strip().split(";")[0])
+    sub.ids["cancelqueued"] = [job_id]
+    for _ in range(30):
+        reason = c.run("squeue", "-h", "-j", str(job_id), "-o", "%T %r", check=False).split()
+        if reason[:1] == ["PENDING"] and reason[1:] != ["None"]:
+            break
+        time.sleep(0.5)
+    time.sleep(1)
+    c.run("scancel", str(job_id))
+
+
+def _capture_running(sub: Submitted) -> None:
+    out = sub.cluster.run("squeue", "-h", "-o", "%A %T", check=False)
+    for line in out.splitlines():
+        job_id, state = line.split()
+        if state in ("RUNNING", "COMPLETING") and int(job_id) not in sub.truth_cpus:
+            _capture(sub, int(job_id))
+
+
+_DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=(\S+) Mem=\S+ GRES=(\S*)")
+
+
+def _capture(sub: Submitted, job_id: int) -> None:
+    """Slurm's own statement of a running job's CPUs and GPUs: ``scontrol show job -d ID``."""
+    out = sub.cluster.run("scontrol", "show", "job", "-d", str(job_id), check=False)
+    # For an array's own id scontrol prints every task: keep this job's record only.
+    records = [r for r in re.split(r"\n\s*\n", out) if r.startswith(f"JobId={job_id} ")]
+    text = records[0] if records else ""
+    cpus: dict[str, tuple[int, ...]] = {}
+    gpus: dict[str, tuple[int, ...]] = {}
+    for nodes, cpu_ids, gres in _DETAIL.findall(text):
+        for host in hostlist.expand_hostlist(nodes):
+            cpus[host] = _ids(cpu_ids)
+            m = re.search(r"IDX:([0-9,-]+)", gres)
+            gpus[host] = _ids(m[1]) if m else ()
+    if cpus:
+        sub.truth_cpus[job_id] = cpus
+        sub.truth_gpus[job_id] = gpus
+        sub.controller_text[job_id] = text
+
+
+def _ids(spec: str) -> tuple[int, ...]:
+    return tuple(int(x[1:]) for x in hostlist.expand_hostlist(f"x[{spec}]"))
+
+
+SACCT_FIELDS = "JobIDRaw,JobID,JobName,State,Submit,Start,End,NodeList,AllocCPUS"
+
+
+def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -> dict[int, dict]:
+    """sacct's parsable text (not the JSON the product reads), one row per job allocation."""
+    out = cluster.run("sacct", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS,
+                      "-j", ",".join(map(str, ids)))
+    rows: dict[int, dict] = {}
+    for line in out.splitlines():
+        raw, jobid, name, state, submit, start, end, nodes, cpus = line.split("|")
+        if not raw.isdigit():
+            continue
+        arr, _, task = jobid.partition("_")  # "6_1" for array task 1 of array 6
+        rows[int(raw)] = {
+            "name": name, "state": state.split(" ")[0], "submit": _epoch(submit),
+            "start": _epoch(start), "end": _epoch(end),
+            "nodes": tuple(hostlist.expand_hostlist(nodes)) if nodes not in (
+                "None assigned", "") else (),
+            "cpus": int(cpus or 0), "array_job_id": int(arr) if task.isdigit() else 0,
+            "array_task_id": int(task) if task.isdigit() else None,
+        }
+    return rows
+
+
+def _epoch(text: str) -> int:
+    if text in ("Unknown", "None", ""):
+        return 0
+    return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
