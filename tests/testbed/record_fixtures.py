@@ -6,6 +6,7 @@ Writes tests/fixtures/<version>/testbed/:
   squeue-busy.json     squeue --json while most of the workload runs
   scontrol-d-busy.txt  scontrol show job -d (all jobs) at the same moment
   sacct-window.json    sacct --json --allusers --duplicates over the window, after all ended
+  scontrol-d-final.txt scontrol show job -d (all jobs) after all ended (no GPU indices left)
   sacct-scripts.json   sacct --json -B -j IDS (24.11 and later only)
   sinfo.json           sinfo --json
 """
@@ -40,6 +41,7 @@ def record(cluster: Cluster) -> Path:
         ids = ",".join(map(str, sub.all_ids()))
         (out / "sacct-scripts.json").write_text(cluster.run(
             "sacct", "--json", "--allusers", "--duplicates", "-B", "--jobs", ids))
+    (out / "scontrol-d-final.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
     (out / "sinfo.json").write_text(cluster.run("sinfo", "--json"))
     (out / "workload.json").write_text(json.dumps(
         {"cluster": cluster.name, "version": cluster.version, "since": sub.submitted_at - 5,

@@ -1,0 +1,85 @@
+"""The collector over the workload recorded from the test bed (tests/testbed/record_fixtures):
+sacct after all jobs ended, slurmctld's view while most of them ran."""
+
+import json
+
+import pytest
+
+from ccadapter.config import Config
+from ccadapter.model import Shared
+from ccadapter.slurm.collector import Collector
+from tests.conftest import FIXTURES, ReplayRunner, fixture_json, fixture_text
+
+pytestmark = pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+
+
+def collect(version, controller="final"):
+    base = "testbed/"
+    window = fixture_text(version, base + "sacct-window.json")
+    scripts = FIXTURES / version / base / "sacct-scripts.json"
+    scontrol = fixture_text(version, base + f"scontrol-d-{controller}.txt")
+
+    def answer(argv):
+        if argv[0] == "sacct" and "-B" in argv:
+            return scripts.read_text()
+        if argv[0] == "sacct":
+            return window
+        if argv[-3:] == ["show", "job", "-d"]:
+            return scontrol
+        if "batch_script" in argv:
+            return "#!/bin/sh\n# from slurmctld\n"
+        raise AssertionError(argv)
+
+    meta = fixture_json(version, base + "workload.json")
+    runner = ReplayRunner(answer)
+    # Recorded on a machine running in UTC; the clock is the end of the recording.
+    from zoneinfo import ZoneInfo
+
+    collector = Collector(runner, Config(), clock=lambda: meta["since"] + 600,
+                          tz=ZoneInfo("UTC"))
+    return collector.window(meta["since"]), meta, runner
+
+
+def test_recorded_workload(version):
+    result, meta, runner = collect(version)
+    assert result.errors == []
+    jobs = {j.job_id: j for j in result.jobs}
+    one = {n: jobs[ids[0]] for n, ids in meta["ids"].items() if n != "cancelpend"}
+    assert meta["ids"]["cancelpend"][0] not in jobs  # never eligible
+    assert one["complete"].state == "COMPLETED" and one["fail"].state == "FAILED"
+    assert one["timeout"].state == "TIMEOUT" and one["cancelrun"].state == "CANCELLED"
+    assert not one["cancelqueued"].started and one["cancelrun"].started
+    gpu = one["gpujob"]
+    assert gpu.num_acc == 1 and gpu.resources[0].accelerators == ()  # gone at the job's end
+    assert one["excl"].shared is Shared.NONE and one["excl"].resources[0].hwthreads == (0, 1, 2, 3)
+    assert sorted(jobs[i].array_task_id for i in meta["ids"]["arr"]) == [1, 2, 3]
+    multi = one["multinode"]
+    assert sum(len(r.hwthreads) for r in multi.resources) == 4 and len(multi.resources) == 2
+    for job in result.jobs:
+        assert job.cluster == meta["cluster"]
+        if job.started and job.allocation_known:
+            assert job.job_script.startswith("#!/bin/sh")
+            assert len(job.resources) == job.num_nodes
+    if version != "22.05":  # scripts come from slurmdbd, in one call
+        assert runner.calls["sacct"] == 2
+        assert not any("batch_script" in a for a in runner.argvs)
+        assert "sleep" in gpu.job_script
+
+
+def test_recorded_gpu_while_running(version):
+    result, meta, _ = collect(version, controller="busy")
+    gpu = {j.job_id: j for j in result.jobs}[meta["ids"]["gpujob"][0]]
+    assert gpu.allocation_known and len(gpu.resources[0].accelerators) == 1
+    assert gpu.resources[0].accelerators[0] in ("0", "1")
+
+
+def test_recorded_squeue_has_the_generation_layout(version):
+    """The JSON allocation layout differs per generation (documented in the format modules);
+    the collector reads the scontrol text instead, which these recordings cross-check."""
+    doc = json.loads(fixture_text(version, "testbed/squeue-busy.json"))
+    resources = [j["job_resources"] for j in doc["jobs"] if j.get("job_resources")]
+    assert resources
+    if version == "22.05":
+        assert all("allocated_nodes" in r for r in resources)
+    else:
+        assert all("allocation" in r["nodes"] for r in resources)
