@@ -12,11 +12,13 @@ rest of the window.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
@@ -90,12 +92,14 @@ class Collector:
 
     def _query(self, args: list[str], cluster: str | None, wanted: set[int] | None) -> QueryResult:
         argv = ["sacct", "--json", "--allusers", "--duplicates", *args, *_clusters(cluster)]
-        doc = self._json(argv)
-        command = " ".join(argv[:2])
-        version = version_from_meta(doc, command)
-        parser = format_for(version, command)
-        ctx = ParseContext(str(version), command)
-        records, errors = _parse_records(doc, parser, ctx, wanted)
+        with _gc_paused():
+            doc = self._json(argv)
+            command = " ".join(argv[:2])
+            version = version_from_meta(doc, command)
+            parser = format_for(version, command)
+            ctx = ParseContext(str(version), command)
+            records, errors = _parse_records(doc, parser, ctx, wanted)
+            del doc
         controller: dict[int, ControllerJob] = {}
         if self._needs_controller(records):
             controller, ctl_errors = self._controller(cluster, str(version))
@@ -181,6 +185,20 @@ class Collector:
 
         with ThreadPoolExecutor(max_workers=self.config.slurm_script_parallelism) as pool:
             return {i: text for i, text in pool.map(fetch, ids) if text}
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding a large sacct answer creates millions of acyclic objects; the cyclic garbage
+    collector would scan them again and again (it doubles the decode time of a 10k-job
+    window). Nothing created here forms cycles, so collection waits until the end."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _clusters(cluster: str | None) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import hostlist
@@ -144,9 +145,15 @@ def expand_hostlist(expr: str, ctx: ParseContext) -> tuple[str, ...]:
     if not expr or expr.lower() in ("none assigned", "(null)", "none"):
         return ()
     try:
-        return tuple(hostlist.expand_hostlist(expr))
+        return _expand(expr)
     except hostlist.BadHostlist as exc:
         raise ctx.error(f"bad hostlist {expr!r}: {exc}") from None
+
+
+@lru_cache(maxsize=4096)
+def _expand(expr: str) -> tuple[str, ...]:
+    # Many jobs of a window share a node list; expanding each distinct one once is enough.
+    return tuple(hostlist.expand_hostlist(expr))
 
 
 def tres_count(entries: Any, kind: str, name: str | None, ctx: ParseContext) -> int | None:
