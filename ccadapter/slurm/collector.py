@@ -28,10 +28,15 @@ from ccadapter.model import Job, Resource, Shared
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats._common import (
     ControllerJob,
+    NodeState,
     ParseContext,
     SacctRecord,
     SlurmVersion,
+    expand_hostlist,
+    parse_cluster_name,
+    parse_nodes,
     parse_scontrol_jobs,
+    parse_squeue_states,
     version_from_meta,
     version_from_text,
 )
@@ -67,6 +72,7 @@ class Collector:
         self.clock = clock
         self.tz = tz or local_zone()
         self._gpu_patterns = config.gpu_pci_patterns()
+        self._known_version: str | None = None  # for error messages only
 
     # --- public queries --------------------------------------------------------------------
 
@@ -84,6 +90,36 @@ class Collector:
             return QueryResult([], self.version())
         return self._query(["--jobs", ",".join(map(str, ids))], cluster, wanted=set(ids))
 
+    def cluster_name(self) -> str:
+        """The local cluster's name, as jobs carry it."""
+        out = self.runner.run(["scontrol", "show", "config"])
+        name = parse_cluster_name(out)
+        if not name:
+            raise SlurmParseError(self._version_text(), "scontrol show config",
+                                  "no ClusterName line")
+        return name
+
+    def active_jobs(self, cluster: str | None = None) -> dict[int, str]:
+        """Raw job id -> state of every job slurmctld holds (one squeue call)."""
+        out = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "all",
+                               "-o", "%A %T"])
+        return parse_squeue_states(out)
+
+    def nodes(self, cluster: str | None = None) -> tuple[list[NodeState], dict[str, int]]:
+        """Node states and, per host, how many jobs run there (two calls)."""
+        out = self.runner.run(["scontrol", *_clusters(cluster), "-o", "show", "node"])
+        nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
+                                                      "scontrol -o show node"))
+        for err in errors:
+            log.error("skipped: %s", err)
+        running = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "running",
+                                   "-o", "%N"])
+        counts: dict[str, int] = {}
+        for line in running.split():
+            for host in expand_hostlist(line, ParseContext("", "squeue")):
+                counts[host] = counts.get(host, 0) + 1
+        return nodes, counts
+
     def version(self) -> SlurmVersion:
         out = self.runner.run(["sacct", "-V"])
         return version_from_text(out, "sacct -V")
@@ -96,6 +132,7 @@ class Collector:
             doc = self._json(argv)
             command = " ".join(argv[:2])
             version = version_from_meta(doc, command)
+            self._known_version = str(version)
             parser = format_for(version, command)
             ctx = ParseContext(str(version), command)
             records, errors = _parse_records(doc, parser, ctx, wanted)
@@ -128,6 +165,8 @@ class Collector:
         return doc
 
     def _version_text(self) -> str:
+        if self._known_version:
+            return self._known_version
         try:
             return str(self.version())
         except (SlurmCommandError, SlurmParseError):
@@ -135,7 +174,8 @@ class Collector:
 
     def _needs_controller(self, records: Sequence[SacctRecord]) -> bool:
         horizon = self.clock() - _CONTROLLER_MEMORY
-        return any(r.start_time and (r.end_time == 0 or r.end_time >= horizon) for r in records)
+        return any(r.start_time and r.nodes and (r.end_time == 0 or r.end_time >= horizon)
+                   for r in records)
 
     def _controller(self, cluster: str | None, version: str) -> tuple[dict, list[str]]:
         argv = ["scontrol", *_clusters(cluster), "show", "job", "-d"]
@@ -152,7 +192,7 @@ class Collector:
                  cluster: str | None, parser, ctx: ParseContext) -> dict[int, str]:
         if not self.config.slurm_fetch_job_scripts:
             return {}
-        todo = [r.job_id for r in records if r.start_time and not r.script]
+        todo = [r.job_id for r in records if r.start_time and r.nodes and not r.script]
         scripts: dict[int, str] = {}
         if todo and parser.SACCT_HAS_SCRIPTS:
             scripts = self._stored_scripts(todo, cluster, parser, ctx)
