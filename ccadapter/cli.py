@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,21 @@ from typing import Any
 import click
 
 from ccadapter import __version__
+from ccadapter.app import build, outbox_path
 from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.errors import CcAdapterError, ConfigError
+from ccadapter.lastrun import LastRun
 from ccadapter.model import Job
+from ccadapter.outbox import Outbox
+from ccadapter.pidlock import AlreadyRunning, PidLock
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
 
 log = logging.getLogger("ccadapter")
+
+RECONCILERS = ("slurm-window", "stale-jobs", "cc-cache", "nodestate")
 
 _config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), default=None,
@@ -113,6 +121,104 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
         click.echo(_table(result.jobs, views))
     if result.errors:
         click.echo(f"{len(result.errors)} record(s) skipped, see messages above", err=True)
+
+
+def _require_rest(config: Config) -> None:
+    if not config.cc_rest_url:
+        click.echo("error: config key 'ccRestUrl': needed to deliver jobs (it is empty)",
+                   err=True)
+        sys.exit(2)
+
+
+@main.command("daemon")
+@_config_option
+@click.option("--log-level", default=None,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="Overrides the global --log-level (default here: info).")
+def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
+    """Run the reconcilers and the delivery until SIGTERM/SIGINT (then exit 0)."""
+    logging.getLogger().setLevel((log_level or "info").upper())
+    config = _load(config_path)
+    _require_rest(config)
+    lock = PidLock(config.pid_file_path)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    try:
+        try:
+            app = build(config)
+        except CcAdapterError as exc:
+            click.echo(f"error: cannot start: {exc}", err=True)
+            sys.exit(1)
+        daemon = app.daemon()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: daemon.stop())
+        log.info("ccadapter %s serving cluster %s (outbox %s)", __version__, app.cluster,
+                 outbox_path(config))
+        daemon.run()
+        app.close()
+        log.info("stopped")
+    finally:
+        lock.release()
+
+
+@main.command("sync")
+@_config_option
+@click.option("--once", is_flag=True, help="One cycle of each reconciler, then deliver.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the events a cycle would enqueue; store and send nothing.")
+@click.option("--only", type=click.Choice(RECONCILERS), default=None,
+              help="Run just this reconciler.")
+def sync_cmd(config_path: str | None, once: bool, dry_run: bool, only: str | None) -> None:
+    """Run the reconcilers once, by hand (the daemon must not be running)."""
+    if not once:
+        raise click.UsageError("only --once is supported; run `ccadapter daemon` to keep going")
+    config = _load(config_path)
+    if not dry_run:
+        _require_rest(config)
+    lock = PidLock(config.pid_file_path)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
+            _sync_once(config, dry_run, only, Path(tmp))
+    except CcAdapterError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    finally:
+        lock.release()
+
+
+def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> None:
+    outbox = last_run = None
+    if dry_run:  # work on copies: the real outbox and lastRun stay as they are
+        real = Outbox(outbox_path(config))
+        outbox = real.snapshot(tmp / "outbox.sqlite")
+        real.close()
+        last_run = LastRun(tmp / "lastrun")
+        if (ts := LastRun(config.last_run_path).get()) is not None:
+            last_run.set(ts)
+    app = build(config, outbox=outbox, last_run=last_run)
+    before = {e.id for e in app.outbox.due(1_000_000)} if dry_run else set()
+    for name, rec in app.reconcilers.items():
+        if only in (None, name):
+            click.echo(json.dumps({"reconciler": name, **rec.run_once()}))
+    if dry_run:
+        for ev in app.outbox.due(1_000_000):
+            if ev.id not in before:
+                click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
+                                       "jobId": ev.job_id, "startTime": ev.start_time,
+                                       "body": ev.payload}, ensure_ascii=False))
+    else:
+        stats = app.deliverer.run_once()
+        click.echo(json.dumps({"delivered": stats.delivered, "retry_later": stats.retried,
+                               "rejected": stats.rejected}))
+    app.close()
 
 
 def _job_view(job: Job, ignore: Any) -> dict[str, Any]:

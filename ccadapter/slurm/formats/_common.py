@@ -373,3 +373,57 @@ def job_id_of(record: Any, ctx: ParseContext) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
         raise ctx.error(f"record without a valid job_id: {str(record)[:80]!r}")
     return job_id
+
+
+# --- squeue / scontrol show node (text, same on every generation) --------------------------
+
+
+def parse_squeue_states(out: str) -> dict[int, str]:
+    """``squeue -h -t all -o "%A %T"`` -> {raw job id: state}."""
+    states: dict[int, str] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            states[int(parts[0])] = parts[1].upper()
+    return states
+
+
+@dataclass(frozen=True)
+class NodeState:
+    hostname: str
+    states: tuple[str, ...]
+    cpus_allocated: int
+    memory_allocated: int  # MB
+    gpus_allocated: int
+
+
+_NODE_KV = {key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in
+            ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")}
+
+
+def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]]:
+    """``scontrol -o show node``: one line per node."""
+    nodes: list[NodeState] = []
+    errors: list[str] = []
+    for line in out.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        vals = {k: (m[1] if (m := rx.search(line)) else "") for k, rx in _NODE_KV.items()}
+        try:
+            tres = dict(kv.split("=", 1) for kv in vals["AllocTRES"].split(",") if "=" in kv)
+            nodes.append(NodeState(
+                hostname=vals["NodeName"],
+                states=tuple(s.lower() for s in vals["State"].split("+") if s),
+                cpus_allocated=int(vals["CPUAlloc"] or 0),
+                memory_allocated=int(vals["AllocMem"] or 0),
+                gpus_allocated=int(tres.get("gres/gpu", "0") or 0),
+            ))
+        except ValueError as exc:
+            errors.append(str(ctx.error(f"node {vals['NodeName']}: {exc}")))
+    return nodes, errors
+
+
+def parse_cluster_name(out: str) -> str | None:
+    """``scontrol show config``: ``ClusterName             = cluster22``."""
+    m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
+    return m[1] if m else None

@@ -1,0 +1,164 @@
+"""cc-backend REST client: sends bodies, classifies answers. Never decides what to send.
+
+The meaning of each answer is data (:func:`classify`), in one place:
+
+=========  ==========================  ===============================================
+kind       status                      outcome
+=========  ==========================  ===============================================
+start      201, 422 (already there)    delivered
+stop       200, 422 (already stopped)  delivered
+stop       404 (never saw the job)     needs_start: deliver its start, then the stop
+any        5xx, timeout, no connection retry later (exponential backoff, jitter)
+any        401, 403                    auth: a configuration error, said plainly
+any        other 4xx                   rejected: parked with the body, not retried
+=========  ==========================  ===============================================
+
+The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from tenacity import (
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+log = logging.getLogger(__name__)
+
+START, STOP, NODESTATE = "start", "stop", "nodestate"
+_PATHS = {START: "/api/jobs/start_job/", STOP: "/api/jobs/stop_job/",
+          NODESTATE: "/api/nodestate/"}
+
+
+class Outcome(StrEnum):
+    DELIVERED = "delivered"
+    NEEDS_START = "needs_start"
+    RETRY = "retry"
+    AUTH = "auth"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: Outcome
+    status: int  # 0 when there was no HTTP answer
+    detail: str  # response body or the transport error, cut to 500 characters
+
+
+def classify(kind: str, status: int) -> Outcome:
+    """What an HTTP status means for an event of this kind. Pure."""
+    if status == 0 or status >= 500 or status in (408, 429):
+        return Outcome.RETRY
+    if status in (401, 403):
+        return Outcome.AUTH
+    if kind == START and status in (200, 201, 422):
+        return Outcome.DELIVERED
+    if kind == STOP and status in (200, 422):
+        return Outcome.DELIVERED
+    if kind == STOP and status == 404:
+        return Outcome.NEEDS_START
+    if kind == NODESTATE and 200 <= status < 300:
+        return Outcome.DELIVERED
+    return Outcome.REJECTED
+
+
+class CcBackendError(Exception):
+    """cc-backend could not be asked (or answered an error) for a read request."""
+
+
+class CcClient:
+    """One keep-alive session with a connection pool sized for the delivery workers."""
+
+    def __init__(
+        self,
+        url: str,
+        jwt: str,
+        *,
+        ca_bundle: str | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 30.0,
+        pool_size: int = 8,
+        quick_retries: int = 2,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = (connect_timeout, read_timeout)
+        self.quick_retries = quick_retries
+        self.session = requests.Session()
+        self.session.headers.update({"X-Auth-Token": jwt, "Content-Type": "application/json",
+                                     "Accept": "application/json"})
+        self.session.verify = ca_bundle if ca_bundle else True
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    def __repr__(self) -> str:  # the session holds the JWT: keep it out of reprs
+        return f"CcClient({self.url!r})"
+
+    def close(self) -> None:
+        self.session.close()
+
+    def send(self, kind: str, body: dict[str, Any]) -> Answer:
+        """POST one event. A few quick retries absorb blips; longer outages are the
+        outbox's business (it reschedules the event with growing delays)."""
+        retrying = Retrying(
+            stop=stop_after_attempt(1 + self.quick_retries),
+            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+            retry=retry_if_result(lambda a: a.outcome is Outcome.RETRY and a.status != 0),
+            retry_error_callback=lambda state: state.outcome.result(),
+        )
+        return retrying(self._post, kind, body)
+
+    def _post(self, kind: str, body: dict[str, Any]) -> Answer:
+        try:
+            resp = self.session.post(self.url + _PATHS[kind], json=body, timeout=self.timeout)
+        except requests.RequestException as exc:
+            return Answer(Outcome.RETRY, 0, _transport_error(exc))
+        return Answer(classify(kind, resp.status_code), resp.status_code, resp.text[:500])
+
+    def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
+        """All running jobs of a cluster, every page. Raises on any error: an error answer
+        must never be read as "no jobs running"."""
+        jobs: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            params = {"state": "running", "cluster": cluster, "items-per-page": per_page,
+                      "page": page}
+            try:
+                resp = self.session.get(self.url + "/api/jobs/", params=params,
+                                        timeout=self.timeout)
+            except requests.RequestException as exc:
+                raise CcBackendError(f"GET /api/jobs/: {_transport_error(exc)}") from None
+            if resp.status_code != 200:
+                raise CcBackendError(f"GET /api/jobs/ page {page}: HTTP {resp.status_code} "
+                                     f"{resp.text[:200]}")
+            try:
+                batch = resp.json()["jobs"]
+            except (ValueError, KeyError, TypeError):
+                raise CcBackendError(f"GET /api/jobs/ page {page}: not a job list") from None
+            if not isinstance(batch, list):
+                raise CcBackendError(f"GET /api/jobs/ page {page}: 'jobs' is not a list")
+            jobs.extend(batch)
+            if len(batch) < per_page:
+                return jobs
+            page += 1
+
+
+def _transport_error(exc: requests.RequestException) -> str:
+    """Short, secret-free description (exception texts may echo request headers)."""
+    kind = type(exc).__name__
+    if isinstance(exc, requests.exceptions.SSLError):
+        return f"{kind}: TLS verification failed"
+    if isinstance(exc, requests.Timeout):
+        return f"{kind}: no answer in time"
+    if isinstance(exc, requests.ConnectionError):
+        return f"{kind}: cannot connect"
+    return kind

@@ -1,0 +1,96 @@
+"""The daemon's loop: routines on their own intervals, delivery in its own thread.
+
+Routines are plain callables (the reconcilers' ``run_once``); ``add_routine`` is the
+extension point for site-specific ones. A routine that fails is logged and tried again at
+its next turn; it never stops the others. Delivery wakes as soon as a routine enqueued
+something, so a job reaches cc-backend within a cycle, not a cycle later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ccadapter.delivery import Deliverer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Routine:
+    name: str
+    fn: Callable[[], Any]
+    interval: float
+    next_at: float = 0.0  # 0: run at start, not one interval later
+    last_ok: float | None = None
+    last_error: str | None = None
+
+
+class Daemon:
+    def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
+                 idle_delivery_wait: float = 1.0) -> None:
+        self.deliverer = deliverer
+        self.clock = clock
+        self.idle_delivery_wait = idle_delivery_wait
+        self.routines: list[Routine] = []
+        self.stopping = threading.Event()
+        self._wake_delivery = threading.Event()
+        self.on_cycle: Callable[[Routine], None] | None = None
+
+    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
+        self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._wake_delivery.set()
+
+    def run(self) -> None:
+        """Until :meth:`stop`: in-flight work is finished, then it returns."""
+        sender = threading.Thread(target=self._deliver_loop, name="delivery", daemon=True)
+        sender.start()
+        try:
+            while not self.stopping.is_set():
+                self.run_due()
+                wait = min(r.next_at for r in self.routines) - self.clock()
+                self.stopping.wait(max(0.05, wait))
+        finally:
+            self.stop()
+            sender.join()
+
+    def run_due(self) -> None:
+        for routine in self.routines:
+            if self.stopping.is_set():
+                return
+            if self.clock() >= routine.next_at:
+                self._run(routine)
+
+    def _run(self, routine: Routine) -> None:
+        started = self.clock()
+        try:
+            summary = routine.fn()
+        except Exception as exc:  # a failing routine must not stop the others
+            routine.last_error = f"{type(exc).__name__}: {exc}"
+            log.error("%s failed: %s", routine.name, routine.last_error)
+        else:
+            routine.last_ok = time.time()
+            routine.last_error = None
+            log.info("%s: %s (%.2f s)", routine.name, summary, self.clock() - started)
+        routine.next_at = started + routine.interval
+        self._wake_delivery.set()
+        if self.on_cycle:
+            self.on_cycle(routine)
+
+    def _deliver_loop(self) -> None:
+        while not self.stopping.is_set():
+            self._wake_delivery.clear()
+            try:
+                stats = self.deliverer.run_once(stopping=self.stopping.is_set)
+            except Exception:
+                log.exception("delivery failed; retrying")
+                stats = None
+            if stats is None or not stats.delivered:
+                self._wake_delivery.wait(self.idle_delivery_wait)

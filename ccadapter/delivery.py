@@ -1,0 +1,121 @@
+"""Drains the outbox into cc-backend with a bounded pool of workers.
+
+One batch at a time: claim the due events, send them in parallel, record every result in
+one transaction. A batch never holds a start and the stop of the same run (the outbox hands
+out a stop only after its start was delivered), so the per-job order needs no locking here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ccadapter.cc.client import NODESTATE, START, STOP, Answer, Outcome
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Outbox, Result
+
+log = logging.getLogger(__name__)
+
+
+class Sender(Protocol):
+    def send(self, kind: str, body: dict) -> Answer: ...
+
+
+@dataclass
+class DeliveryStats:
+    delivered: int = 0
+    retried: int = 0
+    rejected: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    def add(self, event: Event, result: Result) -> None:
+        if result.status == DELIVERED:
+            self.delivered += 1
+            self.by_kind[event.kind] = self.by_kind.get(event.kind, 0) + 1
+        elif result.status == REJECTED:
+            self.rejected += 1
+        else:
+            self.retried += 1
+
+
+class Deliverer:
+    def __init__(self, outbox: Outbox, sender: Sender, workers: int = 8, batch: int = 256,
+                 on_result: Callable[[Event, Result], None] | None = None) -> None:
+        self.outbox = outbox
+        self.sender = sender
+        self.batch = batch
+        self.on_result = on_result
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def run_once(self, max_batches: int = 1_000_000,
+                 stopping: Callable[[], bool] = lambda: False) -> DeliveryStats:
+        """Deliver until nothing is due (burst mode) or ``max_batches`` were sent. A batch
+        in which nothing got through ends the burst: cc-backend is down, wait for backoff.
+        ``stopping`` is asked between batches; the batch in flight is always finished."""
+        stats = DeliveryStats()
+        for _ in range(max_batches):
+            if stopping():
+                break
+            events = self.outbox.due(self.batch)
+            if not events:
+                break
+            results = list(self._pool.map(self.deliver, events))
+            self.outbox.record(results)
+            for ev, res in zip(events, results, strict=True):
+                stats.add(ev, res)
+                if self.on_result:
+                    self.on_result(ev, res)
+            if not any(r.status != PENDING for r in results):
+                break
+        return stats
+
+    def deliver(self, event: Event) -> Result:
+        """Send one event, following cc-backend's answers to a final result."""
+        if event.kind == STOP:
+            return self._deliver_stop(event)
+        answer = self.sender.send(event.kind, event.payload)
+        return self._result(event, answer)
+
+    def _deliver_stop(self, event: Event) -> Result:
+        answer = self.sender.send(STOP, event.payload["stop"])
+        if answer.outcome is not Outcome.NEEDS_START:
+            return self._result(event, answer)
+        # cc-backend never saw this run: its start first, then the stop again.
+        start = event.payload.get("start")
+        if not start:
+            return Result(event.id, REJECTED, "stop answered 404 and no start body is known")
+        first = self.sender.send(START, start)
+        if first.outcome is not Outcome.DELIVERED:
+            return self._result(event, first, note="start before stop: ")
+        log.info("job %d (%s): start delivered late, before its stop", event.job_id,
+                 event.cluster)
+        again = self.sender.send(STOP, event.payload["stop"])
+        if again.outcome is Outcome.NEEDS_START:
+            return Result(event.id, REJECTED,
+                          f"cc-backend has no run of job {event.job_id} starting at "
+                          f"{event.start_time}, even after its start was accepted "
+                          f"(HTTP {first.status}); another run within 24 h? {again.detail}")
+        return self._result(event, again)
+
+    def _result(self, event: Event, answer: Answer, note: str = "") -> Result:
+        what = f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})"
+        if answer.outcome is Outcome.DELIVERED:
+            log.info("delivered %s: HTTP %d", what, answer.status)
+            return Result(event.id, DELIVERED)
+        if answer.outcome is Outcome.REJECTED:
+            log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
+            return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
+        if answer.outcome is Outcome.AUTH:
+            log.error("cc-backend refused our token (HTTP %d) for %s: check ccRestJwt; "
+                      "will retry", answer.status, what)
+        elif event.kind == NODESTATE and answer.status == 0:
+            log.debug("nodestate not delivered: %s", answer.detail)
+        else:
+            log.warning("%s not delivered, will retry: HTTP %d %s", what, answer.status,
+                        answer.detail)
+        return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")

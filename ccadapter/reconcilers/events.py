@@ -1,0 +1,35 @@
+"""The job lifecycle as events: which runs become which outbox events. Pure.
+
+    never started ──────────────────────────────► nothing (never sent)
+    started, running ───────────────────────────► start
+    started, ended (completed, failed, ...) ─────► start, stop (the outbox orders them)
+    all hosts match ignoreHosts ────────────────► nothing
+
+A requeued job's runs are separate (same jobId, other startTime): the old run's stop and the
+new run's start are separate events, ordered by the outbox.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ccadapter.cc.client import START, STOP
+from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.model import Job
+from ccadapter.outbox import NewEvent
+
+
+def ignored(job: Job, pattern: re.Pattern[str] | None) -> bool:
+    return bool(pattern and job.hostnames and all(pattern.search(h) for h in job.hostnames))
+
+
+def events_for(job: Job, ignore: re.Pattern[str] | None = None) -> list[NewEvent]:
+    if not job.started or ignored(job, ignore) or not job.user:
+        return []
+    start = start_job_body(job)
+    events = [NewEvent(job.cluster, job.job_id, job.start_time, START, start,
+                       rich=job.allocation_known)]
+    if job.finished:
+        events.append(NewEvent(job.cluster, job.job_id, job.start_time, STOP,
+                               {"stop": stop_job_body(job), "start": start}))
+    return events

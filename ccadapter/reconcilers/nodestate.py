@@ -1,0 +1,36 @@
+"""nodestate: slurmctld's node states to cc-backend's ``/api/nodestate/``.
+
+Only the newest state per cluster is kept in the outbox; older cc-backends without the
+endpoint answer 404, which parks that one event and never holds up job events.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ccadapter.cc.client import NODESTATE
+from ccadapter.outbox import NewEvent, Outbox
+from ccadapter.slurm.collector import Collector
+
+
+class NodeStates:
+    name = "nodestate"
+
+    def __init__(self, collector: Collector, outbox: Outbox, cluster: str,
+                 ignore: re.Pattern[str] | None, clock) -> None:
+        self.collector = collector
+        self.outbox = outbox
+        self.cluster = cluster
+        self.ignore = ignore
+        self.clock = clock
+
+    def run_once(self) -> dict[str, Any]:
+        nodes, jobs_per_host = self.collector.nodes()
+        payload = {"cluster": self.cluster, "nodes": [
+            {"hostname": n.hostname, "states": list(n.states),
+             "cpusAllocated": n.cpus_allocated, "memoryAllocated": n.memory_allocated,
+             "gpusAllocated": n.gpus_allocated, "jobsRunning": jobs_per_host.get(n.hostname, 0)}
+            for n in nodes if not (self.ignore and self.ignore.search(n.hostname))]}
+        self.outbox.enqueue([NewEvent(self.cluster, 0, int(self.clock()), NODESTATE, payload)])
+        return {"nodes": len(payload["nodes"])}

@@ -1,0 +1,154 @@
+"""The outbox: idempotency, per-job order, first-sight allocation, backoff, compaction."""
+
+import threading
+
+import pytest
+
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Backoff, NewEvent, Outbox, Result
+
+
+class Clock:
+    def __init__(self, now=1_000_000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def box(tmp_path, clock):
+    ob = Outbox(tmp_path / "state" / "outbox.sqlite", clock=clock)
+    yield ob
+    ob.close()
+
+
+def start(job, t=100, rich=False, host="n1"):
+    return NewEvent("c", job, t, "start", {"jobId": job, "startTime": t, "host": host}, rich)
+
+
+def stop(job, t=100):
+    return NewEvent("c", job, t, "stop", {"stop": {"jobId": job, "startTime": t},
+                                         "start": {"jobId": job, "startTime": t}})
+
+
+def deliver_all(box):
+    events = box.due()
+    box.record(Result(e.id, DELIVERED) for e in events)
+    return events
+
+
+def test_enqueue_is_idempotent(box):
+    assert box.enqueue([start(1), stop(1)]) == 2
+    assert box.enqueue([start(1), stop(1)]) == 0
+    assert box.stats()["pending"] == 2
+
+
+def test_stop_only_after_its_start(box):
+    box.enqueue([start(1), stop(1)])
+    assert [e.kind for e in box.due()] == ["start"]
+    deliver_all(box)
+    assert [e.kind for e in box.due()] == ["stop"]
+
+
+def test_stop_follows_a_rejected_start(box):
+    box.enqueue([start(1), stop(1)])
+    box.record([Result(box.due()[0].id, REJECTED, "HTTP 400")])
+    assert [e.kind for e in box.due()] == ["stop"]
+
+
+def test_requeued_run_starts_after_old_run_stopped(box):
+    box.enqueue([start(1, 100), stop(1, 100), start(1, 200)])
+    assert [(e.kind, e.start_time) for e in box.due()] == [("start", 100)]
+    deliver_all(box)
+    assert [(e.kind, e.start_time) for e in box.due()] == [("stop", 100)]
+    deliver_all(box)
+    assert [(e.kind, e.start_time) for e in box.due()] == [("start", 200)]
+
+
+def test_first_sight_allocation_kept(box):
+    box.enqueue([start(1, rich=False, host="poor")])
+    box.enqueue([start(1, rich=True, host="rich")])
+    box.enqueue([start(1, rich=False, host="poor again")])
+    assert box.due()[0].payload["host"] == "rich"
+    box.enqueue([stop(1)])
+    deliver_all(box)
+    assert box.due()[0].payload["start"]["host"] == "rich"
+
+
+def test_retry_backoff_and_retry_now(box, clock):
+    box.enqueue([start(1)])
+    box.record([Result(box.due()[0].id, PENDING, "HTTP 503")])
+    assert box.due() == []
+    clock.now += 301
+    assert len(box.due()) == 1
+    box.record([Result(box.due()[0].id, PENDING, "HTTP 503")])
+    box.retry_now()
+    assert len(box.due()) == 1
+
+
+def test_backoff_grows_and_is_capped():
+    b = Backoff(base=1, cap=300)
+    assert [b.delay(n, rng=lambda: 1.0) for n in (0, 1, 2, 3)] == [1, 2, 4, 8]
+    assert b.delay(50, rng=lambda: 0.0) == 150
+    assert b.delay(50, rng=lambda: 1.0) == 300
+
+
+def test_survives_reopen(tmp_path, clock):
+    path = tmp_path / "o.sqlite"
+    ob = Outbox(path, clock=clock)
+    ob.enqueue([start(1), stop(1)])
+    ob.close()
+    ob = Outbox(path, clock=clock)
+    assert [e.kind for e in ob.due()] == ["start"]
+    ob.close()
+
+
+def test_open_runs_and_reopen(box):
+    box.enqueue([start(1), start(2), stop(2)])
+    assert box.open_runs("c") == [(1, 100)]
+    deliver_all(box)
+    assert box.reopen_start("c", 1, 100)
+    assert [(e.job_id, e.kind) for e in box.due()] == [(1, "start"), (2, "stop")]
+    assert not box.reopen_start("c", 7, 100)
+
+
+def test_compaction(box, clock):
+    box.enqueue([start(1), stop(1)])
+    deliver_all(box)
+    deliver_all(box)
+    clock.now += 7200
+    assert box.compact(keep_seconds=86400) == 0
+    assert box.enqueue([start(1), stop(1)]) == 0  # still idempotent
+    clock.now += 86400
+    assert box.compact(keep_seconds=86400) == 2
+
+
+def test_nodestate_keeps_only_newest(box):
+    for t in (1, 2, 3):
+        box.enqueue([NewEvent("c", 0, t, "nodestate", {"t": t})])
+    assert [e.payload["t"] for e in box.due()] == [3]
+
+
+def test_rejected_listed(box):
+    box.enqueue([start(1)])
+    box.record([Result(box.due()[0].id, REJECTED, "HTTP 400: unknown field")])
+    assert box.rejected()[0]["error"] == "HTTP 400: unknown field"
+    assert box.stats()["rejected"] == 1
+
+
+def test_concurrent_enqueue_and_record(box):
+    def writer(base):
+        for i in range(50):
+            box.enqueue([start(base + i)])
+
+    threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert box.stats()["pending"] == 200
