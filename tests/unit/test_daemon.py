@@ -1,0 +1,98 @@
+"""The daemon loop, the PID lock and the lifecycle state machine."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from ccadapter.daemon import Daemon
+from ccadapter.delivery import DeliveryStats
+from ccadapter.lastrun import LastRun
+from ccadapter.model import Job, Resource, Shared
+from ccadapter.pidlock import AlreadyRunning, PidLock
+from ccadapter.reconcilers.events import events_for
+
+
+class IdleDeliverer:
+    def __init__(self):
+        self.calls = 0
+
+    def run_once(self, stopping=lambda: False):
+        self.calls += 1
+        return DeliveryStats()
+
+
+def test_routines_run_at_start_on_their_intervals_and_survive_failures():
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    runs = {"fast": 0, "slow": 0, "broken": 0}
+
+    def make(name, fail=False):
+        def fn():
+            runs[name] += 1
+            if fail:
+                raise RuntimeError("boom")
+            return {}
+        return fn
+
+    d.add_routine(make("fast"), 0.05, "fast")
+    d.add_routine(make("slow"), 60, "slow")
+    d.add_routine(make("broken", fail=True), 0.05, "broken")
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.5)
+    d.stop()
+    t.join(5)
+    assert not t.is_alive()
+    assert runs["slow"] == 1  # first cycle at start, not after one interval
+    assert runs["fast"] >= 4 and runs["broken"] >= 4
+    assert d.routines[2].last_error == "RuntimeError: boom"
+    assert d.deliverer.calls >= 1
+
+
+def test_pid_lock(tmp_path):
+    pid = tmp_path / "run" / "daemon.pid"
+    pid.parent.mkdir()
+    pid.write_text("999999\n")  # stale PID file from a crash: no obstacle
+    lock = PidLock(pid)
+    lock.acquire()
+    assert lock.holder() == os.getpid()
+    code = (f"from ccadapter.pidlock import PidLock\nPidLock({str(pid)!r}).acquire()")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=False, timeout=60)
+    assert other.returncode != 0
+    assert f"PID {os.getpid()}" in other.stderr and AlreadyRunning.__name__ in other.stderr
+    lock.release()
+    assert not pid.exists()
+    assert not PidLock(pid).is_held_elsewhere()
+
+
+def test_last_run_is_a_file_mtime(tmp_path):
+    lr = LastRun(tmp_path / "lib" / "lastrun")
+    assert lr.get() is None
+    lr.set(1_700_000_000.0)
+    assert lr.get() == 1_700_000_000.0
+    assert os.stat(tmp_path / "lib" / "lastrun").st_mtime == 1_700_000_000.0
+
+
+def job(state="COMPLETED", start=100, end=200, hosts=("n1",), user="u"):
+    return Job(job_id=7, cluster="c", partition="p", account="a", user=user, group="g",
+               name="n", state=state, submit_time=90, start_time=start, end_time=end,
+               time_limit=600, num_nodes=len(hosts), num_hwthreads=1, num_acc=0,
+               shared=Shared.MULTI_USER, resources=tuple(Resource(h) for h in hosts))
+
+
+def test_lifecycle():
+    import re
+
+    assert [e.kind for e in events_for(job())] == ["start", "stop"]
+    assert [e.kind for e in events_for(job("RUNNING", end=0))] == ["start"]
+    assert [e.kind for e in events_for(job("COMPLETING", end=0))] == ["start"]
+    assert events_for(job("CANCELLED", start=0, hosts=())) == []  # never started
+    assert events_for(job("PENDING", start=0, end=0, hosts=())) == []
+    ignore = re.compile(r"^login")
+    assert events_for(job(hosts=("login1", "login2")), ignore) == []
+    assert len(events_for(job(hosts=("login1", "n1")), ignore)) == 2  # not all hosts match
+    stop = events_for(job("TIMEOUT"))[1].payload["stop"]
+    assert stop == {"jobId": 7, "cluster": "c", "startTime": 100, "stopTime": 200,
+                    "jobState": "timeout"}
