@@ -55,12 +55,12 @@ def outbox_path(config: Config) -> Path:
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
-          workers: int = 8) -> App:
+          workers: int = 16) -> App:
     runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
     outbox = outbox or Outbox(outbox_path(config))
-    client = CcClient(config.cc_rest_url, config.cc_rest_jwt, pool_size=workers)
+    client = CcClient(config.cc_rest_url, config.cc_rest_jwt)
     deliverer = Deliverer(outbox, client, workers=workers)
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {

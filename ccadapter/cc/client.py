@@ -14,23 +14,27 @@ any        other 4xx                   rejected: parked with the body, not retri
 =========  ==========================  ===============================================
 
 The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
+Transport: :mod:`ccadapter.cc.http` (keep-alive connections per worker; why not requests
+is said there).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlencode
 
-import requests
-from requests.adapters import HTTPAdapter
 from tenacity import (
     Retrying,
     retry_if_result,
     stop_after_attempt,
     wait_random_exponential,
 )
+
+from ccadapter.cc.http import ConnectionPool, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,7 @@ class CcBackendError(Exception):
 
 
 class CcClient:
-    """One keep-alive session with a connection pool sized for the delivery workers."""
+    """A keep-alive connection per delivery worker, TLS verified."""
 
     def __init__(
         self,
@@ -86,28 +90,23 @@ class CcClient:
         ca_bundle: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
-        pool_size: int = 8,
         quick_retries: int = 2,
     ) -> None:
         self.url = url.rstrip("/")
-        self.timeout = (connect_timeout, read_timeout)
         self.quick_retries = quick_retries
-        self.session = requests.Session()
-        self.session.headers.update({"X-Auth-Token": jwt, "Content-Type": "application/json",
-                                     "Accept": "application/json"})
-        self.session.verify = ca_bundle if ca_bundle else True
-        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self._headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
+                         "Accept": "application/json"}
+        self._http = ConnectionPool(self.url, connect_timeout=connect_timeout,
+                                    read_timeout=read_timeout, ca_bundle=ca_bundle)
 
-    def __repr__(self) -> str:  # the session holds the JWT: keep it out of reprs
+    def __repr__(self) -> str:  # the headers hold the JWT: keep it out of reprs
         return f"CcClient({self.url!r})"
 
     def close(self) -> None:
-        self.session.close()
+        self._http.close()
 
     def send(self, kind: str, body: dict[str, Any]) -> Answer:
-        """POST one event. A few quick retries absorb blips; longer outages are the
+        """POST one event. A few quick retries absorb blips (5xx); longer outages are the
         outbox's business (it reschedules the event with growing delays)."""
         retrying = Retrying(
             stop=stop_after_attempt(1 + self.quick_retries),
@@ -118,11 +117,13 @@ class CcClient:
         return retrying(self._post, kind, body)
 
     def _post(self, kind: str, body: dict[str, Any]) -> Answer:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            resp = self.session.post(self.url + _PATHS[kind], json=body, timeout=self.timeout)
-        except requests.RequestException as exc:
-            return Answer(Outcome.RETRY, 0, _transport_error(exc))
-        return Answer(classify(kind, resp.status_code), resp.status_code, resp.text[:500])
+            resp = self._http.request("POST", _PATHS[kind], data, self._headers)
+        except TransportError as exc:
+            return Answer(Outcome.RETRY, 0, str(exc))
+        text = resp.data[:500].decode("utf-8", "replace")
+        return Answer(classify(kind, resp.status), resp.status, text)
 
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
         """All running jobs of a cluster, every page. Raises on any error: an error answer
@@ -130,18 +131,17 @@ class CcClient:
         jobs: list[dict[str, Any]] = []
         page = 1
         while True:
-            params = {"state": "running", "cluster": cluster, "items-per-page": per_page,
-                      "page": page}
+            query = urlencode({"state": "running", "cluster": cluster,
+                               "items-per-page": per_page, "page": page})
             try:
-                resp = self.session.get(self.url + "/api/jobs/", params=params,
-                                        timeout=self.timeout)
-            except requests.RequestException as exc:
-                raise CcBackendError(f"GET /api/jobs/: {_transport_error(exc)}") from None
-            if resp.status_code != 200:
-                raise CcBackendError(f"GET /api/jobs/ page {page}: HTTP {resp.status_code} "
-                                     f"{resp.text[:200]}")
+                resp = self._http.request("GET", f"/api/jobs/?{query}", None, self._headers)
+            except TransportError as exc:
+                raise CcBackendError(f"GET /api/jobs/: {exc}") from None
+            if resp.status != 200:
+                raise CcBackendError(f"GET /api/jobs/ page {page}: HTTP {resp.status} "
+                                     f"{resp.data[:200].decode('utf-8', 'replace')}")
             try:
-                batch = resp.json()["jobs"]
+                batch = json.loads(resp.data)["jobs"]
             except (ValueError, KeyError, TypeError):
                 raise CcBackendError(f"GET /api/jobs/ page {page}: not a job list") from None
             if not isinstance(batch, list):
@@ -150,15 +150,3 @@ class CcClient:
             if len(batch) < per_page:
                 return jobs
             page += 1
-
-
-def _transport_error(exc: requests.RequestException) -> str:
-    """Short, secret-free description (exception texts may echo request headers)."""
-    kind = type(exc).__name__
-    if isinstance(exc, requests.exceptions.SSLError):
-        return f"{kind}: TLS verification failed"
-    if isinstance(exc, requests.Timeout):
-        return f"{kind}: no answer in time"
-    if isinstance(exc, requests.ConnectionError):
-        return f"{kind}: cannot connect"
-    return kind

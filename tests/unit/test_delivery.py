@@ -1,15 +1,13 @@
-"""Delivery through the real client against HTTP answers mocked with `responses`."""
+"""Delivery through the real client to the strict cc-backend stand-in on 127.0.0.1."""
 
 import pytest
-import requests
-import responses
 
-from ccadapter.cc.client import CcClient, Outcome, classify
+from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
 from ccadapter.delivery import Deliverer
 from ccadapter.outbox import NewEvent, Outbox
+from tests.standin.ccbackend import CcBackendStandin
 
-URL = "http://127.0.0.1:9"
-START_URL, STOP_URL = URL + "/api/jobs/start_job/", URL + "/api/jobs/stop_job/"
+TOKEN = "secret-jwt-value"
 
 
 @pytest.mark.parametrize(("kind", "status", "outcome"), [
@@ -25,96 +23,135 @@ def test_classify(kind, status, outcome):
 
 
 @pytest.fixture
-def setup(tmp_path):
+def standin():
+    with CcBackendStandin(TOKEN, clusters=["c"]) as s:
+        yield s
+
+
+@pytest.fixture
+def setup(tmp_path, standin):
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(URL, "secret-jwt-value", quick_retries=0)
+    client = CcClient(standin.url, TOKEN, quick_retries=0, read_timeout=2)
     deliverer = Deliverer(box, client, workers=2)
-    yield box, deliverer
+    yield box, deliverer, standin
     deliverer.close()
     client.close()
     box.close()
 
 
-def events(job=1, t=100):
-    return [NewEvent("c", job, t, "start", {"jobId": job, "startTime": t}),
-            NewEvent("c", job, t, "stop", {"stop": {"jobId": job, "startTime": t},
-                                           "start": {"jobId": job, "startTime": t}})]
+def start_body(job=1, t=1_700_000_000, **extra):
+    return {"jobId": job, "cluster": "c", "user": "u", "project": "p", "startTime": t,
+            "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}], **extra}
 
 
-@responses.activate
+def stop_body(job=1, t=1_700_000_000):
+    return {"jobId": job, "cluster": "c", "startTime": t, "stopTime": t + 60,
+            "jobState": "completed"}
+
+
+def events(job=1, t=1_700_000_000):
+    return [NewEvent("c", job, t, "start", start_body(job, t)),
+            NewEvent("c", job, t, "stop", {"stop": stop_body(job, t),
+                                           "start": start_body(job, t)})]
+
+
+def paths(standin):
+    return [(r.path, r.status) for r in standin.requests()]
+
+
 def test_start_then_stop(setup):
-    box, d = setup
-    responses.post(START_URL, status=201, json={"id": 1})
-    responses.post(STOP_URL, status=200, json={})
+    box, d, standin = setup
     box.enqueue(events())
-    stats = d.run_once()
-    assert stats.delivered == 2
-    assert [c.request.url for c in responses.calls] == [START_URL, STOP_URL]
-    assert responses.calls[0].request.headers["X-Auth-Token"] == "secret-jwt-value"
+    assert d.run_once().delivered == 2
+    assert paths(standin) == [("/api/jobs/start_job/", 201), ("/api/jobs/stop_job/", 200)]
 
 
-@responses.activate
 def test_stop_404_delivers_start_first(setup):
-    box, d = setup
-    box.enqueue(events()[1:])  # only the stop is queued (start long compacted)
-    responses.post(STOP_URL, status=404)
-    responses.post(START_URL, status=201)
-    responses.post(STOP_URL, status=200)
+    box, d, standin = setup
+    box.enqueue(events()[1:])  # only the stop is queued (the start was compacted long ago)
     assert d.run_once().delivered == 1
-    assert [c.request.url for c in responses.calls] == [STOP_URL, START_URL, STOP_URL]
+    assert paths(standin) == [("/api/jobs/stop_job/", 404), ("/api/jobs/start_job/", 201),
+                              ("/api/jobs/stop_job/", 200)]
 
 
-@responses.activate
-def test_stop_404_twice_is_rejected_not_looped(setup):
-    box, d = setup
-    box.enqueue(events()[1:])
-    responses.post(STOP_URL, status=404)
-    responses.post(START_URL, status=422)
-    assert d.run_once().rejected == 1
-    assert "even after its start was accepted" in box.rejected()[0]["error"]
+def test_repeated_events_count_as_delivered(setup):
+    box, d, standin = setup
+    box.enqueue(events())
+    d.run_once()
+    box2 = Outbox(box.path.with_name("other.sqlite"))  # e.g. a state directory lost
+    d2 = Deliverer(box2, d.sender, workers=1)
+    box2.enqueue(events())
+    assert d2.run_once().delivered == 2
+    assert [s for _, s in paths(standin)][-2:] == [422, 422]
+    d2.close()
+    box2.close()
 
 
-@responses.activate
 def test_bad_request_is_parked_with_body(setup):
-    box, d = setup
-    responses.post(START_URL, status=400, json={"error": "unknown field \"foo\""})
-    box.enqueue(events()[:1])
+    box, d, _ = setup
+    box.enqueue([NewEvent("c", 1, 5, "start", start_body(1, 5, unknownField=1))])
     assert d.run_once().rejected == 1
-    assert "unknown field" in box.rejected()[0]["error"]
+    assert "unknownField" in box.rejected()[0]["error"]
+    assert "HTTP 400" in box.rejected()[0]["error"]
 
 
-@responses.activate
 def test_outage_retries_later_and_secret_not_logged(setup, caplog):
-    box, d = setup
-    responses.post(START_URL, body=requests.ConnectionError("secret-jwt-value in error?"))
+    box, d, standin = setup
+    standin.fail_with(503)
     box.enqueue(events()[:1])
     stats = d.run_once()
     assert stats.retried == 1 and stats.delivered == 0
-    assert box.stats()["pending"] == 1
-    assert "secret-jwt-value" not in caplog.text
     assert box.due() == []  # backoff
+    standin.fail_with(None)
+    box.retry_now()
+    assert d.run_once().delivered == 1
+    assert TOKEN not in caplog.text
 
 
-@responses.activate
-def test_auth_error_said_plainly(setup, caplog):
-    box, d = setup
-    responses.post(START_URL, status=401)
+def test_dropped_connections_and_hangs_are_retried(setup):
+    box, d, standin = setup
+    box.enqueue(events()[:1])
+    standin.drop_connections(True)
+    assert d.run_once().retried == 1
+    standin.drop_connections(False)
+    standin.hang(5)
+    box.retry_now()
+    assert d.run_once().retried == 1  # the 2 s read timeout ends the wait
+    standin.hang(None)
+    box.retry_now()
+    assert d.run_once().delivered == 1
+
+
+def test_auth_error_said_plainly(tmp_path, standin, caplog):
+    box = Outbox(tmp_path / "o.sqlite")
+    client = CcClient(standin.url, "wrong-token", quick_retries=0)
+    d = Deliverer(box, client, workers=1)
     box.enqueue(events()[:1])
     d.run_once()
     assert "check ccRestJwt" in caplog.text and box.stats()["rejected"] == 0
+    d.close()
+    client.close()
+    box.close()
 
 
-@responses.activate
-def test_running_jobs_pages_and_errors():
-    client = CcClient(URL, "t")
-    page = URL + "/api/jobs/"
-    responses.get(page, json={"jobs": [{"jobId": i, "startTime": 1} for i in range(2)],
-                              "items": 2, "page": 1})
-    responses.get(page, json={"jobs": [{"jobId": 9, "startTime": 1}], "items": 1, "page": 2})
-    assert [j["jobId"] for j in client.running_jobs("c", per_page=2)] == [0, 1, 9]
-    responses.get(page, status=500)
-    from ccadapter.cc.client import CcBackendError
-
-    with pytest.raises(CcBackendError):
+def test_running_jobs_pages_and_errors(standin):
+    client = CcClient(standin.url, TOKEN)
+    sender_box = [client.send("start", start_body(j, 1_700_000_000 + j)) for j in range(5)]
+    assert all(a.outcome is Outcome.DELIVERED for a in sender_box)
+    jobs = client.running_jobs("c", per_page=2)
+    assert sorted(j["jobId"] for j in jobs) == [0, 1, 2, 3, 4]
+    standin.fail_with(500)
+    with pytest.raises(CcBackendError, match="HTTP 500"):
         client.running_jobs("c", per_page=2)
     client.close()
+
+
+def test_ipv6_loopback(tmp_path):
+    try:
+        standin = CcBackendStandin(TOKEN, clusters=["c"], host="::1").start()
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    client = CcClient(standin.url, TOKEN)
+    assert client.send("start", start_body()).status == 201
+    client.close()
+    standin.stop()
