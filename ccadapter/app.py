@@ -21,6 +21,8 @@ from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 
 OUTBOX_FILE = "outbox.sqlite"
+# Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
+LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
 
 
 @dataclass
@@ -65,12 +67,15 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, config),
+        "slurm-lookback": SlurmWindow(collector, outbox, last_run, config,
+                                      lookback=LOOKBACK_SPAN),
         "stale-jobs": StaleJobs(collector, outbox, cluster),
         "cc-cache": CcCache(client, collector, outbox, cluster),
         "nodestate": NodeStates(collector, outbox, cluster, config.ignore_hosts_pattern(),
                                 time.time),
     }
     intervals = {"slurm-window": config.slurm_poll_interval,
+                 "slurm-lookback": LOOKBACK_INTERVAL,
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}

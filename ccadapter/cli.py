@@ -32,7 +32,7 @@ from ccadapter.slurm.timefmt import parse_when
 
 log = logging.getLogger("ccadapter")
 
-RECONCILERS = ("slurm-window", "stale-jobs", "cc-cache", "nodestate")
+RECONCILERS = ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate")
 
 _config_option = click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), default=None,
@@ -124,6 +124,10 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
 
 
 def _require_rest(config: Config) -> None:
+    if not config.cc_rest_submit_jobs:
+        click.echo("error: config key 'ccRestSubmitJobs': false leaves no way to deliver jobs "
+                   "(this version publishes to cc-backend over REST only)", err=True)
+        sys.exit(2)
     if not config.cc_rest_url:
         click.echo("error: config key 'ccRestUrl': needed to deliver jobs (it is empty)",
                    err=True)

@@ -271,6 +271,10 @@ class Outbox:
             row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    def del_state(self, key: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM state WHERE key = ?", (key,))
+
     def set_state(self, key: str, value: str) -> None:
         with self._tx() as db:
             db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "

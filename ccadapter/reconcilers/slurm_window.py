@@ -3,6 +3,13 @@
 The window is [lastRun - 1 s, now], cut to slurmQueryMaxSpan (with a warning: jobs older than
 that are not looked for). lastRun moves to the window's end only after every event of the
 window is committed to the outbox, so a crash at any moment repeats a window, never skips one.
+
+slurmdbd learns of jobs from slurmctld, which queues its messages while slurmdbd is away and
+sends them once it is back: the records of jobs that ran during an outage arrive after sacct
+already answers again, dated in windows that have passed. So after sacct failed, windows keep
+starting where the failures began until ``outage_grace`` seconds after it answers again.
+The same class with ``lookback`` set (``slurm-lookback``, every few minutes) re-reads a fixed
+span and never touches lastRun: it catches records that arrive late for any other reason.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ccadapter.config import Config
+from ccadapter.errors import CcAdapterError
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers.events import events_for
@@ -20,20 +28,26 @@ from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
+_OUTAGE, _RECOVERED = "slurm-window.outage_since", "slurm-window.recovered_at"
+
 
 class SlurmWindow:
-    name = "slurm-window"
-
     def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun, config: Config,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, lookback: float | None = None,
+                 outage_grace: float = 600.0) -> None:
         self.collector = collector
         self.outbox = outbox
         self.last_run = last_run
         self.config = config
         self.clock = clock
+        self.lookback = lookback
+        self.outage_grace = outage_grace
+        self.name = "slurm-lookback" if lookback else "slurm-window"
         self._ignore = config.ignore_hosts_pattern()
 
     def window_start(self, now: float) -> float:
+        if self.lookback:
+            return now - min(self.lookback, self.config.slurm_query_max_span)
         last = self.last_run.get()
         earliest = now - self.config.slurm_query_max_span
         if last is None:
@@ -44,14 +58,35 @@ class SlurmWindow:
                         "ended before %s are not looked for", now - last,
                         self.config.slurm_query_max_span, time.ctime(earliest))
             return earliest
-        return last - 1
+        outage = self.outbox.get_state(_OUTAGE)
+        return min(last - 1, float(outage)) if outage else last - 1
 
     def run_once(self) -> dict[str, Any]:
         now = self.clock()
         since = self.window_start(now)
-        result = self.collector.window(since, None)  # phase 1: what Slurm says
+        try:
+            result = self.collector.window(since, None)  # phase 1: what Slurm says
+        except CcAdapterError:
+            if not self.lookback and self.outbox.get_state(_OUTAGE) is None:
+                self.outbox.set_state(_OUTAGE, repr(since))
+            self.outbox.del_state(_RECOVERED)
+            raise
         events = [ev for job in result.jobs for ev in events_for(job, self._ignore)]
         added = self.outbox.enqueue(events)  # phase 2: one transaction
-        self.last_run.set(now)
+        if not self.lookback:
+            self.last_run.set(now)
+            self._after_outage(now)
         return {"since": since, "until": now, "jobs": len(result.jobs), "events": len(events),
                 "new_events": added, "skipped_records": len(result.errors)}
+
+    def _after_outage(self, now: float) -> None:
+        if self.outbox.get_state(_OUTAGE) is None:
+            return
+        recovered = self.outbox.get_state(_RECOVERED)
+        if recovered is None:
+            log.info("sacct answers again; windows start at the outage's start for %.0f s",
+                     self.outage_grace)
+            self.outbox.set_state(_RECOVERED, repr(now))
+        elif now - float(recovered) > self.outage_grace:
+            self.outbox.del_state(_OUTAGE)
+            self.outbox.del_state(_RECOVERED)
