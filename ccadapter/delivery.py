@@ -103,7 +103,8 @@ class Deliverer:
         return self._result(event, again)
 
     def _result(self, event: Event, answer: Answer, note: str = "") -> Result:
-        what = f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})"
+        what = (f"nodestate of {event.cluster}" if event.kind == NODESTATE else
+                f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
             log.info("delivered %s: HTTP %d", what, answer.status)
             return Result(event.id, DELIVERED)

@@ -193,8 +193,11 @@ class Outbox:
                     db.execute("UPDATE events SET status = 'rejected', attempts = attempts + 1, "
                                "last_error = ? WHERE id = ?", (res.error, res.event_id))
                 else:
-                    attempts = db.execute("SELECT attempts FROM events WHERE id = ?",
-                                          (res.event_id,)).fetchone()[0]
+                    row = db.execute("SELECT attempts FROM events WHERE id = ?",
+                                     (res.event_id,)).fetchone()
+                    if row is None:  # a newer nodestate replaced it while in flight
+                        continue
+                    attempts = row[0]
                     db.execute("UPDATE events SET attempts = ?, next_attempt_at = ?, "
                                "last_error = ? WHERE id = ?",
                                (attempts + 1, now + self.backoff.delay(attempts), res.error,

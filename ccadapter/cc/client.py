@@ -122,7 +122,7 @@ class CcClient:
             resp = self._http.request("POST", _PATHS[kind], data, self._headers)
         except TransportError as exc:
             return Answer(Outcome.RETRY, 0, str(exc))
-        text = resp.data[:500].decode("utf-8", "replace")
+        text = resp.data[:500].decode("utf-8", "replace").strip()
         return Answer(classify(kind, resp.status), resp.status, text)
 
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:

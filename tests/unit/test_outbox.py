@@ -134,6 +134,14 @@ def test_nodestate_keeps_only_newest(box):
     assert [e.payload["t"] for e in box.due()] == [3]
 
 
+def test_result_of_a_replaced_nodestate_is_ignored(box):
+    box.enqueue([NewEvent("c", 0, 1, "nodestate", {"t": 1})])
+    in_flight = box.due()[0]
+    box.enqueue([NewEvent("c", 0, 2, "nodestate", {"t": 2})])  # replaces the pending one
+    box.record([Result(in_flight.id, PENDING, "HTTP 503")])
+    assert [e.payload["t"] for e in box.due()] == [2]
+
+
 def test_rejected_listed(box):
     box.enqueue([start(1)])
     box.record([Result(box.due()[0].id, REJECTED, "HTTP 400: unknown field")])
