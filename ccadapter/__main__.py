@@ -1,3 +1,3 @@
-from ccadapter.cli import main
+from ccadapter.entry import main
 
 main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
+from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.nodestate import NodeStates
@@ -42,6 +45,16 @@ class App:
             daemon.add_routine(rec.run_once, self.intervals[name], name)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
+
+    def prep(self, wake: Callable[[], None]) -> tuple[PrepServer, FastPath]:
+        """The hook's listener and the fast path behind it (started by the caller)."""
+        fast = FastPath(self.collector, self.outbox, wake,
+                        ignore=self.config.ignore_hosts_pattern(),
+                        max_retries=max(1, self.config.slurm_max_retries),
+                        max_delay=self.config.slurm_query_delay)
+        server = PrepServer([self.config.prep_sock_listen_path], self.cluster, fast.submit,
+                            group=self.config.prep_sock_group)
+        return server, fast
 
     def compact(self) -> dict[str, int]:
         return {"forgotten": self.outbox.compact(self.config.slurm_query_max_span)}

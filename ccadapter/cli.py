@@ -157,11 +157,21 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
             click.echo(f"error: cannot start: {exc}", err=True)
             sys.exit(1)
         daemon = app.daemon()
+        server, fast = app.prep(daemon.wake_delivery)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
+        fast.start()
+        try:
+            server.start()
+        except OSError as exc:
+            click.echo(f"error: config key 'prepSockListenPath': cannot listen on "
+                       f"{config.prep_sock_listen_path}: {exc.strerror}", err=True)
+            sys.exit(2)
         log.info("ccadapter %s serving cluster %s (outbox %s)", __version__, app.cluster,
                  outbox_path(config))
         daemon.run()
+        server.stop()
+        fast.stop()
         app.close()
         log.info("stopped")
     finally:

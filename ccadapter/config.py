@@ -75,6 +75,13 @@ class Config(BaseModel):
     slurm_fetch_job_scripts: bool = Field(True, alias="slurmFetchJobScripts")
     # How many `scontrol write batch_script` calls may run at once.
     slurm_script_parallelism: int = Field(4, alias="slurmScriptParallelism")
+    # How far before lastRun each window starts. slurmdbd learns of a job's start and end
+    # from slurmctld with a delay (seconds, minutes under load); cc-slurm-adapter's 1 s
+    # overlap loses the jobs whose records arrive later than the next window. Repeating a
+    # stretch costs one longer sacct answer: events are idempotent.
+    slurm_window_overlap: float = Field(120.0, alias="slurmWindowOverlap")
+    # Group that may connect to a UNIX prepSockListenPath (the hook runs as SlurmUser).
+    prep_sock_group: str | None = Field(None, alias="prepSockGroup")
     # Where the outbox and other durable state live.
     state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
 
@@ -93,6 +100,13 @@ class Config(BaseModel):
     def _retries(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"must not be negative, got {value}")
+        return value
+
+    @field_validator("slurm_window_overlap")
+    @classmethod
+    def _overlap(cls, value: float) -> float:
+        if value < 1:
+            raise ValueError(f"must be at least 1 second, got {value}")
         return value
 
     @field_validator("slurm_command_timeout")

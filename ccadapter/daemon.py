@@ -48,6 +48,10 @@ class Daemon:
         self.stopping.set()
         self._wake_delivery.set()
 
+    def wake_delivery(self) -> None:
+        """Deliver now: something was enqueued outside the routines (the fast path)."""
+        self._wake_delivery.set()
+
     def run(self) -> None:
         """Until :meth:`stop`: in-flight work is finished, then it returns."""
         sender = threading.Thread(target=self._deliver_loop, name="delivery", daemon=True)

@@ -1,15 +1,19 @@
 """slurm-window: every run active since the last window goes into the outbox.
 
-The window is [lastRun - 1 s, now], cut to slurmQueryMaxSpan (with a warning: jobs older than
-that are not looked for). lastRun moves to the window's end only after every event of the
-window is committed to the outbox, so a crash at any moment repeats a window, never skips one.
+The window is [lastRun - slurmWindowOverlap, now], cut to slurmQueryMaxSpan (with a warning:
+jobs older than that are not looked for). The overlap (120 s by default, 1 s in
+cc-slurm-adapter) is there because slurmdbd receives job records late: a test here lost a
+job that ran for one second when records lagged three seconds behind a 1 s overlap.
+lastRun moves to the window's end only after every event of the window is committed to the
+outbox, so a crash at any moment repeats a window, never skips one.
 
 slurmdbd learns of jobs from slurmctld, which queues its messages while slurmdbd is away and
 sends them once it is back: the records of jobs that ran during an outage arrive after sacct
 already answers again, dated in windows that have passed. So after sacct failed, windows keep
 starting where the failures began until ``outage_grace`` seconds after it answers again.
 The same class with ``lookback`` set (``slurm-lookback``, every few minutes) re-reads a fixed
-span and never touches lastRun: it catches records that arrive late for any other reason.
+span and never touches lastRun: it catches records that arrive later still. It never reaches
+before the first window this outbox ever ran (a new installation does not resend history).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ccadapter.slurm.collector import Collector
 log = logging.getLogger(__name__)
 
 _OUTAGE, _RECOVERED = "slurm-window.outage_since", "slurm-window.recovered_at"
+_ORIGIN = "slurm-window.origin"
 
 
 class SlurmWindow:
@@ -47,7 +52,9 @@ class SlurmWindow:
 
     def window_start(self, now: float) -> float:
         if self.lookback:
-            return now - min(self.lookback, self.config.slurm_query_max_span)
+            origin = self.outbox.get_state(_ORIGIN)
+            span = min(self.lookback, self.config.slurm_query_max_span)
+            return max(now - span, float(origin)) if origin else now
         last = self.last_run.get()
         earliest = now - self.config.slurm_query_max_span
         if last is None:
@@ -58,12 +65,15 @@ class SlurmWindow:
                         "ended before %s are not looked for", now - last,
                         self.config.slurm_query_max_span, time.ctime(earliest))
             return earliest
+        since = max(last - self.config.slurm_window_overlap, earliest)
         outage = self.outbox.get_state(_OUTAGE)
-        return min(last - 1, float(outage)) if outage else last - 1
+        return min(since, float(outage)) if outage else since
 
     def run_once(self) -> dict[str, Any]:
         now = self.clock()
         since = self.window_start(now)
+        if self.lookback and since >= now:
+            return {"skipped": "no window has run yet"}
         try:
             result = self.collector.window(since, None)  # phase 1: what Slurm says
         except CcAdapterError:
@@ -74,6 +84,8 @@ class SlurmWindow:
         events = [ev for job in result.jobs for ev in events_for(job, self._ignore)]
         added = self.outbox.enqueue(events)  # phase 2: one transaction
         if not self.lookback:
+            if self.outbox.get_state(_ORIGIN) is None:
+                self.outbox.set_state(_ORIGIN, repr(since))
             self.last_run.set(now)
             self._after_outage(now)
         return {"since": since, "until": now, "jobs": len(result.jobs), "events": len(events),

@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError, SlurmParseError
-from ccadapter.model import Job, Resource, Shared
+from ccadapter.model import Job, JobState, Resource, Shared, cc_state
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats._common import (
     ControllerJob,
@@ -73,6 +73,7 @@ class Collector:
         self.tz = tz or local_zone()
         self._gpu_patterns = config.gpu_pci_patterns()
         self._known_version: str | None = None  # for error messages only
+        self._cluster: str | None = None
 
     # --- public queries --------------------------------------------------------------------
 
@@ -119,6 +120,37 @@ class Collector:
             for host in expand_hostlist(line, ParseContext("", "squeue")):
                 counts[host] = counts.get(host, 0) + 1
         return nodes, counts
+
+    def controller_jobs(self, job_ids: Iterable[int],
+                        cluster: str | None = None) -> tuple[list[Job], list[int]]:
+        """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
+        One call: ``scontrol show job -d ID`` for one job, all jobs for several. Returns
+        the jobs and the ids it could not build (unknown, or a start time that falls in
+        the repeated hour of a clock change): those are left to the poll."""
+        ids = sorted(set(job_ids))
+        target = [str(ids[0])] if len(ids) == 1 else []
+        argv = ["scontrol", *_clusters(cluster), "show", "job", "-d", *target]
+        out = self.runner.run(argv)
+        out = "\n".join(ln for ln in out.splitlines() if not ln.startswith("CLUSTER:"))
+        held, errors = parse_scontrol_jobs(out, ParseContext(self._known_version or "unknown",
+                                                             "scontrol show job -d"))
+        for err in errors:
+            log.error("skipped: %s", err)
+        name = cluster or self.cluster_name_cached()
+        jobs, missing = [], []
+        for job_id in ids:
+            ctl = held.get(job_id)
+            job = controller_job(ctl, name, self.tz, self._gpu_patterns) if ctl else None
+            (jobs.append(job) if job else missing.append(job_id))
+        scripts = self._controller_scripts(
+            [j.job_id for j in jobs if j.started and held[j.job_id].batch], cluster)
+        jobs = [replace(j, job_script=scripts.get(j.job_id, "")) for j in jobs]
+        return jobs, missing
+
+    def cluster_name_cached(self) -> str:
+        if self._cluster is None:
+            self._cluster = self.cluster_name()
+        return self._cluster
 
     def version(self) -> SlurmVersion:
         out = self.runner.run(["sacct", "-V"])
@@ -299,6 +331,34 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         slurm_info=ctl.text if ctl else "",
         job_script=rec.script or script,
         allocation_known=bool(ctl and ctl.nodes),
+    )
+
+
+def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
+                   gpu_patterns: list) -> Job | None:
+    """A Job from slurmctld's view alone; None when a time is not exactly known. Pure."""
+    times = []
+    for text in (ctl.submit_time, ctl.start_time, ctl.end_time):
+        readings = wall_readings(text, tz)
+        if len(readings) > 1:
+            return None  # the repeated hour of a clock change: let sacct decide
+        times.append(readings[0] if readings else 0)
+    submit, start, end = times
+    state = ctl.state.upper()
+    running = cc_state(state) in (None, JobState.RUNNING)
+    resources = tuple(
+        Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
+        for n in ctl.nodes)
+    return Job(
+        job_id=ctl.job_id, cluster=cluster, partition=ctl.partition, account=ctl.account,
+        user=ctl.user, group=ctl.group, name=ctl.name, state=state,
+        submit_time=submit, start_time=start if resources else 0,
+        end_time=0 if running else end, time_limit=ctl.time_limit,
+        num_nodes=len(resources), num_hwthreads=ctl.num_cpus,
+        num_acc=ctl.gpus if ctl.gpus is not None else sum(len(n.gpu_indices) for n in ctl.nodes),
+        shared=ctl.shared, resources=resources, array_job_id=ctl.array_job_id,
+        array_task_id=ctl.array_task_id, exit_code=ctl.exit_code, slurm_info=ctl.text,
+        allocation_known=bool(ctl.nodes),
     )
 
 

@@ -81,11 +81,15 @@ def test_windows_hold_at_outage_start_until_grace_passes(env):
     assert windows(runner)[-1] > first  # after the grace: from lastRun again
 
 
-def test_lookback_never_moves_last_run(env):
+def test_lookback_never_moves_last_run_nor_reaches_before_the_first_window(env):
     meta, clock, _, _, collector, box, last = env
     last.set(meta["since"])
-    SlurmWindow(collector, box, last, Config(), clock, lookback=3600).run_once()
-    assert last.get() == meta["since"]
+    lookback = SlurmWindow(collector, box, last, Config(), clock, lookback=86400)
+    assert lookback.run_once() == {"skipped": "no window has run yet"}
+    first = SlurmWindow(collector, box, last, Config(), clock).run_once()["since"]
+    clock.now += 600
+    assert lookback.run_once()["since"] == first
+    assert last.get() == clock.now - 600
 
 
 def test_stale_jobs_confirmed_on_two_cycles(env):

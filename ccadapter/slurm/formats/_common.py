@@ -80,6 +80,20 @@ class ControllerJob:
     shared: Shared
     nodes: tuple[NodeAlloc, ...]
     text: str
+    # The rest serves the Prolog/Epilog fast path, which builds jobs without slurmdbd.
+    name: str = ""
+    user: str = ""
+    group: str = ""
+    account: str = ""
+    partition: str = ""
+    submit_time: str = ""
+    end_time: str = ""
+    time_limit: int = 0  # seconds, 0 = unlimited
+    num_cpus: int = 0
+    array_job_id: int = 0
+    array_task_id: int | None = None
+    exit_code: int | None = None
+    gpus: int | None = None  # gres/gpu in the allocated TRES
 
 
 # --- value decoders ------------------------------------------------------------------------
@@ -240,8 +254,13 @@ _DETAIL = re.compile(
 )
 _KV = {
     key: re.compile(rf"(?:^|\s){key}=(\S*)", re.M)
-    for key in ("JobId", "JobState", "StartTime", "BatchFlag", "OverSubscribe", "Exclusive")
+    for key in ("JobId", "JobState", "StartTime", "BatchFlag", "OverSubscribe", "Exclusive",
+                "UserId", "GroupId", "Account", "Partition", "SubmitTime", "EndTime",
+                "TimeLimit", "NumCPUs", "ArrayJobId", "ArrayTaskId", "ExitCode", "TRES",
+                "AllocTRES")
 }
+_NAME = re.compile(r"^JobId=\d+ JobName=(.*)$", re.M)
+_TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 
 
 def _kv(record: str, key: str) -> str | None:
@@ -295,6 +314,11 @@ def _controller_job(job_id: int, record: str, ctx: ParseContext) -> ControllerJo
         gpus = gpu_indices(m["gres"])
         for host in expand_hostlist(m["nodes"], ctx):
             nodes.append(NodeAlloc(host, cpus, gpus))
+    name = _NAME.search(record)
+    tres = _kv(record, "AllocTRES") or _kv(record, "TRES") or ""
+    gpu = _TRES_GPU.search(tres)
+    task = _kv(record, "ArrayTaskId") or ""
+    exit_code = (_kv(record, "ExitCode") or "").split(":")[0]
     return ControllerJob(
         job_id=job_id,
         state=_kv(record, "JobState") or "",
@@ -303,7 +327,38 @@ def _controller_job(job_id: int, record: str, ctx: ParseContext) -> ControllerJo
         shared=shared_from_flags(_kv(record, "OverSubscribe"), _kv(record, "Exclusive")),
         nodes=tuple(nodes),
         text=record.strip(),
+        name=name[1] if name else "",
+        user=_owner(_kv(record, "UserId")),
+        group=_owner(_kv(record, "GroupId")),
+        account=_kv(record, "Account") or "",
+        partition=_kv(record, "Partition") or "",
+        submit_time=_kv(record, "SubmitTime") or "",
+        end_time=_kv(record, "EndTime") or "",
+        time_limit=slurm_duration(_kv(record, "TimeLimit") or ""),
+        num_cpus=int(_kv(record, "NumCPUs") or 0),
+        array_job_id=int(_kv(record, "ArrayJobId") or 0),
+        array_task_id=int(task) if task.isdigit() else None,
+        exit_code=int(exit_code) if exit_code.isdigit() else None,
+        gpus=int(gpu[1]) if gpu else None,
     )
+
+
+def _owner(value: str | None) -> str:
+    """``root(0)`` -> ``root``."""
+    return (value or "").split("(", 1)[0]
+
+
+def slurm_duration(text: str) -> int:
+    """``[days-]hours:minutes:seconds`` (or ``minutes:seconds``) -> seconds; UNLIMITED -> 0."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A"):
+        return 0
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    hours, minutes, seconds = parts[-3:]
+    return (int(days or 0) * 24 + hours) * 3600 + minutes * 60 + seconds
 
 
 # --- sacct records: the parts every generation shares --------------------------------------

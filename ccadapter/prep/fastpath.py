@@ -1,0 +1,122 @@
+"""Jobs announced by the hook are synced at once, from slurmctld's view (no sacct, no fixed
+wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
+
+Messages are coalesced for a few milliseconds, so a 1,000-task array starting costs a handful
+of ``scontrol`` calls, not 1,000. An end that slurmctld has not finished recording is asked
+again after a short, growing delay (at most ``slurmQueryDelay`` seconds), up to
+``slurmMaxRetries`` times. Whatever the fast path misses, the poll catches: it is an
+accelerator, never the only path, so a full pending set drops messages with a log line.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from ccadapter.errors import CcAdapterError
+from ccadapter.outbox import Outbox
+from ccadapter.prep.messages import HookMessage
+from ccadapter.reconcilers.events import events_for
+from ccadapter.slurm.collector import Collector
+
+log = logging.getLogger(__name__)
+
+
+class FastPath:
+    def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
+                 ignore: re.Pattern[str] | None = None, max_retries: int = 10,
+                 max_delay: float = 1.0, max_pending: int = 10_000,
+                 coalesce: float = 0.02) -> None:
+        self.collector = collector
+        self.outbox = outbox
+        self.wake = wake
+        self.ignore = ignore
+        self.max_retries = max_retries
+        self.max_delay = max_delay
+        self.max_pending = max_pending
+        self.coalesce = coalesce
+        self._pending: dict[int, tuple[set[str], int]] = {}  # id -> (events, attempts)
+        self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="fast-path", daemon=True)
+        self.received = 0
+        self.dropped = 0
+
+    def start(self) -> FastPath:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join(10)
+
+    def submit(self, msg: HookMessage) -> None:
+        with self._cond:
+            self.received += 1
+            if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
+                self.dropped += 1
+                log.warning("fast path full (%d jobs pending): job %d left to the poll",
+                            self.max_pending, msg.job_id)
+                return
+            events, attempts = self._pending.get(msg.job_id, (set(), 0))
+            self._pending[msg.job_id] = (events | {msg.event}, attempts)
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._pending and not self._due_later():
+                    timeout = (self._later[0][0] - time.monotonic()) if self._later else None
+                    self._cond.wait(timeout)
+                if self._stopping:
+                    return
+            time.sleep(self.coalesce)  # let a burst arrive: one query for all of it
+            with self._cond:
+                self._move_due_later()
+                batch, self._pending = self._pending, {}
+            if batch:
+                self._sync(batch)
+
+    def _due_later(self) -> bool:
+        return bool(self._later) and self._later[0][0] <= time.monotonic()
+
+    def _move_due_later(self) -> None:
+        now = time.monotonic()
+        while self._later and self._later[0][0] <= now:
+            _, job_id, event, attempts = heapq.heappop(self._later)
+            events, _ = self._pending.get(job_id, (set(), attempts))
+            self._pending[job_id] = (events | {event}, attempts)
+
+    def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
+        try:
+            jobs, missing = self.collector.controller_jobs(batch)
+        except CcAdapterError as exc:
+            log.warning("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            return
+        events = []
+        for job in jobs:
+            wanted, attempts = batch[job.job_id]
+            if "end" in wanted and not job.finished:
+                self._retry(job.job_id, "end", attempts)
+            events.extend(events_for(job, self.ignore))
+        for job_id in missing:
+            log.info("fast path: slurmctld does not show job %d; left to the poll", job_id)
+        if events and self.outbox.enqueue(events):
+            self.wake()
+
+    def _retry(self, job_id: int, event: str, attempts: int) -> None:
+        if attempts + 1 >= self.max_retries:
+            log.info("fast path: job %d not ended after %d tries; left to the poll", job_id,
+                     attempts + 1)
+            return
+        delay = min(self.max_delay, 0.05 * 2 ** attempts)
+        with self._cond:
+            heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts + 1))
+            self._cond.notify()

@@ -1,0 +1,147 @@
+"""The daemon's end of the hook: UNIX and TCP listeners on one selector thread.
+
+Each connection carries one message (the hook shuts its side after sending). A connection
+gets a second to deliver at most 64 KiB; what is too large, too slow or not a valid message
+is logged and dropped, and the server goes on. Valid messages go to ``on_message``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import logging
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ccadapter.prep.hook import parse_spec
+from ccadapter.prep.messages import MAX_MESSAGE, BadMessage, HookMessage, parse_message
+
+log = logging.getLogger(__name__)
+
+_READ_TIMEOUT = 1.0
+
+
+class PrepServer:
+    def __init__(self, specs: list[str], cluster: str, on_message: Callable[[HookMessage], None],
+                 group: str | None = None, on_drop: Callable[[str], None] | None = None) -> None:
+        self.specs = specs
+        self.cluster = cluster
+        self.on_message = on_message
+        self.on_drop = on_drop
+        self.group = group
+        self._sel = selectors.DefaultSelector()
+        self._listeners: list[socket.socket] = []
+        self._paths: list[Path] = []
+        self._conns: dict[socket.socket, tuple[bytearray, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="prep-server", daemon=True)
+
+    def start(self) -> PrepServer:
+        for spec in self.specs:
+            self._listen(spec)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for sock in [*self._listeners, *self._conns]:
+            sock.close()
+        for path in self._paths:
+            path.unlink(missing_ok=True)
+        self._sel.close()
+
+    def _listen(self, spec: str) -> None:
+        family, address = parse_spec(spec)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        if family == socket.AF_UNIX:
+            path = Path(address)
+            if path.exists() and stat.S_ISSOCK(path.stat().st_mode):
+                path.unlink()  # left by a crash; the PID lock says no daemon owns it
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sock.bind(str(path))
+            os.chmod(path, 0o660)
+            if self.group:
+                os.chown(path, -1, grp.getgrnam(self.group).gr_gid)
+            self._paths.append(path)
+        else:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._sel.register(sock, selectors.EVENT_READ, "listener")
+        self._listeners.append(sock)
+        log.info("listening for Prolog/Epilog messages on %s", spec)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._sel.select(timeout=0.2):
+                if key.data == "listener":
+                    self._accept(key.fileobj)
+                else:
+                    self._read(key.fileobj)
+            self._expire()
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self._conns[conn] = (bytearray(), time.monotonic())
+        self._sel.register(conn, selectors.EVENT_READ, "conn")
+
+    def _read(self, conn: socket.socket) -> None:
+        buf, _ = self._conns[conn]
+        try:
+            chunk = conn.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+            buf.clear()
+        if chunk:
+            buf.extend(chunk)
+            if len(buf) <= MAX_MESSAGE:
+                return
+            self._drop(f"message over {MAX_MESSAGE} bytes")
+            self._close(conn)
+            return
+        self._handle(conn, bytes(buf))
+
+    def _handle(self, conn: socket.socket, data: bytes) -> None:
+        try:
+            msg = parse_message(data, self.cluster)
+        except BadMessage as exc:
+            self._drop(str(exc))
+        else:
+            try:
+                self.on_message(msg)
+                conn.sendall(b"ok\n")
+            except OSError:
+                pass
+        self._close(conn)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for conn, (_, opened) in list(self._conns.items()):
+            if now - opened > _READ_TIMEOUT:
+                self._drop("no complete message within 1 s")
+                self._close(conn)
+
+    def _drop(self, reason: str) -> None:
+        log.warning("hook message dropped: %s", reason)
+        if self.on_drop:
+            self.on_drop(reason)
+
+    def _close(self, conn: socket.socket) -> None:
+        self._conns.pop(conn, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn)
+        conn.close()

@@ -1,0 +1,101 @@
+"""Issue 4 on real Slurm: slurmctld runs the hook for every job (the test bed is configured
+with it), the daemon syncs the announced jobs at once; the poll (60 s here) cannot explain
+what arrives within seconds."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ccadapter.lastrun import LastRun
+from tests.integration.sync_scenario import (
+    TOKEN,
+    DaemonProc,
+    exactly_once,
+    submit_batch,
+    wait_for,
+    write_config,
+)
+from tests.integration.workload import Cluster, sacct_truth
+from tests.standin.ccbackend import CcBackendStandin
+
+pytestmark = pytest.mark.integration
+
+
+def hook_socket(cluster: Cluster) -> str:
+    return {"22.05": "tcp:127.0.0.1:16890", "24.11": "tcp:127.0.0.1:26890",
+            "26.05": "tcp:127.0.0.1:36890"}[cluster.short]
+
+
+def hook_configured(cluster: Cluster) -> bool:
+    conf = Path(cluster.prefix[1] if cluster.prefix else "/", "etc/slurm/slurm.conf")
+    return "PrologSlurmctld=/usr/local/sbin/ccadapter-testbed-hook" in conf.read_text()
+
+
+def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> DaemonProc:
+    cfg = write_config(cluster, standin, tmp, slurmPollInterval=60, ccPollInterval=3600,
+                       prepSockListenPath=hook_socket(cluster))
+    LastRun(tmp / "lastrun").set(time.time() - 5)
+    daemon = DaemonProc(cfg, tmp / "daemon.log")
+    daemon.start()
+    wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
+             "daemon not listening")
+    time.sleep(1)  # let the first poll cycle pass
+    return daemon
+
+
+@pytest.fixture(params=["22.05", "24.11", "26.05"])
+def cluster(request, testbed) -> Cluster:
+    c = testbed[request.param]
+    if not hook_configured(c):
+        pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
+                    "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
+    return c
+
+
+def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        daemon = start_daemon(cluster, standin, tmp_path)
+        try:
+            ids = submit_batch(cluster, "hook", 6)
+            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 25,
+                     "not delivered within 25 s although the poll interval is 60 s")
+        finally:
+            assert daemon.terminate() == 0
+        assert exactly_once(standin, cluster, ids) == []
+        truth = sacct_truth(cluster, ids)
+        starts = {r.body["jobId"]: r.time for r in standin.requests("/api/jobs/start_job/")
+                  if r.status == 201}
+        for job_id in ids:  # Slurm's StartTime has whole seconds: allow one more
+            assert starts[job_id] - truth[job_id]["start"] < 3.0, job_id
+        log = daemon.log.read_text()
+        assert "Traceback" not in log and TOKEN not in log
+
+
+def test_hook_without_daemon_exits_0_and_the_poll_delivers_later(cluster, tmp_path):
+    root = cluster.prefix[1] if cluster.prefix else ""
+    started = time.monotonic()
+    res = subprocess.run([*cluster.prefix, "/usr/local/sbin/ccadapter-testbed-hook"],
+                         capture_output=True, text=True, timeout=10, check=False,
+                         env={"SLURM_JOB_ID": "1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+    assert res.returncode == 0 and time.monotonic() - started < 1.5
+    assert "daemon not told" in res.stderr
+    assert Path(root + "/usr/local/lib/ccadapter/hook.py").exists()
+    ids = submit_batch(cluster, "nodaemon", 3)  # slurmctld runs the hook: nobody listens
+    wait_for(lambda: all(r["state"] == "COMPLETED" for r in
+                         sacct_truth(cluster, ids).values()) and
+             len(sacct_truth(cluster, ids)) == 3, 60, "jobs did not finish")
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        cfg = write_config(cluster, standin, tmp_path, prepSockListenPath=hook_socket(cluster))
+        LastRun(tmp_path / "lastrun").set(time.time() - 60)
+        daemon = DaemonProc(cfg, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
+                     "the poll did not deliver the jobs the hook could not announce")
+        finally:
+            assert daemon.terminate() == 0
+        assert exactly_once(standin, cluster, ids) == []

@@ -1,0 +1,81 @@
+"""The fast path over slurmctld's recorded answers and a real outbox."""
+
+import threading
+import time
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ccadapter.config import Config
+from ccadapter.outbox import Outbox
+from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.messages import HookMessage
+from ccadapter.slurm.collector import Collector
+from tests.conftest import ReplayRunner, fixture_json, fixture_text
+
+
+@pytest.fixture
+def env(tmp_path):
+    busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
+    final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
+    state = {"text": busy}
+
+    def answer(argv):
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return "ClusterName             = cluster24\n"
+        if "show" in argv:
+            return state["text"]
+        if "batch_script" in argv:
+            return "#!/bin/sh\nsleep 1\n"
+        raise AssertionError(argv)
+
+    runner = ReplayRunner(answer)
+    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    box = Outbox(tmp_path / "o.sqlite")
+    woken = threading.Event()
+    fast = FastPath(collector, box, woken.set, max_retries=3, max_delay=0.05).start()
+    yield fast, box, runner, state, woken, final
+    fast.stop()
+    box.close()
+
+
+def wait(pred, timeout=5):
+    until = time.time() + timeout
+    while not pred() and time.time() < until:
+        time.sleep(0.01)
+    return pred()
+
+
+def test_start_is_enqueued_from_slurmctld_alone(env):
+    fast, box, runner, _, woken, _ = env
+    meta = fixture_json("24.11", "testbed/workload.json")
+    gpu = meta["ids"]["gpujob"][0]
+    fast.submit(HookMessage(gpu, "start", None))
+    assert wait(woken.is_set)
+    (event,) = box.due()
+    body = event.payload
+    assert body["jobId"] == gpu and body["cluster"] == "cluster24"
+    assert body["resources"][0]["accelerators"] and body["resources"][0]["hwthreads"]
+    assert body["metaData"]["jobScript"].startswith("#!/bin/sh")
+    assert runner.calls["sacct"] == 0  # no slurmdbd on the fast path
+
+
+def test_end_retried_until_slurmctld_has_it(env):
+    fast, box, runner, state, _, final = env
+    meta = fixture_json("24.11", "testbed/workload.json")
+    job = meta["ids"]["timeout"][0]  # running in the busy snapshot, TIMEOUT in the final one
+    fast.submit(HookMessage(job, "end", None))
+    assert wait(lambda: runner.calls["scontrol"] >= 3)
+    state["text"] = final
+    assert wait(lambda: box.stats()["counts"].get("stop:pending") == 1)
+
+
+def test_burst_is_coalesced(env):
+    fast, _, runner, _, _, _ = env
+    for job_id in range(1, 1001):
+        fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: fast._pending == {} and runner.calls["scontrol"] >= 1)
+    time.sleep(0.2)
+    shows = [a for a in runner.argvs if "show" in a and "job" in a]
+    assert len(shows) <= 5  # a handful of queries for 1,000 announcements
+    assert fast.received == 1000 and fast.dropped == 0

@@ -1,0 +1,191 @@
+"""The hook and the daemon's listener, talking over real sockets on this machine."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import ccadapter.prep.hook as hook
+from ccadapter.prep.messages import BadMessage, parse_message
+from ccadapter.prep.server import PrepServer
+
+ENV = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "42",
+       "SLURM_CLUSTER_NAME": "c1", "PATH": "/usr/bin", "SLURM_JOB_USER": "u"}
+
+
+@pytest.mark.parametrize(("spec", "family", "address"), [
+    ("/run/x.sock", socket.AF_UNIX, "/run/x.sock"),
+    ("unix:/run/x.sock", socket.AF_UNIX, "/run/x.sock"),
+    ("tcp:127.0.0.1:1234", socket.AF_INET, ("127.0.0.1", 1234)),
+    ("tcp:[::1]:1234", socket.AF_INET6, ("::1", 1234)),
+    ("tcp::1234", socket.AF_INET, ("127.0.0.1", 1234)),
+])
+def test_socket_specs(spec, family, address):
+    assert hook.parse_spec(spec) == (family, address)
+
+
+def test_bad_spec():
+    with pytest.raises(ValueError, match="unknown socket type"):
+        hook.parse_spec("udp:1.2.3.4:5")
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"x" * (64 * 1024 + 1), "over"),
+    (b"not json at all", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (json.dumps({**ENV, "SLURM_SCRIPT_CONTEXT": "prolog"}).encode(), "SLURM_SCRIPT_CONTEXT"),
+    (json.dumps({**ENV, "SLURM_JOB_ID": "12a"}).encode(), "not a job id"),
+    (json.dumps({**ENV, "SLURM_CLUSTER_NAME": "other"}).encode(), "not ours"),
+    (b"\xff\xfe", "not JSON"),
+])
+def test_bad_messages_name_the_problem(data, reason):
+    with pytest.raises(BadMessage, match=reason):
+        parse_message(data, "c1")
+
+
+def test_message_from_hook_environment():
+    msg = parse_message(hook.build_message(ENV), "c1")
+    assert (msg.job_id, msg.event) == (42, "start") and msg.sent is not None
+    assert "PATH" not in json.loads(hook.build_message(ENV))
+
+
+class Listener:
+    def __init__(self, specs, group=None):
+        self.got, self.dropped = [], []
+        self.server = PrepServer(specs, "c1", self.got.append, group=group,
+                                 on_drop=self.dropped.append).start()
+
+    def wait(self, n, what="got", timeout=5):
+        until = time.time() + timeout
+        while len(getattr(self, what)) < n and time.time() < until:
+            time.sleep(0.01)
+        return getattr(self, what)
+
+
+def raw_send(spec, data, close=True):
+    family, address = hook.parse_spec(spec)
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.connect(address)
+    s.sendall(data)
+    if close:
+        s.shutdown(socket.SHUT_WR)
+        s.recv(16)
+        s.close()
+    return s
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_garbage_is_dropped_and_the_server_goes_on(tmp_path):
+    spec = f"unix:{tmp_path}/d.sock"
+    lst = Listener([spec])
+    try:
+        assert stat.S_IMODE(os.stat(tmp_path / "d.sock").st_mode) == 0o660
+        for data in (b"garbage", b"{}", b"x" * 70_000,
+                     json.dumps({**ENV, "SLURM_JOB_ID": "-1"}).encode()):
+            raw_send(spec, data)
+        slow = raw_send(spec, b'{"SLURM_', close=False)  # never finishes its message
+        assert len(lst.wait(5, "dropped")) == 5
+        slow.close()
+        assert hook.main(["--socket", spec], env=ENV) == 0
+        assert [m.job_id for m in lst.wait(1)] == [42]
+    finally:
+        lst.server.stop()
+    assert not (tmp_path / "d.sock").exists()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
+def test_tcp(host):
+    spec = f"tcp:{host}:{free_port()}"
+    try:
+        lst = Listener([spec])
+    except OSError:
+        pytest.skip(f"no {host} on this machine")
+    try:
+        env = {**ENV, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+        assert hook.main(["--socket", spec], env=env) == 0
+        assert [(m.job_id, m.event) for m in lst.wait(1)] == [(42, "end")]
+    finally:
+        lst.server.stop()
+
+
+def test_stale_socket_file_is_replaced(tmp_path):
+    path = tmp_path / "d.sock"
+    old = socket.socket(socket.AF_UNIX)
+    old.bind(str(path))
+    old.close()  # a crash leaves the file behind
+    lst = Listener([str(path)])
+    lst.server.stop()
+
+
+def test_hook_exits_0_fast_without_daemon(tmp_path, capsys):
+    started = time.monotonic()
+    assert hook.main(["--socket", str(tmp_path / "none.sock")], env=ENV) == 0
+    assert time.monotonic() - started < 1.0
+    assert "job 42: daemon not told" in capsys.readouterr().err
+
+
+def test_hook_gives_up_after_a_second_on_a_silent_daemon(tmp_path):
+    path = tmp_path / "silent.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(1)  # accepts into the backlog, never reads or answers
+    started = time.monotonic()
+    assert hook.main(["--socket", str(path)], env=ENV) == 0
+    assert time.monotonic() - started < 1.5
+    srv.close()
+
+
+def test_hook_reads_socket_from_config(tmp_path):
+    spec = f"unix:{tmp_path}/c.sock"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"PREPSOCKCONNECTPATH": spec}))  # case-insensitive like Go
+    lst = Listener([spec])
+    try:
+        assert hook.main(["--config", str(cfg)], env=ENV) == 0
+        assert len(lst.wait(1)) == 1
+    finally:
+        lst.server.stop()
+
+
+def test_hook_as_slurm_runs_it_imports_only_the_standard_library(tmp_path):
+    """python3 -I -S hook.py: no site-packages at all, and exit 0 without a daemon."""
+    code = (f"import runpy, sys; sys.argv = ['hook', '--socket', '{tmp_path}/x.sock']\n"
+            f"try:\n    runpy.run_path({hook.__file__!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('click', 'pydantic', 'requests', 'tenacity', 'ccadapter')]\n"
+            "assert not bad, bad\n")
+    res = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                         text=True, env={"SLURM_JOB_ID": "7"}, timeout=30, check=False)
+    assert res.returncode == 0, res.stderr
+    assert Path(hook.__file__).name == "hook.py"
+
+
+def test_burst_of_a_thousand_messages(tmp_path):
+    spec = f"unix:{tmp_path}/b.sock"
+    lst = Listener([spec])
+    try:
+        def send(first):
+            for i in range(first, first + 250):
+                hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": str(i)})
+
+        threads = [threading.Thread(target=send, args=(k * 250 + 1,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(m.job_id for m in lst.wait(1000)) == list(range(1, 1001))
+    finally:
+        lst.server.stop()
