@@ -80,7 +80,8 @@ def test_hook_without_daemon_exits_0_and_the_poll_delivers_later(cluster, tmp_pa
     started = time.monotonic()
     res = subprocess.run([*cluster.prefix, "/usr/local/sbin/ccadapter-testbed-hook"],
                          capture_output=True, text=True, timeout=10, check=False,
-                         env={"SLURM_JOB_ID": "1", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_JOB_ID": "1",
+                              "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
     assert res.returncode == 0 and time.monotonic() - started < 1.5
     assert "daemon not told" in res.stderr
     assert Path(root + "/usr/local/lib/ccadapter/hook.py").exists()
