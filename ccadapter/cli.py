@@ -12,6 +12,8 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,21 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
         click.echo(f"{len(result.errors)} record(s) skipped, see messages above", err=True)
 
 
+@contextmanager
+def _pid_lock(config: Config) -> Iterator[None]:
+    """One daemon (or manual sync) per config; a second one exits 1 naming the first."""
+    lock = PidLock(config.pid_file_path)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _require_rest(config: Config) -> None:
     if not config.cc_rest_submit_jobs:
         click.echo("error: config key 'ccRestSubmitJobs': false leaves no way to deliver jobs "
@@ -144,13 +161,7 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
     logging.getLogger().setLevel((log_level or "info").upper())
     config = _load(config_path)
     _require_rest(config)
-    lock = PidLock(config.pid_file_path)
-    try:
-        lock.acquire()
-    except AlreadyRunning as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    try:
+    with _pid_lock(config):
         try:
             app = build(config)
         except CcAdapterError as exc:
@@ -174,8 +185,6 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
         fast.stop()
         app.close()
         log.info("stopped")
-    finally:
-        lock.release()
 
 
 @main.command("sync")
@@ -192,20 +201,13 @@ def sync_cmd(config_path: str | None, once: bool, dry_run: bool, only: str | Non
     config = _load(config_path)
     if not dry_run:
         _require_rest(config)
-    lock = PidLock(config.pid_file_path)
-    try:
-        lock.acquire()
-    except AlreadyRunning as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    try:
-        with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
-            _sync_once(config, dry_run, only, Path(tmp))
-    except CcAdapterError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    finally:
-        lock.release()
+    with _pid_lock(config):
+        try:
+            with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
+                _sync_once(config, dry_run, only, Path(tmp))
+        except CcAdapterError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
 
 
 def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> None:

@@ -58,6 +58,7 @@ class FastPath:
         self._thread.join(10)
 
     def submit(self, msg: HookMessage) -> None:
+        log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
         with self._cond:
             self.received += 1
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:

@@ -1,0 +1,127 @@
+"""Benchmark of the Prolog/Epilog fast path (issue 4), on each real test-bed cluster.
+
+1. Latency from the hook's call (slurmctld runs PrologSlurmctld as the job starts,
+   EpilogSlurmctld as it ends; the hook stamps the time it sends) to the start_job / stop_job
+   request arriving at the cc-backend stand-in, for 50 jobs per cluster, with the poll
+   interval at 60 s so that polling cannot explain the figures. Also from Slurm's own
+   StartTime/EndTime, which have whole seconds only (so they read up to 1 s high).
+2. Hook wall time against a bare `python3 -I -S -c pass`, run alternately (the interpreter's
+   start is the floor).
+
+Needs the test bed up with the hook: CCADAPTER_HOOK_PY=$PWD/ccadapter/prep/hook.py
+tests/testbed/slurm up.  Run: .venv/bin/python -m tests.bench.hook [--jobs 50] [--runs 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ccadapter.lastrun import LastRun
+from tests.integration.sync_scenario import DaemonProc, wait_for, write_config
+from tests.integration.test_hook_live import hook_socket
+from tests.integration.workload import sacct_truth, testbed_clusters
+from tests.standin.ccbackend import CcBackendStandin
+
+TOKEN = "bench-token"
+SENT = re.compile(r"hook: job (\d+) (start|end), sent at ([\d.]+)")
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def latencies(cluster, n_jobs: int) -> dict[str, list[float]]:
+    with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(
+            TOKEN, clusters=[cluster.name]) as standin:
+        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=60,
+                           ccPollInterval=3600, prepSockListenPath=hook_socket(cluster))
+        LastRun(Path(tmp) / "lastrun").set(time.time() - 5)
+        daemon = DaemonProc(cfg, Path(tmp) / "daemon.log")
+        daemon.proc = subprocess.Popen(
+            [sys.executable, "-m", "ccadapter", "daemon", "--config", str(cfg),
+             "--log-level", "debug"], stdout=subprocess.DEVNULL,
+            stderr=daemon.log.open("w"), stdin=subprocess.DEVNULL)
+        wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30, "up")
+        time.sleep(2)
+        ids = []
+        for i in range(n_jobs):
+            out = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "-J", f"lat{i}",
+                              "--wrap", f"sleep {1 + i % 3}")
+            ids.append(int(out.strip().split(";")[0]))
+            time.sleep(0.05)
+        wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 300,
+                 "not all delivered")
+        daemon.terminate()
+        sent = {(int(j), e): float(t) for j, e, t in SENT.findall(daemon.log.read_text())}
+        arrived = {}
+        for r in standin.requests():
+            if r.status in (200, 201) and r.body and r.body.get("jobId") in ids:
+                kind = "start" if r.path.endswith("start_job/") else "end"
+                arrived.setdefault((r.body["jobId"], kind), r.time)
+        truth = sacct_truth(cluster, ids)
+    out: dict[str, list[float]] = {"start": [], "end": [], "start_slurm": [], "end_slurm": []}
+    for job_id in ids:
+        for kind, field in (("start", "start"), ("end", "end")):
+            out[kind].append(arrived[(job_id, kind)] - sent[(job_id, kind)])
+            out[f"{kind}_slurm"].append(arrived[(job_id, kind)] - truth[job_id][field])
+    return out
+
+
+def hook_wall(cluster, runs: int) -> tuple[float, float]:
+    """Median wall time of the hook (to a listening daemon) and of a bare interpreter."""
+    hook_py = Path(__file__).resolve().parents[2] / "ccadapter" / "prep" / "hook.py"
+    with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(TOKEN, clusters=[
+            cluster.name]) as standin:
+        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=60,
+                           prepSockListenPath=hook_socket(cluster))
+        daemon = DaemonProc(cfg, Path(tmp) / "daemon.log")
+        daemon.start()
+        wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30, "up")
+        env = {"SLURM_JOB_ID": "999999", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
+        hook_t, bare_t = [], []
+        for _ in range(runs):
+            for cmd, acc in (([sys.executable, "-I", "-S", str(hook_py), "--socket",
+                               hook_socket(cluster)], hook_t),
+                             ([sys.executable, "-I", "-S", "-c", "pass"], bare_t)):
+                t0 = time.perf_counter()
+                subprocess.run(cmd, env=env, check=True, stdin=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+                acc.append(time.perf_counter() - t0)
+        daemon.terminate()
+    return statistics.median(hook_t), statistics.median(bare_t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=50)
+    ap.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    clusters = testbed_clusters()
+    print("### Prolog/Epilog fast path\n")
+    print(f"{args.jobs} jobs per cluster, poll interval 60 s. Targets: start p50 <= 0.5 s and "
+          "p95 <= 1.5 s, stop p50 <= 1.5 s (from the hook's call to the request at cc-backend; "
+          "from Slurm's whole-second times in brackets):\n")
+    print("| Slurm | start p50 | start p95 | stop p50 | stop p95 |")
+    print("| --- | --- | --- | --- | --- |")
+    for c in clusters:
+        lat = latencies(c, args.jobs)
+        print(f"| {c.version} | {pct(lat['start'], .5):.2f} s ({pct(lat['start_slurm'], .5):.2f})"
+              f" | {pct(lat['start'], .95):.2f} s ({pct(lat['start_slurm'], .95):.2f})"
+              f" | {pct(lat['end'], .5):.2f} s ({pct(lat['end_slurm'], .5):.2f})"
+              f" | {pct(lat['end'], .95):.2f} s ({pct(lat['end_slurm'], .95):.2f}) |")
+    hook_t, bare_t = hook_wall(clusters[0], args.runs)
+    print(f"\nHook wall time, {args.runs} alternating runs (target: p50 within 1.3x of the bare "
+          f"interpreter): hook {hook_t * 1000:.1f} ms, `python3 -I -S -c pass` "
+          f"{bare_t * 1000:.1f} ms, ratio **{hook_t / bare_t:.2f}x**.")
+
+
+if __name__ == "__main__":
+    main()
