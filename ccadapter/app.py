@@ -75,7 +75,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
     outbox = outbox or Outbox(outbox_path(config))
-    client = CcClient(config.cc_rest_url, config.cc_rest_jwt)
+    client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
+                      ca_bundle=config.cc_rest_ca_bundle or None)
     deliverer = Deliverer(outbox, client, workers=workers)
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {

@@ -145,6 +145,13 @@ def _require_rest(config: Config) -> None:
         click.echo("error: config key 'ccRestSubmitJobs': false leaves no way to deliver jobs "
                    "(this version publishes to cc-backend over REST only)", err=True)
         sys.exit(2)
+    for key, path in missing_files(config):
+        if key == "ccRestCaBundle":
+            click.echo(f"error: config key {key!r}: file {path} does not exist", err=True)
+            sys.exit(2)
+    if config.nats_server:
+        log.warning("natsServer is set, but this version does not publish to NATS yet; "
+                    "jobs go to cc-backend over REST only")
     if not config.cc_rest_url:
         click.echo("error: config key 'ccRestUrl': needed to deliver jobs (it is empty)",
                    err=True)

@@ -82,6 +82,8 @@ class Config(BaseModel):
     slurm_window_overlap: float = Field(120.0, alias="slurmWindowOverlap")
     # Group that may connect to a UNIX prepSockListenPath (the hook runs as SlurmUser).
     prep_sock_group: str | None = Field(None, alias="prepSockGroup")
+    # CA bundle for cc-backend's TLS certificate (default: the system's CA store).
+    cc_rest_ca_bundle: str = Field("", alias="ccRestCaBundle")
     # Where the outbox and other durable state live.
     state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
 
@@ -227,6 +229,7 @@ def missing_files(config: Config) -> list[tuple[str, str]]:
     """Files the config names that do not exist, as (key, path)."""
     out = []
     for key, path in (
+        ("ccRestCaBundle", config.cc_rest_ca_bundle),
         ("natsCredsFile", config.nats_creds_file),
         ("natsNKeySeedFile", config.nats_nkey_seed_file),
     ):
