@@ -1,0 +1,187 @@
+"""The sync engine end to end: real Slurm, the ccadapter daemon as a process, the strict
+cc-backend stand-in, and the faults of issue 3 (cc-backend 503 for minutes, the daemon
+SIGKILLed during delivery, slurmdbd stopped for a cycle)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ccadapter.lastrun import LastRun
+from tests.integration.workload import Cluster, sacct_truth
+from tests.standin.ccbackend import CcBackendStandin
+
+TOKEN = "it-token-0123456789abcdef"
+START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
+
+
+def write_config(cluster: Cluster, standin: CcBackendStandin, tmp: Path, **extra) -> Path:
+    cfg = {
+        "ccRestUrl": standin.url, "ccRestJwt": TOKEN,
+        "pidFilePath": str(tmp / "run" / "daemon.pid"),
+        "prepSockListenPath": str(tmp / "run" / "daemon.sock"),
+        "lastRunPath": str(tmp / "lastrun"), "stateDirectory": str(tmp / "state"),
+        "slurmCommandPrefix": list(cluster.prefix), "slurmPollInterval": 2,
+        **extra,
+    }
+    path = tmp / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def ccadapter(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ccadapter", *args], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@dataclass
+class DaemonProc:
+    config: Path
+    log: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        fh = self.log.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ccadapter", "daemon", "--config", str(self.config),
+             "--log-level", "info"], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
+        fh.close()
+
+    def kill(self) -> None:
+        assert self.proc
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def terminate(self) -> int:
+        assert self.proc
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+def submit_batch(cluster: Cluster, tag: str, n: int) -> list[int]:
+    ids = []
+    for i in range(n):
+        out = cluster.run("sbatch", "--parsable", "-J", f"{tag}{i}", "-o", "/dev/null",
+                          "--wrap", f"sleep {1 + i % 4}")
+        ids.append(int(out.strip().split(";")[0]))
+    return ids
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    until = time.time() + timeout
+    while not predicate():
+        if time.time() > until:
+            raise TimeoutError(what)
+        time.sleep(0.5)
+
+
+def delivered(standin: CcBackendStandin, ids: list[int]) -> bool:
+    stopped = {b["jobId"] for b in standin.stopped()}
+    return set(ids) <= stopped
+
+
+@dataclass
+class Outcome:
+    cluster: Cluster
+    standin: CcBackendStandin
+    ids: list[int] = field(default_factory=list)
+    exit_code: int | None = None
+    log: str = ""
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
+    standin = CcBackendStandin(TOKEN, clusters=[cluster.name]).start()
+    out = Outcome(cluster, standin)
+    cfg = write_config(cluster, standin, tmp, ccPollInterval=3600)
+    LastRun(tmp / "lastrun").set(time.time() - 5)
+    daemon = DaemonProc(cfg, tmp / "daemon.log")
+    daemon.start()
+    try:
+        t0 = time.time()
+        # A: plain operation
+        ids = submit_batch(cluster, "a", 6)
+        out.ids += ids
+        wait_for(lambda: delivered(standin, ids), 120, "batch a not delivered")
+        out.phases["normal"] = time.time() - t0
+        # B: cc-backend answers 503 for `outage` seconds while jobs run and end
+        standin.fail_with(503)
+        ids = submit_batch(cluster, "b", 6)
+        out.ids += ids
+        time.sleep(outage)
+        standin.fail_with(None)
+        t1 = time.time()
+        wait_for(lambda: delivered(standin, ids), 400, "batch b not delivered after 503s")
+        out.phases["catch-up after 503"] = time.time() - t1
+        # C: the daemon is SIGKILLed while it delivers (slow cc-backend), then restarted
+        standin.latency(0.3)
+        ids = submit_batch(cluster, "c", 8)
+        out.ids += ids
+        wait_for(lambda: any(b["jobId"] in ids for b in standin.started()), 120,
+                 "batch c: no start before the kill")
+        daemon.kill()
+        standin.latency(0)
+        daemon.start()
+        wait_for(lambda: delivered(standin, ids), 180, "batch c not delivered after SIGKILL")
+        # D: slurmdbd stopped for a few cycles while jobs run and end
+        dbd_pid = Path(cluster_root(cluster), "run/slurmdbd.pid").read_text().strip()
+        os.kill(int(dbd_pid), signal.SIGTERM)
+        ids = submit_batch(cluster, "d", 4)
+        out.ids += ids
+        time.sleep(8)
+        repo = Path(__file__).resolve().parents[2]
+        # `up` restarts the dead slurmdbd; the hook stays configured as tests/run set it up
+        subprocess.run([str(repo / "tests" / "testbed" / "slurm"), "up", cluster.short[:2]],
+                       check=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                       env={**os.environ,
+                            "CCADAPTER_HOOK_PY": str(repo / "ccadapter" / "prep" / "hook.py")})
+        wait_for(lambda: delivered(standin, ids), 240, "batch d not delivered after slurmdbd")
+    finally:
+        out.exit_code = daemon.terminate() if daemon.proc.poll() is None else daemon.proc.returncode
+        out.log = daemon.log.read_text()
+    return out
+
+
+def cluster_root(cluster: Cluster) -> str:
+    return cluster.prefix[1] if cluster.prefix else "/"
+
+
+def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) -> list[str]:
+    """Compare what the stand-in received with sacct's truth; returns the problems."""
+    truth = sacct_truth(cluster, ids)
+    problems = []
+    starts: dict[tuple[int, int], int] = {}
+    for b in standin.started(cluster.name):
+        starts[(b["jobId"], b["startTime"])] = starts.get((b["jobId"], b["startTime"]), 0) + 1
+    stops: dict[tuple[int, int], list[dict]] = {}
+    for b in standin.stopped():
+        stops.setdefault((b["jobId"], b["startTime"]), []).append(b)
+    bodies = {(b["jobId"], b["startTime"]): b for b in standin.started(cluster.name)}
+    from ccadapter.model import cc_state
+
+    for job_id, t in truth.items():
+        run = (job_id, t["start"])
+        if not (t["start"] and t["nodes"]):
+            if any(k[0] == job_id for k in starts):
+                problems.append(f"job {job_id}: never started but sent")
+            continue
+        if starts.get(run) != 1:
+            problems.append(f"job {job_id}: {starts.get(run, 0)} successful starts")
+        if len(stops.get(run, [])) != 1:
+            problems.append(f"job {job_id}: {len(stops.get(run, []))} successful stops")
+            continue
+        stop, start = stops[run][0], bodies.get(run, {})
+        if stop["stopTime"] != t["end"] or stop["jobState"] != cc_state(t["state"]).value:
+            problems.append(f"job {job_id}: stop {stop} differs from sacct {t}")
+        if tuple(r["hostname"] for r in start.get("resources", [])) != t["nodes"]:
+            problems.append(f"job {job_id}: hosts {start.get('resources')} != {t['nodes']}")
+    bad = [r for r in standin.requests() if r.status == 400]
+    if bad:
+        problems.append(f"{len(bad)} answers 400: {bad[:2]}")
+    return problems
