@@ -7,12 +7,14 @@
 # ALWAYS exits 0: a failing PrologSlurmctld would hold jobs. Problems go to stderr, which
 # slurmctld logs. It gives up after one second; the daemon's poll catches what it misses.
 #
-# Set the two paths to your installation (with a venv in /opt/ccadapter, print the second with
-#   /opt/ccadapter/bin/python -c 'import ccadapter.prep.hook as h; print(h.__file__)'):
+# Set the paths to your installation (with a venv in /opt/ccadapter, print PREP with
+#   /opt/ccadapter/bin/python -c 'import ccadapter.prep, os; print(os.path.dirname(ccadapter.prep.__file__))'):
 PYTHON=/opt/ccadapter/bin/python3
-HOOK_PY=/opt/ccadapter/lib/python3.11/site-packages/ccadapter/prep/hook.py
+PREP=/opt/ccadapter/lib/python3.11/site-packages/ccadapter/prep
 CONFIG=/etc/cc-slurm-adapter/config.json
 
-# -I -S: no site-packages, no environment: the interpreter's start is all it costs.
-"$PYTHON" -I -S "$HOOK_PY" --config "$CONFIG" "$@"
+# -I -S: no site-packages, no environment; importing hook (not running hook.py as a script)
+# uses its compiled form. The interpreter's start is nearly all it costs.
+"$PYTHON" -I -S -c "import sys; sys.path.insert(0, '$PREP'); import hook; sys.exit(hook.main())" \
+    --config "$CONFIG" "$@"
 exit 0

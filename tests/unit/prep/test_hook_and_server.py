@@ -189,3 +189,36 @@ def test_burst_of_a_thousand_messages(tmp_path):
         assert sorted(m.job_id for m in lst.wait(1000)) == list(range(1, 1001))
     finally:
         lst.server.stop()
+
+
+def test_message_json_round_trips_awkward_values():
+    env = {"SLURM_JOB_NAME": 'a "quoted", back\\slash\nnew line\ttab \x01 é 😀',
+           "SLURM_BAD_BYTES": b"caf\xe9".decode("utf-8", "surrogateescape"),
+           "SLURM_JOB_ID": "5", "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+    body = json.loads(hook.build_message(env))
+    assert body["SLURM_JOB_NAME"] == env["SLURM_JOB_NAME"]
+    assert body["SLURM_BAD_BYTES"] == env["SLURM_BAD_BYTES"]
+    assert parse_message(hook.build_message(env), "c1").job_id == 5
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"prepSockConnectPath": "tcp:127.0.0.1:9"}', "tcp:127.0.0.1:9"),
+    ('{\n  "PrepSockConnectPath" :\n "/run/a\\/b\\"c.sock", "x": 1}', '/run/a/b"c.sock'),
+    ('{"prepSockConnectPath": "\\u002frun/x"}', "/run/x"),
+    ('{"other": 1}', None),
+    ('{"prepSockConnectPath": ""}', None),
+])
+def test_socket_read_from_config_without_json_module(tmp_path, text, expected):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(text)
+    assert hook.socket_from_config(str(cfg)) == expected
+
+
+def test_hook_imports_nothing_beyond_builtins(tmp_path):
+    res = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", hook.__file__,
+                          "--socket", str(tmp_path / "none.sock")], capture_output=True,
+                         text=True, timeout=30, check=False, env={"SLURM_JOB_ID": "1"})
+    assert res.returncode == 0
+    imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert imported and not imported & {"json", "re", "socket", "enum", "selectors"}, imported
