@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +37,7 @@ from ccadapter.slurm.formats._common import (
     parse_cluster_name,
     parse_nodes,
     parse_scontrol_jobs,
-    parse_squeue_states,
+    parse_squeue,
     version_from_meta,
     version_from_text,
 )
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about windows far in the past.
 _CONTROLLER_MEMORY = 3600
+# stale-jobs and nodestate run back to back: within this many seconds, one squeue serves both
+_SQUEUE_TTL = 0.5
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Collector:
         config: Config,
         clock: Callable[[], float] = time.time,
         tz: tzinfo | None = None,
+        squeue_ttl: float = _SQUEUE_TTL,
     ) -> None:
         self.runner = runner
         self.config = config
@@ -74,6 +78,9 @@ class Collector:
         self._gpu_patterns = config.gpu_pci_patterns()
         self._known_version: str | None = None  # for error messages only
         self._cluster: str | None = None
+        self._squeue_ttl = squeue_ttl
+        self._squeue_lock = threading.Lock()
+        self._squeue_cache: tuple[str | None, float, dict[int, tuple[str, str]]] | None = None
 
     # --- public queries --------------------------------------------------------------------
 
@@ -102,23 +109,33 @@ class Collector:
 
     def active_jobs(self, cluster: str | None = None) -> dict[int, str]:
         """Raw job id -> state of every job slurmctld holds (one squeue call)."""
-        out = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "all",
-                               "-o", "%A %T"])
-        return parse_squeue_states(out)
+        return {job_id: state for job_id, (state, _) in self._squeue(cluster).items()}
+
+    def _squeue(self, cluster: str | None) -> dict[int, tuple[str, str]]:
+        """One ``squeue`` answer serves every reconciler of a cycle (stale-jobs and nodestate
+        run within a second of each other): a cycle costs one call, not one per user."""
+        with self._squeue_lock:
+            cached = self._squeue_cache
+            if cached and cached[0] == cluster and time.monotonic() - cached[1] < self._squeue_ttl:
+                return cached[2]
+            out = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "all",
+                                   "-o", "%A %T %N"])
+            jobs = parse_squeue(out)
+            self._squeue_cache = (cluster, time.monotonic(), jobs)
+            return jobs
 
     def nodes(self, cluster: str | None = None) -> tuple[list[NodeState], dict[str, int]]:
-        """Node states and, per host, how many jobs run there (two calls)."""
+        """Node states and, per host, how many jobs run there."""
         out = self.runner.run(["scontrol", *_clusters(cluster), "-o", "show", "node"])
         nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
                                                       "scontrol -o show node"))
         for err in errors:
             log.error("skipped: %s", err)
-        running = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "running",
-                                   "-o", "%N"])
         counts: dict[str, int] = {}
-        for line in running.split():
-            for host in expand_hostlist(line, ParseContext("", "squeue")):
-                counts[host] = counts.get(host, 0) + 1
+        for state, nodelist in self._squeue(cluster).values():
+            if state in ("RUNNING", "COMPLETING", "SUSPENDED"):
+                for host in expand_hostlist(nodelist, ParseContext("", "squeue")):
+                    counts[host] = counts.get(host, 0) + 1
         return nodes, counts
 
     def controller_jobs(self, job_ids: Iterable[int],

@@ -42,7 +42,7 @@ def env(tmp_path):
 
     runner = ReplayRunner(answer)
     collector = Collector(runner, Config(slurmFetchJobScripts=False), clock=clock,
-                          tz=ZoneInfo("UTC"))
+                          tz=ZoneInfo("UTC"), squeue_ttl=0)
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     last = LastRun(tmp_path / "lastrun")
     yield meta, clock, state, runner, collector, box, last
@@ -108,3 +108,13 @@ def test_stale_jobs_confirmed_on_two_cycles(env):
     summary = stale.run_once()
     assert summary["confirmed"] == 1 and summary["stopped"] == 1
     assert box.open_runs("cluster24") == []
+
+
+def test_one_squeue_serves_stale_jobs_and_nodestate(env):
+    _, _, state, runner, _, _, _ = env
+    shared = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    state["squeue"] = "5 RUNNING n[1-2]\n6 PENDING \n7 COMPLETING n1\n"
+    assert shared.active_jobs() == {5: "RUNNING", 6: "PENDING", 7: "COMPLETING"}
+    _, per_host = shared.nodes()
+    assert per_host == {"n1": 2, "n2": 1}
+    assert runner.calls["squeue"] == 1

@@ -433,14 +433,14 @@ def job_id_of(record: Any, ctx: ParseContext) -> int:
 # --- squeue / scontrol show node (text, same on every generation) --------------------------
 
 
-def parse_squeue_states(out: str) -> dict[int, str]:
-    """``squeue -h -t all -o "%A %T"`` -> {raw job id: state}."""
-    states: dict[int, str] = {}
+def parse_squeue(out: str) -> dict[int, tuple[str, str]]:
+    """``squeue -h -t all -o "%A %T %N"`` -> {raw job id: (state, node list)}."""
+    jobs: dict[int, tuple[str, str]] = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit():
-            states[int(parts[0])] = parts[1].upper()
-    return states
+        if len(parts) in (2, 3) and parts[0].isdigit():
+            jobs[int(parts[0])] = (parts[1].upper(), parts[2] if len(parts) == 3 else "")
+    return jobs
 
 
 @dataclass(frozen=True)
