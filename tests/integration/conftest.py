@@ -52,6 +52,7 @@ class WorkloadRun:
     sub: Submitted
     busy: QueryResult
     busy_cli: list[dict]
+    busy_ids: list[int]  # job ids known when the busy snapshot was taken
     final: QueryResult
     runner: SlurmRunner
 
@@ -75,12 +76,13 @@ def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
         busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix), config).window(
             sub.submitted_at - 5)
         busy["cli"] = cli_jobs(cluster, tmp_dir)
+        busy["ids"] = sub.all_ids()  # array tasks that start later get their ids later
 
     sub = submit(cluster)
     drive(sub, while_busy=while_busy)
     runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
     final = Collector(runner, config).window(sub.submitted_at - 5)
-    return WorkloadRun(sub, busy["result"], busy["cli"], final, runner)
+    return WorkloadRun(sub, busy["result"], busy["cli"], busy["ids"], final, runner)
 
 
 @pytest.fixture(scope="session")

@@ -99,7 +99,7 @@ def test_cli_jobs_json_while_running(workload):
     sub = workload.sub
     views = {v["jobId"]: v for v in workload.busy_cli}
     assert views, "ccadapter jobs printed nothing"
-    for job_id in sub.all_ids():
+    for job_id in workload.busy_ids:
         if job_id in sub.ids["cancelpend"]:
             continue  # never eligible: in no sacct window
         view = views[job_id]
