@@ -51,7 +51,7 @@ class Config(BaseModel):
     slurm_poll_interval: int = Field(60, alias="slurmPollInterval")
     slurm_query_delay: int = Field(1, alias="slurmQueryDelay")
     slurm_query_max_span: int = Field(7 * 24 * 3600, alias="slurmQueryMaxSpan")
-    slurm_max_retries: int = Field(10, alias="slurmMaxRetries")
+    slurm_max_retries: int = Field(10, alias="slurmMaxRetries", ge=0)
     cc_rest_url: str = Field("", alias="ccRestUrl")
     cc_rest_jwt: str = Field("", alias="ccRestJwt", repr=False)
     cc_rest_submit_jobs: bool = Field(True, alias="ccRestSubmitJobs")
@@ -59,7 +59,7 @@ class Config(BaseModel):
     gpu_pci_addrs: dict[str, list[str]] = Field(default_factory=dict, alias="gpuPciAddrs")
     ignore_hosts: str = Field("", alias="ignoreHosts")
     nats_server: str = Field("", alias="natsServer")
-    nats_port: int = Field(4222, alias="natsPort")
+    nats_port: int = Field(4222, alias="natsPort", gt=0, lt=65536)
     nats_subject: str = Field("jobs", alias="natsSubject")
     nats_user: str = Field("", alias="natsUser")
     nats_password: str = Field("", alias="natsPassword", repr=False)
@@ -70,16 +70,16 @@ class Config(BaseModel):
     # Put in front of every Slurm command, e.g. ["chroot", "/srv/slurm24"] or ["ssh", "ctld"].
     slurm_command_prefix: list[str] = Field(default_factory=list, alias="slurmCommandPrefix")
     # Seconds one Slurm command may take before it is killed and counted as failed.
-    slurm_command_timeout: float = Field(60.0, alias="slurmCommandTimeout")
+    slurm_command_timeout: float = Field(60.0, alias="slurmCommandTimeout", gt=0)
     # Fetch batch scripts from slurmctld when slurmdbd does not store them (one call per job).
     slurm_fetch_job_scripts: bool = Field(True, alias="slurmFetchJobScripts")
     # How many `scontrol write batch_script` calls may run at once.
-    slurm_script_parallelism: int = Field(4, alias="slurmScriptParallelism")
+    slurm_script_parallelism: int = Field(4, alias="slurmScriptParallelism", ge=1, le=64)
     # How far before lastRun each window starts. slurmdbd learns of a job's start and end
     # from slurmctld with a delay (seconds, minutes under load); cc-slurm-adapter's 1 s
     # overlap loses the jobs whose records arrive later than the next window. Repeating a
     # stretch costs one longer sacct answer: events are idempotent.
-    slurm_window_overlap: float = Field(120.0, alias="slurmWindowOverlap")
+    slurm_window_overlap: float = Field(120.0, alias="slurmWindowOverlap", ge=1)
     # Group that may connect to a UNIX prepSockListenPath (the hook runs as SlurmUser).
     prep_sock_group: str | None = Field(None, alias="prepSockGroup")
     # CA bundle for cc-backend's TLS certificate (default: the system's CA store).
@@ -96,41 +96,6 @@ class Config(BaseModel):
             raise ValueError(f"must not be negative, got {value}")
         # cc-slurm-adapter turns 0 into 1 (0 would be busy waiting); so do we.
         return max(value, 1)
-
-    @field_validator("slurm_max_retries")
-    @classmethod
-    def _retries(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must not be negative, got {value}")
-        return value
-
-    @field_validator("slurm_window_overlap")
-    @classmethod
-    def _overlap(cls, value: float) -> float:
-        if value < 1:
-            raise ValueError(f"must be at least 1 second, got {value}")
-        return value
-
-    @field_validator("slurm_command_timeout")
-    @classmethod
-    def _timeout(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError(f"must be a positive number of seconds, got {value}")
-        return value
-
-    @field_validator("slurm_script_parallelism")
-    @classmethod
-    def _parallelism(cls, value: int) -> int:
-        if not 1 <= value <= 64:
-            raise ValueError(f"must be between 1 and 64, got {value}")
-        return value
-
-    @field_validator("nats_port")
-    @classmethod
-    def _port(cls, value: int) -> int:
-        if not 0 < value < 65536:
-            raise ValueError(f"must be a TCP port (1-65535), got {value}")
-        return value
 
     @field_validator("ignore_hosts")
     @classmethod
