@@ -103,23 +103,28 @@ def drive(sub: Submitted, deadline: float = 300,
           while_busy: Callable[[Submitted], None] | None = None) -> None:
     """Cancel the cancel jobs at the right moments, read slurmctld's allocation of every
     running job, and wait until sacct shows all of them ended. ``while_busy`` is called
-    once while most of the workload runs (the fixture recorder snapshots Slurm there)."""
+    once while the GPU job runs (GPU indices exist only then)."""
     c = sub.cluster
     c.run("scancel", str(sub.ids["cancelpend"][0]))
     until = time.time() + deadline
-    cancelled = False
+    cancelled = busy_seen = False
     while time.time() < until:
-        if not cancelled and _squeue_state(c, sub.ids["cancelrun"][0]) == "RUNNING":
-            _cancel_queued_behind(sub)
+        if not busy_seen and _squeue_state(c, sub.ids["gpujob"][0]) == "RUNNING":
+            # the GPU job runs 25 s: GPU indices can be read only while it runs
             _capture_running(sub)
             if while_busy:
                 while_busy(sub)
+            busy_seen = True
+        if not cancelled and _squeue_state(c, sub.ids["cancelrun"][0]) == "RUNNING":
+            _cancel_queued_behind(sub)
+            _capture_running(sub)
             c.run("scancel", str(sub.ids["cancelrun"][0]))
             cancelled = True
         _capture_running(sub)
         states = sacct_truth(c, sub.all_ids(), expand_arrays=True)
         names = {r["name"] for r in states.values()}
-        if cancelled and len(states) >= len(sub.all_ids()) + 2 and names >= set(sub.ids) and all(
+        if cancelled and busy_seen and len(states) >= len(sub.all_ids()) + 2 and \
+                names >= set(sub.ids) and all(
             r["state"] in TERMINAL for r in states.values()
         ):
             sub.ids["arr"] = sorted(j for j, r in states.items() if r["name"] == "arr")
