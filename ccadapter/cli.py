@@ -23,11 +23,13 @@ from ccadapter import __version__
 from ccadapter.app import build, outbox_path
 from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
+from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.lastrun import LastRun
 from ccadapter.model import Job
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
+from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
@@ -140,6 +142,17 @@ def _pid_lock(config: Config) -> Iterator[None]:
         lock.release()
 
 
+class _ReadyAfterFirstWindow:
+    """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify)."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def __call__(self, routine: Routine) -> None:
+        if not self.sent and routine.name == "slurm-window" and routine.last_error is None:
+            self.sent = notify("READY=1\nSTATUS=first Slurm window synced") or True
+
+
 def _require_rest(config: Config) -> None:
     if not config.cc_rest_submit_jobs:
         click.echo("error: config key 'ccRestSubmitJobs': false leaves no way to deliver jobs "
@@ -175,6 +188,10 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
             click.echo(f"error: cannot start: {exc}", err=True)
             sys.exit(1)
         daemon = app.daemon()
+        daemon.heartbeat_interval = watchdog_interval()
+        if daemon.heartbeat_interval:
+            daemon.heartbeat = lambda: notify("WATCHDOG=1")
+        daemon.on_cycle = _ReadyAfterFirstWindow()
         server, fast = app.prep(daemon.wake_delivery)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())

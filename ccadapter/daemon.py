@@ -32,7 +32,9 @@ class Routine:
 
 class Daemon:
     def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
-                 idle_delivery_wait: float = 1.0) -> None:
+                 idle_delivery_wait: float = 1.0,
+                 heartbeat: Callable[[], None] | None = None,
+                 heartbeat_interval: float | None = None) -> None:
         self.deliverer = deliverer
         self.clock = clock
         self.idle_delivery_wait = idle_delivery_wait
@@ -40,6 +42,10 @@ class Daemon:
         self.stopping = threading.Event()
         self._wake_delivery = threading.Event()
         self.on_cycle: Callable[[Routine], None] | None = None
+        # Called from the main loop at least every heartbeat_interval (systemd's watchdog):
+        # a stuck loop stops the pings and systemd restarts the daemon.
+        self.heartbeat = heartbeat
+        self.heartbeat_interval = heartbeat_interval
 
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
         self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
@@ -59,7 +65,11 @@ class Daemon:
         try:
             while not self.stopping.is_set():
                 self.run_due()
+                if self.heartbeat:
+                    self.heartbeat()
                 wait = min(r.next_at for r in self.routines) - self.clock()
+                if self.heartbeat_interval:
+                    wait = min(wait, self.heartbeat_interval)
                 self.stopping.wait(max(0.05, wait))
         finally:
             self.stop()
