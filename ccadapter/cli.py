@@ -29,6 +29,7 @@ from ccadapter.lastrun import LastRun
 from ccadapter.model import Job
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
+from ccadapter.reconcilers.events import ignored as is_ignored
 from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
@@ -150,7 +151,8 @@ class _ReadyAfterFirstWindow:
 
     def __call__(self, routine: Routine) -> None:
         if not self.sent and routine.name == "slurm-window" and routine.last_error is None:
-            self.sent = notify("READY=1\nSTATUS=first Slurm window synced") or True
+            notify("READY=1\nSTATUS=first Slurm window synced")
+            self.sent = True
 
 
 def _require_rest(config: Config) -> None:
@@ -262,7 +264,7 @@ def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> No
 
 
 def _job_view(job: Job, ignore: Any) -> dict[str, Any]:
-    ignored = bool(ignore and job.hostnames and all(ignore.search(h) for h in job.hostnames))
+    ignored = is_ignored(job, ignore)
     view: dict[str, Any] = {
         "cluster": job.cluster,
         "jobId": job.job_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from ccadapter.cc.client import NODESTATE, START, STOP, Answer, Outcome
@@ -28,12 +28,10 @@ class DeliveryStats:
     delivered: int = 0
     retried: int = 0
     rejected: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
 
-    def add(self, event: Event, result: Result) -> None:
+    def add(self, result: Result) -> None:
         if result.status == DELIVERED:
             self.delivered += 1
-            self.by_kind[event.kind] = self.by_kind.get(event.kind, 0) + 1
         elif result.status == REJECTED:
             self.rejected += 1
         else:
@@ -67,7 +65,7 @@ class Deliverer:
             results = list(self._pool.map(self.deliver, events))
             self.outbox.record(results)
             for ev, res in zip(events, results, strict=True):
-                stats.add(ev, res)
+                stats.add(res)
                 if self.on_result:
                     self.on_result(ev, res)
             if not any(r.status != PENDING for r in results):

@@ -10,7 +10,6 @@ from typing import Any
 from ccadapter.cc.client import CcClient
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers.events import events_for
-from ccadapter.reconcilers.stale_jobs import ACTIVE
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
@@ -30,7 +29,7 @@ class CcCache:
         # phase 1: both sides' view
         cc_runs = {(int(j["jobId"]), int(j["startTime"])) for j in
                    self.client.running_jobs(self.cluster)}
-        active = {j for j, s in self.collector.active_jobs().items() if s in ACTIVE}
+        active = self.collector.running_ids()
         ids = {j for j, _ in cc_runs if j not in active} | active
         jobs = self.collector.jobs_by_id(ids).jobs if ids else []
         # phase 2: what to change

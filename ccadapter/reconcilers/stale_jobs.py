@@ -18,12 +18,6 @@ from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
-# Still on the nodes, for cc-backend: running.
-ACTIVE = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED",
-                    "RESIZING", "SIGNALING", "STAGE_OUT", "PENDING", "REQUEUED",
-                    "REQUEUE_HOLD", "REQUEUE_FED"})
-
-
 class StaleJobs:
     name = "stale-jobs"
 
@@ -38,7 +32,7 @@ class StaleJobs:
         if not open_runs:
             self._suspects = set()
             return {"open": 0, "stopped": 0}
-        active = {j for j, state in self.collector.active_jobs().items() if state in ACTIVE}
+        active = self.collector.running_ids()
         missing = {run for run in open_runs if run[0] not in active}
         confirmed = missing & self._suspects
         self._suspects = missing - confirmed

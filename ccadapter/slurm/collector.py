@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about windows far in the past.
 _CONTROLLER_MEMORY = 3600
+# squeue states of jobs that have not ended (still on nodes, or queued again)
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED",
+                           "RESIZING", "SIGNALING", "STAGE_OUT", "PENDING", "REQUEUED",
+                           "REQUEUE_HOLD", "REQUEUE_FED"})
 # stale-jobs and nodestate run back to back: within this many seconds, one squeue serves both
 _SQUEUE_TTL = 0.5
 
@@ -111,6 +115,11 @@ class Collector:
         """Raw job id -> state of every job slurmctld holds (one squeue call)."""
         return {job_id: state for job_id, (state, _) in self._squeue(cluster).items()}
 
+    def running_ids(self, cluster: str | None = None) -> set[int]:
+        """Jobs slurmctld still has on nodes or queued (for cc-backend: not ended)."""
+        return {job_id for job_id, state in self.active_jobs(cluster).items()
+                if state in ACTIVE_STATES}
+
     def _squeue(self, cluster: str | None) -> dict[int, tuple[str, str]]:
         """One ``squeue`` answer serves every reconciler of a cycle (stale-jobs and nodestate
         run within a second of each other): a cycle costs one call, not one per user."""
@@ -158,7 +167,10 @@ class Collector:
         for job_id in ids:
             ctl = held.get(job_id)
             job = controller_job(ctl, name, self.tz, self._gpu_patterns) if ctl else None
-            (jobs.append(job) if job else missing.append(job_id))
+            if job:
+                jobs.append(job)
+            else:
+                missing.append(job_id)
         scripts = self._controller_scripts(
             [j.job_id for j in jobs if j.started and held[j.job_id].batch], cluster)
         jobs = [replace(j, job_script=scripts.get(j.job_id, "")) for j in jobs]

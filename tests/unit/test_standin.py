@@ -49,17 +49,17 @@ def start_body(job_id: int = 3, **changes: Any) -> dict[str, Any]:
                       {"hostname": "m2", "hwthreads": [0, 1, 2]}],
         "metaData": {"jobName": "multinode", "submitTime": str(T0 - 1)},
     }
-    for key, value in changes.items():
-        if value is _DELETE:
-            body.pop(key, None)
-        else:
-            body[key] = value
-    return body
+    return _changed(body, changes)
 
 
 def stop_body(job_id: int = 3, **changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"jobId": job_id, "cluster": "cluster24", "startTime": T0,
                             "stopTime": T0 + 100, "jobState": "completed"}
+    return _changed(body, changes)
+
+
+def _changed(body: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with ``changes`` applied; a value of _DELETE removes the key."""
     for key, value in changes.items():
         if value is _DELETE:
             body.pop(key, None)
