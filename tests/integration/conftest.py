@@ -20,6 +20,7 @@ from tests.integration.workload import (
     Cluster,
     Submitted,
     drive,
+    sacct_truth,
     submit,
     testbed_clusters,
     wait_running,
@@ -73,10 +74,12 @@ def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
 
     def while_busy(sub: Submitted) -> None:
         wait_running(cluster, sub.ids["gpujob"][0])
+        # The ids slurmdbd holds *before* the CLI asks: array tasks that start later get their
+        # ids later, and a job submitted a moment ago may not have reached slurmdbd yet.
+        busy["ids"] = sorted(sacct_truth(cluster, sub.all_ids()))
         busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix), config).window(
             sub.submitted_at - 5)
         busy["cli"] = cli_jobs(cluster, tmp_dir)
-        busy["ids"] = sub.all_ids()  # array tasks that start later get their ids later
 
     sub = submit(cluster)
     drive(sub, while_busy=while_busy)
