@@ -1,7 +1,14 @@
-"""Assembly: builds the components from a Config. No logic of its own, no global state."""
+"""Assembly: builds the components from a Config. No logic of its own, no global state.
+
+Delivery paths: cc-backend's REST API (``ccRestSubmitJobs``, the default), then a NATS
+notification of what cc-backend took (``natsServer``); or, with ``ccRestSubmitJobs=false``,
+NATS alone as the durable path (the outbox keeps an event until NATS has it; nodestate still
+goes over REST when ``ccRestUrl`` is set).
+"""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,9 +17,11 @@ from pathlib import Path
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.daemon import Daemon
-from ccadapter.delivery import Deliverer
+from ccadapter.delivery import Deliverer, RestDelivery
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import Outbox
+from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.nats import NatsOptions, NatsPublisher
+from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
@@ -33,14 +42,18 @@ class App:
     config: Config
     collector: Collector
     outbox: Outbox
-    client: CcClient
+    client: CcClient | None  # None: no ccRestUrl (NATS is the only path)
     deliverer: Deliverer
     reconcilers: dict[str, Reconciler]
     intervals: dict[str, float]
     cluster: str
+    publisher: NatsPublisher | None = None
+    notifier: Deliverer | None = None  # NATS notifications of what REST delivered
 
     def daemon(self) -> Daemon:
         daemon = Daemon(self.deliverer)
+        if self.notifier is not None:
+            daemon.add_deliverer(self.notifier, "nats-notify")
         for name, rec in self.reconcilers.items():
             daemon.add_routine(rec.run_once, self.intervals[name], name)
         daemon.add_routine(self.compact, 3600, "compact")
@@ -59,9 +72,24 @@ class App:
     def compact(self) -> dict[str, int]:
         return {"forgotten": self.outbox.compact(self.config.slurm_query_max_span)}
 
+    def start_publishing(self, wait: float = 0.0) -> None:
+        """Connect to NATS in the background; ``wait`` seconds at most for the first
+        connection (one-shot commands), 0 for the daemon, which must run without NATS."""
+        if self.publisher is None:
+            return
+        self.publisher.start()
+        until = time.monotonic() + wait
+        while not self.publisher.connected and time.monotonic() < until:
+            time.sleep(0.05)
+
     def close(self) -> None:
         self.deliverer.close()
-        self.client.close()
+        if self.notifier is not None:
+            self.notifier.close()
+        if self.publisher is not None:
+            self.publisher.close()
+        if self.client is not None:
+            self.client.close()
         self.outbox.close()
 
 
@@ -74,23 +102,55 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
+    nats_on = bool(config.nats_server)
     outbox = outbox or Outbox(outbox_path(config))
+    outbox.notify = nats_on and config.cc_rest_submit_jobs
     client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
-                      ca_bundle=config.cc_rest_ca_bundle or None)
-    deliverer = Deliverer(outbox, client, workers=workers)
+                      ca_bundle=config.cc_rest_ca_bundle or None) if config.cc_rest_url else None
+    publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
+    nats = NatsDelivery(publisher, socket.gethostname()) if publisher else None
+    rest = RestDelivery(client) if client else None
+    notifier = None
+    if config.cc_rest_submit_jobs:
+        assert rest is not None, "ccRestUrl is checked before build()"
+        deliver = rest
+        if nats is not None:
+            notifier = Deliverer(outbox.notifications(), nats, workers=workers)
+    else:
+        assert nats is not None, "natsServer is checked before build()"
+        deliver = _route(nats, rest)
+    deliverer = Deliverer(outbox, deliver, workers=workers)
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, config),
         "slurm-lookback": SlurmWindow(collector, outbox, last_run, config,
                                       lookback=LOOKBACK_SPAN),
         "stale-jobs": StaleJobs(collector, outbox, cluster),
-        "cc-cache": CcCache(client, collector, outbox, cluster),
-        "nodestate": NodeStates(collector, outbox, cluster, config.ignore_hosts_pattern(),
-                                time.time),
     }
     intervals = {"slurm-window": config.slurm_poll_interval,
                  "slurm-lookback": LOOKBACK_INTERVAL,
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster)
+    if client is not None and config.cc_rest_submit_jobs:
+        # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job path,
+        # the stream's acknowledgement is the proof of delivery, not cc-backend's job list.
+        reconcilers["cc-cache"] = CcCache(client, collector, outbox, cluster)
+    if client is not None:
+        reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
+                                              config.ignore_hosts_pattern(), time.time)
+    return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
+               publisher, notifier)
+
+
+def _route(nats: NatsDelivery, rest: RestDelivery | None) -> Callable[[Event], Result]:
+    """NATS as the only job path: starts and stops to NATS, nodestate to REST."""
+
+    def deliver(event: Event) -> Result:
+        if event.kind in ("start", "stop"):
+            return nats(event)
+        if rest is None:  # left from a time with ccRestUrl; cc-backend takes it only by REST
+            return Result(event.id, REJECTED, "nodestate goes over REST; ccRestUrl is empty")
+        return rest(event)
+
+    return deliver

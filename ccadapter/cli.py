@@ -155,22 +155,26 @@ class _ReadyAfterFirstWindow:
             self.sent = True
 
 
-def _require_rest(config: Config) -> None:
-    if not config.cc_rest_submit_jobs:
-        click.echo("error: config key 'ccRestSubmitJobs': false leaves no way to deliver jobs "
-                   "(this version publishes to cc-backend over REST only)", err=True)
-        sys.exit(2)
+def _require_delivery(config: Config) -> None:
+    """A config that cannot deliver jobs is refused before anything starts (exit 2)."""
+    if not config.cc_rest_submit_jobs and not config.nats_server:
+        _config_exit("ccRestSubmitJobs", "false and natsServer empty leave no way to deliver "
+                     "jobs: enable one of them")
+    if config.cc_rest_submit_jobs and not config.cc_rest_url:
+        _config_exit("ccRestUrl", "needed to deliver jobs (it is empty); or set "
+                     "ccRestSubmitJobs to false and deliver over NATS")
+    if not config.cc_rest_submit_jobs and not config.nats_jetstream:
+        log.warning("ccRestSubmitJobs is false and natsJetStream is off: jobs go out on core "
+                    "NATS only, which keeps no message a subscriber misses; set natsJetStream "
+                    "to true for delivery that is acknowledged and deduplicated")
     for key, path in missing_files(config):
-        if key == "ccRestCaBundle":
-            click.echo(f"error: config key {key!r}: file {path} does not exist", err=True)
-            sys.exit(2)
-    if config.nats_server:
-        log.warning("natsServer is set, but this version does not publish to NATS yet; "
-                    "jobs go to cc-backend over REST only")
-    if not config.cc_rest_url:
-        click.echo("error: config key 'ccRestUrl': needed to deliver jobs (it is empty)",
-                   err=True)
-        sys.exit(2)
+        if key == "ccRestCaBundle" or (key.startswith("nats") and config.nats_server):
+            _config_exit(key, f"file {path} does not exist")
+
+
+def _config_exit(key: str, message: str) -> None:
+    click.echo(f"error: config key {key!r}: {message}", err=True)
+    sys.exit(2)
 
 
 @main.command("daemon")
@@ -182,7 +186,7 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
     """Run the reconcilers and the delivery until SIGTERM/SIGINT (then exit 0)."""
     logging.getLogger().setLevel((log_level or "info").upper())
     config = _load(config_path)
-    _require_rest(config)
+    _require_delivery(config)
     with _pid_lock(config):
         try:
             app = build(config)
@@ -197,6 +201,7 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
         server, fast = app.prep(daemon.wake_delivery)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
+        app.start_publishing()
         fast.start()
         try:
             server.start()
@@ -226,7 +231,7 @@ def sync_cmd(config_path: str | None, once: bool, dry_run: bool, only: str | Non
         raise click.UsageError("only --once is supported; run `ccadapter daemon` to keep going")
     config = _load(config_path)
     if not dry_run:
-        _require_rest(config)
+        _require_delivery(config)
     with _pid_lock(config):
         try:
             with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
@@ -257,9 +262,15 @@ def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> No
                                        "jobId": ev.job_id, "startTime": ev.start_time,
                                        "body": ev.payload}, ensure_ascii=False))
     else:
+        app.start_publishing(wait=app.config.nats_publish_timeout)
         stats = app.deliverer.run_once()
-        click.echo(json.dumps({"delivered": stats.delivered, "retry_later": stats.retried,
-                               "rejected": stats.rejected}))
+        summary = {"delivered": stats.delivered, "retry_later": stats.retried,
+                   "rejected": stats.rejected}
+        if app.notifier is not None:
+            nats = app.notifier.run_once()
+            summary["nats"] = {"published": nats.delivered, "retry_later": nats.retried,
+                               "rejected": nats.rejected}
+        click.echo(json.dumps(summary))
     app.close()
 
 

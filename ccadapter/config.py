@@ -86,6 +86,17 @@ class Config(BaseModel):
     cc_rest_ca_bundle: str = Field("", alias="ccRestCaBundle")
     # Where the outbox and other durable state live.
     state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
+    # Publish to a JetStream stream (acknowledged, deduplicated by Nats-Msg-Id) instead of
+    # core NATS (fire and forget). Needed for ccRestSubmitJobs=false: then NATS is the only
+    # delivery path and must be durable.
+    nats_jetstream: bool = Field(False, alias="natsJetStream")
+    # TLS towards the NATS server: CA bundle, and a client certificate and key if the
+    # server verifies clients. Setting any of them (or a tls:// natsServer) turns TLS on.
+    nats_tls_ca_file: str = Field("", alias="natsTlsCaFile")
+    nats_tls_cert_file: str = Field("", alias="natsTlsCertFile")
+    nats_tls_key_file: str = Field("", alias="natsTlsKeyFile")
+    # Seconds a publish may wait for the server's (or the stream's) acknowledgement.
+    nats_publish_timeout: float = Field(5.0, alias="natsPublishTimeout", gt=0, le=300)
 
     @field_validator(
         "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"
@@ -117,6 +128,17 @@ class Config(BaseModel):
             raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
         return value.rstrip("/")
 
+    @field_validator("nats_server")
+    @classmethod
+    def _nats_server(cls, value: str) -> str:
+        scheme, sep, rest = value.partition("://")
+        bad = (scheme not in ("nats", "tls") or not rest) if sep else \
+            any(c in value for c in "/@ ")
+        if bad:  # the value is not echoed: a URL may carry user:password@
+            raise ValueError("must be a host name (as in cc-slurm-adapter) or a nats:// or "
+                             "tls:// URL")
+        return value
+
     # --- derived views --------------------------------------------------------------------
     def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
         """Host regexes in file order; the first match wins."""
@@ -124,6 +146,17 @@ class Config(BaseModel):
 
     def ignore_hosts_pattern(self) -> re.Pattern[str] | None:
         return re.compile(self.ignore_hosts) if self.ignore_hosts else None
+
+    def nats_url(self) -> str:
+        """natsServer and natsPort as one URL: cc-slurm-adapter's host name form, or a URL
+        (which then brings its own port)."""
+        if "://" in self.nats_server:
+            return self.nats_server
+        host = self.nats_server
+        if ":" in host and not host.startswith("["):  # an IPv6 address
+            host = f"[{host}]"
+        tls = self.nats_tls_ca_file or self.nats_tls_cert_file
+        return f"{'tls' if tls else 'nats'}://{host}:{self.nats_port}"
 
     def redacted(self) -> dict[str, Any]:
         """The config as the file would spell it, secrets replaced, for display."""
@@ -197,6 +230,9 @@ def missing_files(config: Config) -> list[tuple[str, str]]:
         ("ccRestCaBundle", config.cc_rest_ca_bundle),
         ("natsCredsFile", config.nats_creds_file),
         ("natsNKeySeedFile", config.nats_nkey_seed_file),
+        ("natsTlsCaFile", config.nats_tls_ca_file),
+        ("natsTlsCertFile", config.nats_tls_cert_file),
+        ("natsTlsKeyFile", config.nats_tls_key_file),
     ):
         if path and not Path(path).is_file():
             out.append((key, path))

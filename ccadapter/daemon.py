@@ -4,6 +4,10 @@ Routines are plain callables (the reconcilers' ``run_once``); ``add_routine`` is
 extension point for site-specific ones. A routine that fails is logged and tried again at
 its next turn; it never stops the others. Delivery wakes as soon as a routine enqueued
 something, so a job reaches cc-backend within a cycle, not a cycle later.
+
+Each deliverer (the outbox to cc-backend; the NATS notifications of what cc-backend took)
+drains in a thread of its own, so a NATS outage never slows REST delivery; what one of them
+delivered wakes the others.
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ class Daemon:
                  heartbeat: Callable[[], None] | None = None,
                  heartbeat_interval: float | None = None) -> None:
         self.deliverer = deliverer
+        self.deliverers: list[tuple[str, Deliverer]] = [("delivery", deliverer)]
         self.clock = clock
         self.idle_delivery_wait = idle_delivery_wait
         self.routines: list[Routine] = []
         self.stopping = threading.Event()
-        self._wake_delivery = threading.Event()
+        self._wakes: list[threading.Event] = []
         self.on_cycle: Callable[[Routine], None] | None = None
         # Called from the main loop at least every heartbeat_interval (systemd's watchdog):
         # a stuck loop stops the pings and systemd restarts the daemon.
@@ -50,18 +55,26 @@ class Daemon:
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
         self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
 
+    def add_deliverer(self, deliverer: Deliverer, name: str) -> None:
+        self.deliverers.append((name, deliverer))
+
     def stop(self) -> None:
         self.stopping.set()
-        self._wake_delivery.set()
+        self.wake_delivery()
 
     def wake_delivery(self) -> None:
         """Deliver now: something was enqueued outside the routines (the fast path)."""
-        self._wake_delivery.set()
+        for wake in self._wakes:
+            wake.set()
 
     def run(self) -> None:
         """Until :meth:`stop`: in-flight work is finished, then it returns."""
-        sender = threading.Thread(target=self._deliver_loop, name="delivery", daemon=True)
-        sender.start()
+        self._wakes = [threading.Event() for _ in self.deliverers]
+        senders = [threading.Thread(target=self._deliver_loop, args=(d, wake), name=name,
+                                    daemon=True)
+                   for (name, d), wake in zip(self.deliverers, self._wakes, strict=True)]
+        for sender in senders:
+            sender.start()
         try:
             while not self.stopping.is_set():
                 self.run_due()
@@ -73,7 +86,8 @@ class Daemon:
                 self.stopping.wait(max(0.05, wait))
         finally:
             self.stop()
-            sender.join()
+            for sender in senders:
+                sender.join()
 
     def run_due(self) -> None:
         for routine in self.routines:
@@ -94,17 +108,21 @@ class Daemon:
             routine.last_error = None
             log.info("%s: %s (%.2f s)", routine.name, summary, self.clock() - started)
         routine.next_at = started + routine.interval
-        self._wake_delivery.set()
+        self.wake_delivery()
         if self.on_cycle:
             self.on_cycle(routine)
 
-    def _deliver_loop(self) -> None:
+    def _deliver_loop(self, deliverer: Deliverer, wake: threading.Event) -> None:
         while not self.stopping.is_set():
-            self._wake_delivery.clear()
+            wake.clear()
             try:
-                stats = self.deliverer.run_once(stopping=self.stopping.is_set)
+                stats = deliverer.run_once(stopping=self.stopping.is_set)
             except Exception:
                 log.exception("delivery failed; retrying")
                 stats = None
-            if stats is None or not stats.delivered:
-                self._wake_delivery.wait(self.idle_delivery_wait)
+            if stats is not None and stats.delivered:
+                for other in self._wakes:  # e.g. NATS notifications of what REST delivered
+                    if other is not wake:
+                        other.set()
+            else:
+                wake.wait(self.idle_delivery_wait)

@@ -1,26 +1,38 @@
-"""Drains the outbox into cc-backend with a bounded pool of workers.
+"""Drains a queue of the outbox with a bounded pool of workers.
 
-One batch at a time: claim the due events, send them in parallel, record every result in
-one transaction. A batch never holds a start and the stop of the same run (the outbox hands
+One batch at a time: claim the due events, deliver them in parallel, record every result in
+one transaction. A batch never holds a start and the stop of the same run (the queue hands
 out a stop only after its start was delivered), so the per-job order needs no locking here.
+
+What "deliver" means is a function of one event: :class:`RestDelivery` (cc-backend's REST
+API, with its 404 dance) or :class:`ccadapter.notify.delivery.NatsDelivery`. The same engine
+drains the outbox itself and its NATS notification queue.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 from ccadapter.cc.client import NODESTATE, START, STOP, Answer, Outcome
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Outbox, Result
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)
 
 
 class Sender(Protocol):
     def send(self, kind: str, body: dict) -> Answer: ...
+
+
+class Queue(Protocol):
+    """What the engine drains: the outbox, or its NATS notification queue."""
+
+    def due(self, limit: int = 256) -> list[Event]: ...
+
+    def record(self, results: Iterable[Result]) -> None: ...
 
 
 @dataclass
@@ -39,10 +51,11 @@ class DeliveryStats:
 
 
 class Deliverer:
-    def __init__(self, outbox: Outbox, sender: Sender, workers: int = 8, batch: int = 256,
+    def __init__(self, queue: Queue, deliver: Callable[[Event], Result], workers: int = 8,
+                 batch: int = 256,
                  on_result: Callable[[Event, Result], None] | None = None) -> None:
-        self.outbox = outbox
-        self.sender = sender
+        self.queue = queue
+        self.deliver = deliver
         self.batch = batch
         self.on_result = on_result
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
@@ -59,11 +72,11 @@ class Deliverer:
         for _ in range(max_batches):
             if stopping():
                 break
-            events = self.outbox.due(self.batch)
+            events = self.queue.due(self.batch)
             if not events:
                 break
             results = list(self._pool.map(self.deliver, events))
-            self.outbox.record(results)
+            self.queue.record(results)
             for ev, res in zip(events, results, strict=True):
                 stats.add(res)
                 if self.on_result:
@@ -72,8 +85,14 @@ class Deliverer:
                 break
         return stats
 
-    def deliver(self, event: Event) -> Result:
-        """Send one event, following cc-backend's answers to a final result."""
+
+class RestDelivery:
+    """One event to cc-backend, following its answers to a final result."""
+
+    def __init__(self, sender: Sender) -> None:
+        self.sender = sender
+
+    def __call__(self, event: Event) -> Result:
         if event.kind == STOP:
             return self._deliver_stop(event)
         answer = self.sender.send(event.kind, event.payload)

@@ -7,6 +7,10 @@ hook-plus-poll double sightings never become double deliveries. Per job the orde
 what :meth:`Outbox.due` hands out: a stop only after the start of the same run was delivered
 (or rejected), and the start of a requeued job's new run only after the old run's events.
 
+With NATS notifications on (REST and NATS both), an event cc-backend took gets a row in
+``notify`` in the same transaction that records the delivery, so a notification survives a
+crash like the event did; :class:`NotifyQueue` drains those rows (same ordering rule).
+
 Allocation details (hwthreads, GPUs) are captured at first sight: a pending start is only ever
 replaced by a richer one (one that carries allocation details), and a stop carries the start
 body stored for its run, so that a stop answered 404 can deliver the start first, hours later.
@@ -45,6 +49,16 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_due ON events (status, next_attempt_at);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS notify (
+    event_id        INTEGER PRIMARY KEY,
+    status          TEXT    NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'rejected')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL    NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    delivered_at    REAL
+);
+CREATE INDEX IF NOT EXISTS notify_due ON notify (status, next_attempt_at);
 """
 
 PENDING, DELIVERED, REJECTED = "pending", "delivered", "rejected"
@@ -106,13 +120,25 @@ WHERE status = 'pending' AND next_attempt_at <= :now
 ORDER BY id LIMIT :limit
 """
 
+_NOTIFY_DUE = """
+SELECT e.id, e.cluster, e.job_id, e.start_time, e.kind, e.payload, n.attempts, e.created_at
+FROM notify n JOIN events e ON e.id = n.event_id
+WHERE n.status = 'pending' AND n.next_attempt_at <= :now
+  AND NOT (e.kind = 'stop' AND EXISTS (
+        SELECT 1 FROM events s JOIN notify ns ON ns.event_id = s.id
+        WHERE s.cluster = e.cluster AND s.job_id = e.job_id AND s.start_time = e.start_time
+          AND s.kind = 'start' AND ns.status = 'pending'))
+ORDER BY n.event_id LIMIT :limit
+"""
+
 
 class Outbox:
     """Thread-safe: one connection, one lock; writes are batched by the callers."""
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None, notify: bool = False) -> None:
         self.path = Path(path)
+        self.notify = notify  # queue a NATS notification for every delivered start/stop
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.backoff = backoff or Backoff()
@@ -185,23 +211,14 @@ class Outbox:
         now = self.clock()
         with self._tx() as db:
             for res in results:
-                if res.status == DELIVERED:
-                    db.execute("UPDATE events SET status = 'delivered', delivered_at = ?, "
-                               "attempts = attempts + 1, last_error = NULL WHERE id = ?",
-                               (now, res.event_id))
-                elif res.status == REJECTED:
-                    db.execute("UPDATE events SET status = 'rejected', attempts = attempts + 1, "
-                               "last_error = ? WHERE id = ?", (res.error, res.event_id))
-                else:
-                    row = db.execute("SELECT attempts FROM events WHERE id = ?",
-                                     (res.event_id,)).fetchone()
-                    if row is None:  # a newer nodestate replaced it while in flight
-                        continue
-                    attempts = row[0]
-                    db.execute("UPDATE events SET attempts = ?, next_attempt_at = ?, "
-                               "last_error = ? WHERE id = ?",
-                               (attempts + 1, now + self.backoff.delay(attempts), res.error,
-                                res.event_id))
+                _apply(db, "events", res, now, self.backoff)
+                if self.notify and res.status == DELIVERED:
+                    db.execute("INSERT OR IGNORE INTO notify (event_id) SELECT id FROM events "
+                               "WHERE id = ? AND kind IN ('start', 'stop')", (res.event_id,))
+
+    def notifications(self) -> NotifyQueue:
+        """The NATS notifications owed for delivered events, as a queue to drain."""
+        return NotifyQueue(self)
 
     def retry_now(self) -> None:
         """Make every waiting event due (cc-backend is back, or the operator says so)."""
@@ -214,11 +231,15 @@ class Outbox:
         now = self.clock()
         with self._tx() as db:
             gone = db.execute("DELETE FROM events WHERE status = 'delivered' AND "
-                              "delivered_at < ?", (now - keep_seconds,)).rowcount
+                              "delivered_at < ? AND id NOT IN (SELECT event_id FROM notify "
+                              "WHERE status != 'delivered')", (now - keep_seconds,)).rowcount
             gone += db.execute("DELETE FROM events WHERE kind = 'nodestate' AND status = "
                                "'delivered' AND delivered_at < ?", (now - 3600,)).rowcount
             db.execute("UPDATE events SET payload = '' WHERE status = 'delivered' AND "
-                       "kind != 'start' AND payload != '' AND delivered_at < ?", (now - 3600,))
+                       "kind != 'start' AND payload != '' AND delivered_at < ? AND id NOT IN "
+                       "(SELECT event_id FROM notify WHERE status != 'delivered')",
+                       (now - 3600,))
+            db.execute("DELETE FROM notify WHERE event_id NOT IN (SELECT id FROM events)")
         return gone
 
     def snapshot(self, target: str | Path) -> Outbox:
@@ -256,7 +277,9 @@ class Outbox:
                 "SELECT kind || ':' || status, count(*) FROM events GROUP BY 1").fetchall())
             oldest = self._db.execute("SELECT min(created_at) FROM events WHERE "
                                       "status = 'pending'").fetchone()[0]
-        return {"counts": counts,
+            notify = dict(self._db.execute(
+                "SELECT status, count(*) FROM notify GROUP BY 1").fetchall())
+        return {"counts": counts, "notify": notify,
                 "pending": sum(v for k, v in counts.items() if k.endswith(":pending")),
                 "rejected": sum(v for k, v in counts.items() if k.endswith(":rejected")),
                 "oldest_pending_age": (self.clock() - oldest) if oldest else 0.0}
@@ -282,6 +305,47 @@ class Outbox:
         with self._tx() as db:
             db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "
                        "DO UPDATE SET value = excluded.value", (key, value))
+
+
+class NotifyQueue:
+    """The ``notify`` rows as a queue: due/record like the outbox, same per-run order."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    def due(self, limit: int = 256) -> list[Event]:
+        box = self.outbox
+        with box._lock:
+            rows = box._db.execute(_NOTIFY_DUE, {"now": box.clock(), "limit": limit}).fetchall()
+        return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows]
+
+    def record(self, results: Iterable[Result]) -> None:
+        box = self.outbox
+        now = box.clock()
+        with box._tx() as db:
+            for res in results:
+                _apply(db, "notify", res, now, box.backoff)
+
+
+def _apply(db: sqlite3.Connection, table: str, res: Result, now: float,
+           backoff: Backoff) -> None:
+    """One delivery result into ``events`` or ``notify`` (same status columns)."""
+    key = "id" if table == "events" else "event_id"
+    if res.status == DELIVERED:
+        db.execute(f"UPDATE {table} SET status = 'delivered', delivered_at = ?, "
+                   f"attempts = attempts + 1, last_error = NULL WHERE {key} = ?",
+                   (now, res.event_id))
+    elif res.status == REJECTED:
+        db.execute(f"UPDATE {table} SET status = 'rejected', attempts = attempts + 1, "
+                   f"last_error = ? WHERE {key} = ?", (res.error, res.event_id))
+    else:
+        row = db.execute(f"SELECT attempts FROM {table} WHERE {key} = ?",
+                         (res.event_id,)).fetchone()
+        if row is None:  # a newer nodestate replaced it while in flight
+            return
+        db.execute(f"UPDATE {table} SET attempts = ?, next_attempt_at = ?, last_error = ? "
+                   f"WHERE {key} = ?",
+                   (row[0] + 1, now + backoff.delay(row[0]), res.error, res.event_id))
 
 
 def _dumps(payload: dict[str, Any]) -> str:

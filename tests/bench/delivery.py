@@ -68,12 +68,12 @@ def fill_outbox(path: Path, n_events: int) -> None:
 def child(outbox: str, url: str, workers: int) -> None:
     """Drain the outbox; print events/s and RSS as JSON."""
     from ccadapter.cc.client import CcClient
-    from ccadapter.delivery import Deliverer
+    from ccadapter.delivery import Deliverer, RestDelivery
     from ccadapter.outbox import Outbox
 
     box = Outbox(outbox)
     client = CcClient(url, "bench-token")
-    deliverer = Deliverer(box, client, workers=workers)
+    deliverer = Deliverer(box, RestDelivery(client), workers=workers)
     started = time.perf_counter()
     total = 0
     while True:

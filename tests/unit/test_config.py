@@ -55,6 +55,10 @@ def test_unknown_key_is_a_warning(caplog):
     ({"natsPort": 70000}, "natsPort"),
     ({"ccRestUrl": "ftp://x"}, "ccRestUrl"),
     ({"slurmCommandPrefix": "chroot /x"}, "slurmCommandPrefix"),
+    ({"natsServer": "http://broker:4222"}, "natsServer"),
+    ({"natsServer": "broker/x"}, "natsServer"),
+    ({"natsPublishTimeout": 0}, "natsPublishTimeout"),
+    ({"natsJetStream": "maybe"}, "natsJetStream"),
 ])
 def test_bad_values_name_the_key(raw, key):
     with pytest.raises(ConfigError) as err:
@@ -102,3 +106,32 @@ def test_not_json_and_not_object(tmp_path):
     p.write_text("{")
     with pytest.raises(ConfigError, match="not valid JSON"):
         load_config(p)
+
+
+def test_nats_url_from_cc_slurm_adapter_keys_or_a_url():
+    assert parse_config({"natsServer": "broker", "natsPort": 4333}).nats_url() == \
+        "nats://broker:4333"
+    assert parse_config({"natsServer": "::1"}).nats_url() == "nats://[::1]:4222"
+    assert parse_config({"natsServer": "broker", "natsTlsCaFile": "/ca.pem"}).nats_url() == \
+        "tls://broker:4222"
+    assert parse_config({"natsServer": "tls://b:1"}).nats_url() == "tls://b:1"
+
+
+def test_nats_url_with_password_is_not_echoed():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"natsServer": "http://user:pw-s3cr3t@broker"})
+    assert "s3cr3t" not in str(err.value)
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    ({"ccRestSubmitJobs": False}, "ccRestSubmitJobs"),  # and no natsServer: no path at all
+    ({"ccRestUrl": ""}, "ccRestUrl"),
+    ({"ccRestSubmitJobs": False, "natsServer": "127.0.0.1", "natsCredsFile": "/nope.creds"},
+     "natsCredsFile"),
+])
+def test_daemon_refuses_configs_that_cannot_deliver(tmp_path, raw, key):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"pidFilePath": str(tmp_path / "pid"), **raw}))
+    res = CliRunner().invoke(main, ["daemon", "--config", str(cfg)])
+    assert res.exit_code == 2
+    assert repr(key) in res.output

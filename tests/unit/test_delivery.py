@@ -3,7 +3,7 @@
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
-from ccadapter.delivery import Deliverer
+from ccadapter.delivery import Deliverer, RestDelivery
 from ccadapter.outbox import NewEvent, Outbox
 from tests.standin.ccbackend import CcBackendStandin
 
@@ -32,7 +32,7 @@ def standin():
 def setup(tmp_path, standin):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, TOKEN, quick_retries=0, read_timeout=2)
-    deliverer = Deliverer(box, client, workers=2)
+    deliverer = Deliverer(box, RestDelivery(client), workers=2)
     yield box, deliverer, standin
     deliverer.close()
     client.close()
@@ -79,7 +79,7 @@ def test_repeated_events_count_as_delivered(setup):
     box.enqueue(events())
     d.run_once()
     box2 = Outbox(box.path.with_name("other.sqlite"))  # e.g. a state directory lost
-    d2 = Deliverer(box2, d.sender, workers=1)
+    d2 = Deliverer(box2, d.deliver, workers=1)
     box2.enqueue(events())
     assert d2.run_once().delivered == 2
     assert [s for _, s in paths(standin)][-2:] == [422, 422]
@@ -125,7 +125,7 @@ def test_dropped_connections_and_hangs_are_retried(setup):
 def test_auth_error_said_plainly(tmp_path, standin, caplog):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, "wrong-token", quick_retries=0)
-    d = Deliverer(box, client, workers=1)
+    d = Deliverer(box, RestDelivery(client), workers=1)
     box.enqueue(events()[:1])
     d.run_once()
     assert "check ccRestJwt" in caplog.text and box.stats()["rejected"] == 0

@@ -160,3 +160,63 @@ def test_concurrent_enqueue_and_record(box):
     for t in threads:
         t.join()
     assert box.stats()["pending"] == 200
+
+
+# --- NATS notifications of delivered events ------------------------------------------------
+
+def nodestate():
+    return NewEvent("c", 0, 0, "nodestate", {"nodes": []})
+
+
+def test_notifications_are_owed_only_for_delivered_starts_and_stops(tmp_path, clock):
+    box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
+    box.enqueue([start(1), stop(1), nodestate(), start(2)])
+    queue = box.notifications()
+    assert queue.due() == []  # nothing delivered yet, nothing to announce
+    first = box.due()
+    box.record([Result(e.id, DELIVERED if e.job_id != 2 else REJECTED) for e in first])
+    assert [(e.job_id, e.kind) for e in queue.due()] == [(1, "start")]  # stop waits for it
+    box.record([Result(e.id, DELIVERED) for e in box.due()])
+    due = queue.due()
+    assert [(e.job_id, e.kind) for e in due] == [(1, "start")]
+    queue.record([Result(due[0].id, DELIVERED)])
+    due = queue.due()
+    assert [(e.job_id, e.kind) for e in due] == [(1, "stop")]
+    assert due[0].payload["start"]["jobId"] == 1  # the start body rides along (partition)
+    queue.record([Result(due[0].id, PENDING, "NATS down")])
+    assert queue.due() == []  # backoff
+    clock.now += 10_000
+    assert len(queue.due()) == 1
+    assert box.stats()["notify"] == {"delivered": 1, "pending": 1}
+    box.close()
+
+
+def test_redelivered_start_is_announced_once(tmp_path, clock):
+    box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
+    box.enqueue([start(1)])
+    ev = box.due()[0]
+    box.record([Result(ev.id, DELIVERED)])
+    box.notifications().record([Result(ev.id, DELIVERED)])
+    assert box.reopen_start("c", 1, 100)  # cc-backend lost it: REST again, NATS not again
+    box.record([Result(ev.id, DELIVERED)])
+    assert box.notifications().due() == []
+    box.close()
+
+
+def test_compaction_keeps_events_whose_notification_is_owed(tmp_path, clock):
+    box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
+    box.enqueue([start(1), start(2)])
+    evs = box.due()
+    box.record([Result(e.id, DELIVERED) for e in evs])
+    box.notifications().record([Result(evs[0].id, DELIVERED)])
+    clock.now += 100_000
+    assert box.compact(keep_seconds=3600) == 1  # job 1: delivered and announced
+    owed = box.notifications().due()
+    assert [(e.job_id, e.payload["jobId"]) for e in owed] == [(2, 2)]
+    box.close()
+
+
+def test_without_nats_no_notifications_are_kept(box):
+    box.enqueue([start(1)])
+    box.record([Result(e.id, DELIVERED) for e in box.due()])
+    assert box.notifications().due() == [] and box.stats()["notify"] == {}

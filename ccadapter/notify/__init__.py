@@ -1,0 +1,1 @@
+"""Job notifications on NATS, in the line-protocol form cc-backend ingests."""

@@ -1,0 +1,268 @@
+"""Publishing to NATS from the daemon's threads.
+
+nats-py is asyncio and the daemon is threads: the publisher owns one event loop in a thread
+of its own, and :meth:`NatsPublisher.publish` blocks the calling delivery worker on a future.
+
+The connection is made in the background and kept forever (nats-py reconnects with a fixed
+wait, and a closed connection is replaced). While it is down, :meth:`publish` answers "not
+published" at once instead of letting nats-py buffer the message for a later reconnect: the
+outbox holds the event and tries again with backoff, so nothing waits in memory and nothing
+is sent twice because a buffered copy went out after we had given up on it.
+
+Core NATS: a publish counts once the server answered the PING that follows it (``flush``),
+so it reached the server. JetStream: once the stream acknowledged it; the ``Nats-Msg-Id``
+header lets the stream drop a resend inside its duplicate window (a crash between the
+acknowledgement and the outbox's record of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+
+from ccadapter.config import Config
+from ccadapter.notify.message import Message
+
+log = logging.getLogger(__name__)
+
+_AUTH_KEYS = "natsUser/natsPassword, natsCredsFile or natsNKeySeedFile"
+
+
+@dataclass(frozen=True)
+class NatsOptions:
+    url: str
+    subject: str
+    jetstream: bool = False
+    user: str = ""
+    password: str = field(default="", repr=False)
+    creds_file: str = ""
+    nkey_seed_file: str = ""
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    publish_timeout: float = 5.0
+    reconnect_wait: float = 2.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> NatsOptions:
+        return cls(url=config.nats_url(), subject=config.nats_subject,
+                   jetstream=config.nats_jetstream, user=config.nats_user,
+                   password=config.nats_password, creds_file=config.nats_creds_file,
+                   nkey_seed_file=config.nats_nkey_seed_file,
+                   tls_ca_file=config.nats_tls_ca_file,
+                   tls_cert_file=config.nats_tls_cert_file,
+                   tls_key_file=config.nats_tls_key_file,
+                   publish_timeout=config.nats_publish_timeout)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        if not (self.tls_ca_file or self.tls_cert_file or self.url.startswith("tls://")):
+            return None
+        ctx = ssl.create_default_context(cafile=self.tls_ca_file or None)
+        if self.tls_cert_file:
+            ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file or None)
+        return ctx
+
+
+@dataclass(frozen=True)
+class Published:
+    ok: bool
+    error: str = ""
+    permanent: bool = False  # retrying cannot help (the message is too large)
+    duplicate: bool = False  # JetStream had it already (a resend)
+
+
+class LogGate:
+    """Says each distinct problem at once, then at most once per ``every`` seconds: a
+    server that refuses us for a day must not write a line every two seconds."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -1e9) < self.every:
+                return False
+            self._last[key] = now
+            return True
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "authorization violation" in text.lower() or isinstance(exc, nats.errors.AuthorizationError):
+        return f"the server refused our credentials ({text}): check {_AUTH_KEYS}"
+    return text
+
+
+class NatsPublisher:
+    def __init__(self, options: NatsOptions) -> None:
+        self.options = options
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="nats",
+                                        daemon=True)
+        self._nc: Any = None
+        self._js: Any = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._gate = LogGate()
+        self.last_error = "not connected yet"
+
+    def __repr__(self) -> str:  # options hold the password
+        return f"NatsPublisher({self.options.url!r})"
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._spawn_connect(), self._loop).result(10)
+
+    def close(self) -> None:
+        if not self._thread.is_alive():
+            return
+        self._stopping = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        except (TimeoutError, RuntimeError) as exc:
+            log.warning("NATS: shutdown incomplete: %s", describe(exc))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    async def _spawn_connect(self) -> None:
+        task = asyncio.ensure_future(self._connect_until_done())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect_until_done(self) -> None:
+        """nats-py retries a refused or unreachable server forever by itself; what it
+        raises is a problem on our side (an unreadable creds file, a bad TLS key): said,
+        then tried again a minute later, in case the admin fixed it meanwhile."""
+        while not self._stopping:
+            nc = nats.NATS()
+            try:
+                await nc.connect(**self._connect_kwargs())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = describe(exc)
+                log.error("NATS: cannot connect to %s: %s", _safe_url(self.options.url),
+                          self.last_error)
+                await asyncio.sleep(60)
+                continue
+            self._js = nc.jetstream(timeout=self.options.publish_timeout) \
+                if self.options.jetstream else None
+            self._nc = nc
+            self.last_error = ""
+            log.info("NATS: connected to %s (%s)", _safe_url(self.options.url),
+                     "JetStream" if self.options.jetstream else "core NATS")
+            return
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        o = self.options
+        kwargs: dict[str, Any] = {
+            "servers": [o.url], "name": "ccadapter", "allow_reconnect": True,
+            "max_reconnect_attempts": -1, "reconnect_time_wait": o.reconnect_wait,
+            "connect_timeout": max(1, int(o.publish_timeout)),
+            "error_cb": self._on_error, "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected, "closed_cb": self._on_closed,
+        }
+        if o.user:
+            kwargs.update(user=o.user, password=o.password)
+        if o.creds_file:
+            kwargs["user_credentials"] = o.creds_file
+        elif o.nkey_seed_file:
+            kwargs["nkeys_seed"] = o.nkey_seed_file
+        if (tls := o.tls_context()) is not None:
+            kwargs["tls"] = tls
+        return kwargs
+
+    async def _shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await asyncio.wait_for(self._nc.close(), 5)
+            except (TimeoutError, nats.errors.Error, OSError) as exc:
+                log.debug("NATS: close: %s", describe(exc))
+
+    # --- callbacks (on the loop) ---------------------------------------------------------
+
+    async def _on_error(self, exc: Exception) -> None:
+        self.last_error = describe(exc)
+        if self._gate.allow(self.last_error):
+            log.error("NATS %s: %s (retrying every %.0f s; events wait in the outbox)",
+                      _safe_url(self.options.url), self.last_error,
+                      self.options.reconnect_wait)
+
+    async def _on_disconnected(self) -> None:
+        if not self._stopping:
+            self.last_error = "disconnected, reconnecting"
+            log.warning("NATS: disconnected from %s; reconnecting (events wait in the "
+                        "outbox)", _safe_url(self.options.url))
+
+    async def _on_reconnected(self) -> None:
+        self.last_error = ""
+        log.info("NATS: reconnected to %s", _safe_url(self.options.url))
+
+    async def _on_closed(self) -> None:
+        if not self._stopping:  # nats-py gave up on this connection: make a new one
+            log.warning("NATS: connection closed; connecting again")
+            self._nc = self._js = None
+            await self._spawn_connect()
+
+    # --- publishing ----------------------------------------------------------------------
+
+    def publish(self, msg: Message) -> Published:
+        """Blocks until the server (core) or the stream (JetStream) has the message, or
+        says why not. Never raises for a NATS problem."""
+        if self._stopping or not self._thread.is_alive():
+            return Published(False, "publisher stopped")
+        fut = asyncio.run_coroutine_threadsafe(self._publish(msg), self._loop)
+        try:
+            return fut.result(self.options.publish_timeout + 2)
+        except TimeoutError:
+            fut.cancel()
+            return Published(False, f"no answer within {self.options.publish_timeout} s")
+
+    async def _publish(self, msg: Message) -> Published:
+        nc, js, o = self._nc, self._js, self.options
+        if nc is None or not nc.is_connected:
+            return Published(False, f"not connected: {self.last_error or 'reconnecting'}")
+        try:
+            if js is not None:
+                ack = await js.publish(o.subject, msg.data, timeout=o.publish_timeout,
+                                       headers={"Nats-Msg-Id": msg.msg_id})
+                return Published(True, duplicate=bool(ack.duplicate))
+            await nc.publish(o.subject, msg.data)
+            await nc.flush(timeout=o.publish_timeout)
+            return Published(True)
+        except nats.errors.MaxPayloadError as exc:
+            return Published(False, f"message of {len(msg.data)} bytes: {describe(exc)}",
+                             permanent=True)
+        except nats.js.errors.NoStreamResponseError:
+            return Published(False, f"no JetStream stream takes subject {o.subject!r}: create "
+                             f"one, e.g. `nats stream add --subjects {o.subject} "
+                             f"--dupe-window 1h`, or set natsJetStream to false")
+        except (TimeoutError, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
+            return Published(False, describe(exc))
+
+
+def _safe_url(url: str) -> str:
+    """The server URL without any user:password@ part."""
+    scheme, sep, rest = url.rpartition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}"

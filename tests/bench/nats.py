@@ -1,0 +1,72 @@
+"""Benchmark of NATS publishing (issue 5): messages/s from the outbox to a local nats-server.
+
+A backlog of start+stop events built from real recorded jobs (tests.bench.delivery) is
+drained through the daemon's own path (Deliverer + NatsDelivery + NatsPublisher) to a
+nats-server on 127.0.0.1, on core NATS (publish + flush) and on JetStream (acknowledged,
+Nats-Msg-Id). Every run starts a fresh server; the stream is checked to hold every event.
+
+Run: .venv/bin/python -m tests.bench.nats [--runs 5] [--events 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from ccadapter.delivery import Deliverer
+from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.nats import NatsOptions, NatsPublisher
+from ccadapter.outbox import Outbox
+from tests.bench.delivery import fill_outbox
+from tests.natsserver import NatsServer, add_stream, stream_messages
+
+
+def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
+    box_path = tmp / "outbox.sqlite"
+    fill_outbox(box_path, n_events)
+    with NatsServer(tmp / "nats", jetstream=jetstream) as server:
+        if jetstream:
+            add_stream(server.url)
+        pub = NatsPublisher(NatsOptions(url=server.url, subject="jobs", jetstream=jetstream))
+        pub.start()
+        while not pub.connected:
+            time.sleep(0.02)
+        box = Outbox(box_path)
+        deliverer = Deliverer(box, NatsDelivery(pub, "bench"), workers=16)
+        started = time.perf_counter()
+        done = 0
+        while done < n_events:
+            done += deliverer.run_once().delivered
+        elapsed = time.perf_counter() - started
+        if jetstream:
+            assert len(stream_messages(server.url)) == n_events
+        deliverer.close()
+        pub.close()
+        box.close()
+    return n_events / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--events", type=int, default=5000)
+    args = ap.parse_args()
+    rates: dict[str, list[float]] = {"core": [], "jetstream": []}
+    for i in range(args.runs):  # alternate, so that machine noise hits both alike
+        for mode in rates:
+            with tempfile.TemporaryDirectory(prefix="ccadapter-bench-nats-") as tmp:
+                rates[mode].append(one_run(Path(tmp), args.events, mode == "jetstream"))
+        print(f"run {i + 1}: core {rates['core'][-1]:.0f}/s, "
+              f"jetstream {rates['jetstream'][-1]:.0f}/s", flush=True)
+    core, js = statistics.median(rates["core"]), statistics.median(rates["jetstream"])
+    print(f"\nNATS publish rate, {args.events} events from the outbox, median of {args.runs}:")
+    print(f"  core NATS (publish + flush):        {core:8.0f} messages/s")
+    print(f"  JetStream (acknowledged, deduped):  {js:8.0f} messages/s")
+    print(f"  ratio core/JetStream: {core / js:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Issue 5 end to end: real Slurm, the daemon (or `sync --once`) as a process, the strict
+cc-backend stand-in and a real nats-server. What NATS received is compared with what
+cc-backend received: the same JSON bodies, each once."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from ccadapter.lastrun import LastRun
+from tests.integration.sync_scenario import (
+    TOKEN,
+    DaemonProc,
+    ccadapter,
+    exactly_once,
+    submit_batch,
+    wait_for,
+    write_config,
+)
+from tests.integration.test_hook_live import hook_configured, hook_socket
+from tests.integration.workload import Cluster
+from tests.lineproto import parse_line
+from tests.natsserver import NatsServer, add_stream, require_nats_server, stream_messages
+from tests.standin.ccbackend import JOB, STOP_REQUEST, CcBackendStandin, decode_body
+
+pytestmark = pytest.mark.integration
+
+NATS_PASSWORD = "nats-secret-3f9d2c71"
+# Every character line protocol and JSON must escape, in a real job script.
+SCRIPT = ('#!/bin/sh\n# a "quoted", comma, separated \\ back\\slashed, spaced   line\n'
+          'echo "a=b, c d" \'single\' \\\\ \\"\nsleep 1\n')
+
+
+@pytest.fixture(autouse=True)
+def _nats_server_present():
+    require_nats_server()
+
+
+def nats_config(server: NatsServer, **extra) -> dict:
+    return {"natsServer": "127.0.0.1", "natsPort": server.port, "natsJetStream": True,
+            "natsPublishTimeout": 3, **extra}
+
+
+def received(url: str) -> dict[tuple[str, int, int], list[dict]]:
+    """(function, jobId, startTime) -> the decoded bodies the stream holds."""
+    out: dict[tuple[str, int, int], list[dict]] = {}
+    for data in stream_messages(url):
+        point = parse_line(data.decode())
+        assert point.measurement == "job"
+        assert point.tags["type"] == "node" and point.tags["type-id"] == "0"
+        body = json.loads(point.fields["event"])
+        struct = JOB if point.tags["function"] == "start_job" else STOP_REQUEST
+        decode_body(body, None, struct)  # as strict as cc-backend's REST decoding
+        key = (point.tags["function"], body["jobId"], body["startTime"])
+        out.setdefault(key, []).append(body)
+    return out
+
+
+def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
+    """Each start and stop cc-backend got is in the stream once, with the same body."""
+    got = received(url)
+    problems = [f"{k}: {len(v)} copies" for k, v in got.items() if len(v) != 1]
+    for fn, bodies in (("start_job", standin.started(cluster.name)),
+                       ("stop_job", standin.stopped())):
+        for body in bodies:
+            copies = got.get((fn, body["jobId"], body["startTime"]), [])
+            if copies[:1] != [body]:
+                problems.append(f"{fn} {body['jobId']}: NATS has {copies[:1]}")
+    return problems
+
+
+def test_workload_reaches_nats_once_with_rest_bodies(workload, tmp_path):
+    cluster, sub = workload.sub.cluster, workload.sub
+    with NatsServer(tmp_path / "nats") as server, \
+            CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        add_stream(server.url)
+        cfg = write_config(cluster, standin, tmp_path, **nats_config(server))
+        LastRun(tmp_path / "lastrun").set(sub.submitted_at - 5)
+        for _ in range(2):  # the second run finds nothing owed
+            res = ccadapter("sync", "--once", "--config", str(cfg))
+            assert res.returncode == 0, res.stderr
+        assert exactly_once(standin, cluster, sub.all_ids()) == []
+        assert same_as_rest(standin, server.url, cluster) == []
+        assert len(received(server.url)) == len(standin.started(cluster.name)) + len(
+            standin.stopped())
+
+
+@pytest.fixture(params=["22.05", "24.11", "26.05"])
+def cluster(request, testbed) -> Cluster:
+    c = testbed[request.param]
+    if not hook_configured(c):
+        pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
+                    "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
+    return c
+
+
+def submit_script_job(cluster: Cluster, tmp: Path) -> int:
+    root = Path(cluster.prefix[1]) if cluster.prefix else Path("/")
+    script = root / "tmp" / f"ccadapter-nats-{time.time_ns()}.sh"
+    script.write_text(SCRIPT)
+    inside = "/" + str(script.relative_to(root))
+    out = cluster.run("sbatch", "--parsable", "-J", "nats script", "-o", "/dev/null", inside)
+    return int(out.strip().split(";")[0])
+
+
+def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp_path):
+    server = NatsServer(tmp_path / "nats")  # not started: unreachable at first
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        cfg = write_config(cluster, standin, tmp_path, slurmPollInterval=60,
+                           ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
+                           natsUser="", natsPassword=NATS_PASSWORD, **nats_config(server))
+        LastRun(tmp_path / "lastrun").set(time.time() - 5)
+        daemon = DaemonProc(cfg, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
+                     "daemon not listening")
+            ids = [*submit_batch(cluster, "natsdown", 3), submit_script_job(cluster, tmp_path)]
+            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
+                     "REST delivery stalled while NATS was unreachable")
+            server.start()
+            add_stream(server.url)
+            # (the window's overlap may bring jobs of earlier tests too: all are compared)
+            wait_for(lambda: not same_as_rest(standin, server.url, cluster), 90,
+                     "notifications did not follow once NATS was back")
+            time.sleep(2)  # nothing more may come
+            assert daemon.terminate() == 0
+            assert same_as_rest(standin, server.url, cluster) == []
+            assert {k[1] for k in received(server.url)} >= set(ids)
+            got = received(server.url)
+            script_job = ids[-1]
+            start = next(v[0] for k, v in got.items() if k[:2] == ("start_job", script_job))
+            assert start["metaData"]["jobScript"] == SCRIPT
+        finally:
+            if daemon.proc and daemon.proc.poll() is None:
+                daemon.terminate()
+            server.stop()
+        log = daemon.log.read_text()
+        assert "Traceback" not in log
+        assert TOKEN not in log and NATS_PASSWORD not in log
+
+
+def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
+    with NatsServer(tmp_path / "nats") as server, \
+            CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        add_stream(server.url)
+        cfg = write_config(cluster, standin, tmp_path, slurmPollInterval=60,
+                           ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
+                           ccRestSubmitJobs=False, **nats_config(server))
+        LastRun(tmp_path / "lastrun").set(time.time() - 5)
+        daemon = DaemonProc(cfg, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            ids = submit_batch(cluster, "natsonly", 4)
+            wait_for(lambda: {k[1] for k in received(server.url) if k[0] == "stop_job"}
+                     >= set(ids), 60, "jobs not published on NATS")
+        finally:
+            assert daemon.terminate() == 0
+        got = received(server.url)
+        assert all(len(v) == 1 for v in got.values()), got
+        assert {k[1] for k in got if k[0] == "start_job"} >= set(ids)
+        assert standin.requests("/api/jobs/start_job/") == []  # REST jobs are off
+        assert standin.requests("/api/jobs/stop_job/") == []
