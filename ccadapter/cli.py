@@ -26,6 +26,7 @@ from ccadapter.app import App, build, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
 from ccadapter.cc.client import CcBackendError
 from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError
@@ -97,6 +98,13 @@ def main(ctx: click.Context, log_level: str) -> None:
     """Feed ClusterCockpit's cc-backend with Slurm jobs."""
     ctx.ensure_object(Deps)
     _setup_logging(log_level)
+
+
+def _config_file(config_path: str | None) -> str | None:
+    """The file :func:`_load` read, if any."""
+    if config_path is None and Path(DEFAULT_CONFIG_PATH).exists():
+        return DEFAULT_CONFIG_PATH
+    return config_path
 
 
 @main.command("check-config")
@@ -208,6 +216,9 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
     config = _load(config_path)
     _require_rest(config)
     with _pid_lock(config):
+        for warning in startup_warnings(config, _config_file(config_path), deps.runner(config),
+                                        Identity.current()):
+            log.warning("%s", warning)
         try:
             app = build(config)
         except CcAdapterError as exc:
