@@ -30,7 +30,7 @@ from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import SlurmRunner
+from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 
 OUTBOX_FILE = "outbox.sqlite"
 # Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
@@ -98,8 +98,8 @@ def outbox_path(config: Config) -> Path:
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
-          workers: int = 16) -> App:
-    runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+          workers: int = 16, runner: CommandRunner | None = None) -> App:
+    runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
     nats_on = bool(config.nats_server)

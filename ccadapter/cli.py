@@ -9,19 +9,24 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ccadapter import __version__
-from ccadapter.app import build, outbox_path
+from ccadapter.app import App, build, outbox_path
+from ccadapter.backfill import Backfill, ChunkResult, chunks
+from ccadapter.cc.client import CcBackendError
 from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError
@@ -30,10 +35,13 @@ from ccadapter.model import Job
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
 from ccadapter.reconcilers.events import ignored as is_ignored
+from ccadapter.recover import claim, clear_socket, rebuild
 from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import SlurmRunner
+from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
+from ccadapter.status import CycleLog, render_events, render_table, scrub, secret_values
+from ccadapter.status import collect as collect_status
 
 log = logging.getLogger("ccadapter")
 
@@ -67,13 +75,36 @@ def _load(config_path: str | None) -> Config:
         sys.exit(2)
 
 
+def _slurm_runner(config: Config) -> CommandRunner:
+    return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+
+
+@dataclass(frozen=True)
+class Deps:
+    """What the commands reach the outside world through. Tests pass fakes with
+    ``CliRunner.invoke(main, ..., obj=Deps(...))``; the real ones are the defaults."""
+
+    runner: Callable[[Config], CommandRunner] = _slurm_runner
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.time
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ccadapter")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def main(log_level: str) -> None:
+@click.pass_context
+def main(ctx: click.Context, log_level: str) -> None:
     """Feed ClusterCockpit's cc-backend with Slurm jobs."""
+    ctx.ensure_object(Deps)
     _setup_logging(log_level)
+
+
+def _config_file(config_path: str | None) -> str | None:
+    """The file :func:`_load` read, if any."""
+    if config_path is None and Path(DEFAULT_CONFIG_PATH).exists():
+        return DEFAULT_CONFIG_PATH
+    return config_path
 
 
 @main.command("check-config")
@@ -182,12 +213,16 @@ def _config_exit(key: str, message: str) -> None:
 @click.option("--log-level", default=None,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Overrides the global --log-level (default here: info).")
-def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
+@click.pass_obj
+def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> None:
     """Run the reconcilers and the delivery until SIGTERM/SIGINT (then exit 0)."""
     logging.getLogger().setLevel((log_level or "info").upper())
     config = _load(config_path)
     _require_delivery(config)
     with _pid_lock(config):
+        for warning in startup_warnings(config, _config_file(config_path), deps.runner(config),
+                                        Identity.current()):
+            log.warning("%s", warning)
         try:
             app = build(config)
         except CcAdapterError as exc:
@@ -197,7 +232,7 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
         daemon.heartbeat_interval = watchdog_interval()
         if daemon.heartbeat_interval:
             daemon.heartbeat = lambda: notify("WATCHDOG=1")
-        daemon.on_cycle = _ReadyAfterFirstWindow()
+        daemon.on_cycle = CycleLog(app.outbox, then=_ReadyAfterFirstWindow())
         server, fast = app.prep(daemon.wake_delivery)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
@@ -315,3 +350,281 @@ def _table(jobs_: list[Job], views: list[dict[str, Any]]) -> str:
 
 def _ts(epoch: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
+
+
+# --- operator commands: status, queue, backfill, recover -------------------------------------
+
+_format_option = click.option("--format", "fmt", type=click.Choice(["json", "table"]),
+                              default="table", show_default=True)
+
+
+@main.command("status")
+@_config_option
+@_format_option
+@click.pass_obj
+def status_cmd(deps: Deps, config_path: str | None, fmt: str) -> None:
+    """Outbox depth, rejected events, last cycle per reconciler, lock holder, lastRun.
+
+    Read from the files alone: works whether or not the daemon runs, never takes its lock,
+    never prints a secret. The JSON shape is documented in the README."""
+    config = _load(config_path)
+    try:
+        doc = collect_status(config, outbox_path(config), deps.clock)
+    except sqlite3.Error as exc:
+        click.echo(f"error: cannot read the outbox {outbox_path(config)}: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False) if fmt == "json"
+               else render_table(doc))
+
+
+@main.group("queue")
+def queue() -> None:
+    """List, retry or drop the outbox's events (safe while the daemon runs)."""
+
+
+def _existing_outbox(config: Config) -> Outbox:
+    """The outbox, which these commands must not create (a typo in the config would)."""
+    path = outbox_path(config)
+    if not path.exists():
+        click.echo(f"error: no outbox at {path} (stateDirectory): the daemon has not run "
+                   "with this config", err=True)
+        sys.exit(1)
+    return Outbox(path)
+
+
+def _ids(ids: list[int]) -> str:
+    return " ".join(map(str, ids))
+
+
+@queue.command("list")
+@_config_option
+@click.option("--status", "status_", default="pending", show_default=True,
+              type=click.Choice(["pending", "rejected", "delivered", "all"]))
+@click.option("--kind", type=click.Choice(["start", "stop", "nodestate"]), default=None)
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@_format_option
+@click.pass_obj
+def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | None,
+               limit: int, fmt: str) -> None:
+    """The outbox's events, oldest first, without their bodies."""
+    config = _load(config_path)
+    outbox = _existing_outbox(config)
+    try:
+        rows = outbox.list_events(None if status_ == "all" else status_, kind, limit)
+    finally:
+        outbox.close()
+    rows = scrub(rows, secret_values(config))
+    click.echo(json.dumps(rows, indent=2, ensure_ascii=False) if fmt == "json"
+               else render_events(rows, deps.clock()))
+
+
+@queue.command("retry")
+@_config_option
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all-rejected", is_flag=True, help="Every rejected event.")
+def queue_retry(config_path: str | None, ids: tuple[int, ...], all_rejected: bool) -> None:
+    """Make events due now: rejected ones (after a fix in cc-backend) and pending ones
+    waiting for their next attempt. Exit 1 if a given id was not retried."""
+    if bool(ids) == all_rejected:
+        raise click.UsageError("give event ids or --all-rejected (not both)")
+    config = _load(config_path)
+    outbox = _existing_outbox(config)
+    try:
+        done = outbox.requeue(None if all_rejected else ids)
+    finally:
+        outbox.close()
+    click.echo(f"{len(done)} event(s) due now" + (f": {_ids(done)}" if done else ""))
+    if missed := sorted(set(ids) - set(done)):
+        click.echo(f"error: not retried (no such event, or delivered: use `backfill "
+                   f"--resend` to send a delivered job again): {_ids(missed)}", err=True)
+        sys.exit(1)
+
+
+@queue.command("drop")
+@_config_option
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all-rejected", is_flag=True, help="Every rejected event.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
+               all_rejected: bool, yes: bool) -> None:
+    """Give up on undelivered events: they are never sent. Takes explicit ids or
+    --all-rejected; there is deliberately no way to drop every pending event at once.
+
+    Dropped events stay in the outbox as done, so overlapping Slurm windows do not
+    enqueue them again."""
+    if bool(ids) == all_rejected:
+        raise click.UsageError("give event ids or --all-rejected (not both)")
+    config = _load(config_path)
+    outbox = _existing_outbox(config)
+    try:
+        rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
+                else outbox.events_by_id(ids))
+        if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
+            click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
+                       err=True)
+            sys.exit(1)
+        if not rows:
+            click.echo("no rejected events: nothing to drop")
+            return
+        click.echo(render_events(scrub(rows, secret_values(config)), deps.clock()))
+        if not yes:
+            click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
+                          abort=True)
+        done = outbox.drop([r["id"] for r in rows])
+    finally:
+        outbox.close()
+    click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
+
+
+@contextmanager
+def _exclusive(config: Config, what: str) -> Iterator[None]:
+    """The daemon's lock for a command that must not run beside it."""
+    lock = PidLock(config.pid_file_path)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        click.echo(f"error: {what} needs the daemon stopped: {exc}; stop it first (e.g. "
+                   "`systemctl stop ccadapter`), then run this again", err=True)
+        sys.exit(1)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _build(config: Config, deps: Deps) -> App:
+    try:
+        return build(config, runner=deps.runner(config))
+    except CcAdapterError as exc:
+        click.echo(f"error: cannot start: {exc}", err=True)
+        sys.exit(1)
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+
+
+@main.command("backfill")
+@_config_option
+@click.option("--since", required=True, help="Range start: 2d, 12h, @EPOCH or an ISO time.")
+@click.option("--until", default=None, help="Range end (default: now).")
+@click.option("--chunk-hours", type=click.FloatRange(min=0, min_open=True), default=6.0,
+              show_default=True, help="Hours of Slurm history per sacct query.")
+@click.option("--resend", is_flag=True,
+              help="Also send again what was delivered (cc-backend lost it).")
+@click.option("--no-deliver", is_flag=True,
+              help="Only enqueue; the daemon delivers when it starts.")
+@click.pass_obj
+def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | None,
+                 chunk_hours: float, resend: bool, no_deliver: bool) -> None:
+    """Put the job runs of a past time range into the outbox (what it holds already is
+    not sent twice), then deliver. The daemon must be stopped."""
+    config = _load(config_path)
+    if not no_deliver:
+        _require_rest(config)
+    now = deps.clock()
+    try:
+        spans = chunks(parse_when(since, now), parse_when(until, now) if until else now,
+                       chunk_hours * 3600)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    with _exclusive(config, "backfill"):
+        app = _build(config, deps)
+        try:
+            job = Backfill(app.collector, app.outbox, config.ignore_hosts_pattern(), resend)
+            _backfill_report(_run_chunks(job, spans))
+            if not no_deliver:
+                _deliver_and_report(app)
+        finally:
+            app.close()
+
+
+def _run_chunks(job: Backfill, spans: list[tuple[float, float]]) -> list[ChunkResult]:
+    """Chunk by chunk: a bar on a terminal, a line per chunk otherwise (logs, pipes)."""
+    done: list[ChunkResult] = []
+
+    def one(since: float, until: float) -> ChunkResult:
+        try:
+            result = job.run_chunk(since, until)
+        except CcAdapterError as exc:
+            click.echo(f"error: chunk {_iso(since)} .. {_iso(until)}: {exc}\nthe chunks "
+                       f"before it are in the outbox; continue with --since @{since:.0f}",
+                       err=True)
+            sys.exit(1)
+        done.append(result)
+        return result
+
+    if sys.stdout.isatty():
+        with click.progressbar(spans, label="backfill", show_pos=True) as bar:
+            for since, until in bar:
+                one(since, until)
+        return done
+    for i, (since, until) in enumerate(spans, 1):
+        r = one(since, until)
+        click.echo(f"chunk {i}/{len(spans)} {_iso(since)} .. {_iso(until)}: {r.jobs} jobs, "
+                   f"{r.events} events, {r.new} new, {r.resent} resent")
+    return done
+
+
+def _backfill_report(results: list[ChunkResult]) -> None:
+    total = {f: sum(getattr(r, f) for r in results)
+             for f in ("jobs", "events", "new", "resent", "skipped_records")}
+    click.echo(f"backfill {_iso(results[0].since)} .. {_iso(results[-1].until)}: "
+               f"{total['jobs']} job runs, {total['events']} events, {total['new']} new, "
+               f"{total['resent']} resent")
+    if total["skipped_records"]:
+        click.echo(f"{total['skipped_records']} record(s) skipped, see messages above",
+                   err=True)
+
+
+def _deliver_and_report(app: App) -> None:
+    stats = app.deliverer.run_once()
+    left = app.outbox.stats()["pending"]
+    click.echo(f"delivered {stats.delivered}, rejected {stats.rejected}, "
+               f"{left} pending (the daemon retries them)")
+
+
+@main.command("recover")
+@_config_option
+@click.option("--stale-wait", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds between stale-jobs' two squeue polls.")
+@click.pass_obj
+def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
+    """Clean start: remove a stale PID file and hook socket, rebuild the running jobs
+    from cc-backend and Slurm, deliver. Refuses while the daemon runs."""
+    config = _load(config_path)
+    _require_rest(config)
+    lock = PidLock(config.pid_file_path)
+    try:
+        actions = claim(lock)
+    except CcAdapterError as exc:
+        click.echo(f"error: recover refused: {exc}", err=True)
+        sys.exit(1)
+    try:
+        actions += _clear_socket(config)
+        for line in actions or ["no stale PID file, no stale socket"]:
+            click.echo(line)
+        app = _build(config, deps)
+        try:
+            rebuild(app, stale_wait, deps.sleep,
+                    lambda step, summary: click.echo(f"{step}: {json.dumps(summary)}"))
+        except (CcAdapterError, CcBackendError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        finally:
+            app.close()
+    finally:
+        lock.release()
+
+
+def _clear_socket(config: Config) -> list[str]:
+    try:
+        return clear_socket(config.prep_sock_listen_path)
+    except ValueError as exc:
+        click.echo(f"error: config key 'prepSockListenPath': {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"error: cannot remove {config.prep_sock_listen_path}: {exc.strerror}",
+                   err=True)
+        sys.exit(1)

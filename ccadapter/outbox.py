@@ -306,6 +306,113 @@ class Outbox:
             db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "
                        "DO UPDATE SET value = excluded.value", (key, value))
 
+    # --- operator tools (``ccadapter status|queue|backfill``) ------------------------------
+
+    def list_events(self, status: str | None = None, kind: str | None = None,
+                    limit: int = 100) -> list[dict[str, Any]]:
+        """Events without their payloads, oldest first; ``None`` means any status/kind."""
+        where, args = _filters(status=status, kind=kind)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, cluster, job_id, start_time, kind, status, attempts, "
+                f"next_attempt_at, created_at, delivered_at, last_error FROM events {where} "
+                "ORDER BY id LIMIT ?", (*args, limit)).fetchall()
+        return [dict(zip(_LISTED, r, strict=True)) for r in rows]
+
+    def events_by_id(self, ids: Iterable[int]) -> list[dict[str, Any]]:
+        """Like :meth:`list_events`, for the given ids (unknown ones are left out)."""
+        rows: list[tuple[Any, ...]] = []
+        with self._lock:
+            for chunk in _batches(sorted(set(ids))):
+                rows += self._db.execute(
+                    "SELECT id, cluster, job_id, start_time, kind, status, attempts, "
+                    "next_attempt_at, created_at, delivered_at, last_error FROM events "
+                    f"WHERE id IN ({_marks(chunk)}) ORDER BY id", chunk).fetchall()
+        return [dict(zip(_LISTED, r, strict=True)) for r in rows]
+
+    def requeue(self, ids: Iterable[int] | None = None) -> list[int]:
+        """Make events due now: the given pending or rejected ones, or (``None``) every
+        rejected one. Returns the ids changed; delivered events are left alone (a resend is
+        ``backfill --resend``'s business, with a fresh body from Slurm)."""
+        with self._tx() as db:
+            if ids is None:
+                found = [r[0] for r in db.execute(
+                    "SELECT id FROM events WHERE status = 'rejected' ORDER BY id")]
+            else:
+                found = _existing(db, ids, "status IN ('pending', 'rejected')")
+            for chunk in _batches(found):
+                db.execute("UPDATE events SET status = 'pending', next_attempt_at = 0 "
+                           f"WHERE id IN ({_marks(chunk)})", chunk)
+        return found
+
+    def drop(self, ids: Iterable[int]) -> list[int]:
+        """Give up on undelivered events: they are marked delivered (never sent) with a
+        note, and their body is forgotten. They keep their place in the table so that the
+        next overlapping Slurm window does not enqueue them again; ``compact`` forgets them
+        with the delivered ones. Returns the ids changed."""
+        now = self.clock()
+        with self._tx() as db:
+            found = _existing(db, ids, "status != 'delivered'")
+            for chunk in _batches(found):
+                db.execute("UPDATE events SET status = 'delivered', delivered_at = ?, "
+                           "payload = '', last_error = 'dropped by operator' "
+                           f"WHERE id IN ({_marks(chunk)})", (now, *chunk))
+        return found
+
+    def resend(self, events: Iterable[NewEvent]) -> int:
+        """Open delivered events again with the given (fresh) bodies: cc-backend lost
+        them. Events not in the table or not delivered are left alone; returns how many
+        were opened."""
+        opened = 0
+        with self._tx() as db:
+            for ev in events:
+                opened += db.execute(
+                    "UPDATE events SET status = 'pending', next_attempt_at = 0, payload = ?, "
+                    "last_error = NULL, delivered_at = NULL WHERE cluster = ? AND job_id = ? "
+                    "AND start_time = ? AND kind = ? AND status = 'delivered'",
+                    (_dumps(ev.payload), ev.cluster, ev.job_id, ev.start_time, ev.kind),
+                ).rowcount
+        return opened
+
+    def state_items(self, prefix: str) -> dict[str, str]:
+        """Every state entry whose key starts with ``prefix``."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM state WHERE substr(key, 1, ?) = ? "
+                                    "ORDER BY key", (len(prefix), prefix)).fetchall()
+        return dict(rows)
+
+
+_LISTED = ("id", "cluster", "jobId", "startTime", "kind", "status", "attempts",
+           "nextAttemptAt", "createdAt", "deliveredAt", "error")
+
+
+def _filters(**columns: str | None) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause for the columns given a value (names are ours, values are bound)."""
+    given = {k: v for k, v in columns.items() if v is not None}
+    if not given:
+        return "", ()
+    return "WHERE " + " AND ".join(f"{k} = ?" for k in given), tuple(given.values())
+
+
+def _batches(ids: list[int], size: int = 500) -> Iterator[list[int]]:
+    """SQLite limits the parameters of one statement; a few hundred ids at a time."""
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
+
+
+def _marks(ids: list[int]) -> str:
+    return ", ".join("?" * len(ids))
+
+
+def _existing(db: sqlite3.Connection, ids: Iterable[int], condition: str) -> list[int]:
+    """Which of ``ids`` exist and meet ``condition`` (a fixed SQL fragment of ours)."""
+    found: list[int] = []
+    for chunk in _batches(sorted(set(ids))):
+        found += [r[0] for r in db.execute(
+            f"SELECT id FROM events WHERE id IN ({_marks(chunk)}) AND {condition} ORDER BY id",
+            chunk)]
+    return found
+
 
 class NotifyQueue:
     """The ``notify`` rows as a queue: due/record like the outbox, same per-run order."""

@@ -55,3 +55,38 @@ class PidLock:
             return True
         self._lock.release()
         return False
+
+
+    def lock_owners(self) -> list[int] | None:
+        """PIDs holding the lock, read from ``/proc/locks`` without touching the lock
+        itself: testing it by taking it, however briefly, would make a daemon starting in
+        that instant give up. ``None`` when the kernel does not say (no ``/proc/locks``)."""
+        try:
+            with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            return None
+        try:
+            st = os.stat(self._lock.lock_file)
+        except FileNotFoundError:
+            return []
+        # "6: FLOCK  ADVISORY  WRITE 4455 fe:00:1474566 0 EOF" (major:minor in hex);
+        # waiters are listed as "6: -> FLOCK ..." and do not hold it.
+        device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        return [int(f[4]) for f in (line.split() for line in lines)
+                if len(f) >= 6 and f[1] == "FLOCK" and f[5] == device]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, belongs to another user
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]

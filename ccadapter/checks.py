@@ -1,0 +1,123 @@
+"""Start-up checks of the daemon: mistakes that do not stop it but make it quietly wrong or
+unsafe, each reported as one warning that says what to run to fix it.
+
+- Slurm privileges. With ``PrivateData=jobs`` sacct, squeue and scontrol show a plain user
+  only their own jobs, and ``scontrol write batch_script`` refuses other users' jobs
+  whatever the setting. root and SlurmUser are privileged; anyone else needs AdminLevel
+  Operator (or Administrator) in slurmdbd.
+- Secrets on disk. A config file holding a secret (``ccRestJwt``, ``natsPassword``, ...)
+  or a NATS credentials file must not be readable by others, nor by its group unless the
+  daemon itself reads it through that group (owner root, group of the daemon, mode 0640).
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import stat
+from dataclasses import dataclass
+
+from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.errors import CcAdapterError
+from ccadapter.slurm.runner import CommandRunner
+
+PRIVILEGED_LEVELS = frozenset({"operator", "administrator"})
+_SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the daemon runs as (a parameter, so tests need not change their own user)."""
+
+    user: str
+    uid: int
+    groups: frozenset[int]
+
+    @classmethod
+    def current(cls) -> Identity:
+        uid = os.geteuid()
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:  # no passwd entry (containers): Slurm knows the uid only
+            user = str(uid)
+        return cls(user, uid, frozenset({os.getegid(), *os.getgroups()}))
+
+
+def startup_warnings(config: Config, config_path: str | None, runner: CommandRunner,
+                     who: Identity) -> list[str]:
+    """Every warning of both checks, in a stable order."""
+    warnings = []
+    if (slurm := slurm_privilege(runner, who)) is not None:
+        warnings.append(slurm)
+    return warnings + secret_files(config, config_path, who)
+
+
+def slurm_privilege(runner: CommandRunner, who: Identity) -> str | None:
+    """A warning when ``who`` is not privileged in Slurm, or when that cannot be told."""
+    if who.uid == 0:
+        return None
+    try:
+        match = _SLURM_USER.search(runner.run(["scontrol", "show", "config"]))
+        if match and match.group(1) == who.user:
+            return None
+        out = runner.run(["sacctmgr", "show", "user", who.user, "-P", "-n",
+                          "format=user,adminlevel"])
+    except CcAdapterError as exc:
+        return f"cannot tell whether user {who.user} is a Slurm operator: {exc}"
+    levels = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+    level = levels.get(who.user)
+    why = ("other users' jobs may be hidden from it (PrivateData) and their batch scripts "
+           "cannot be read")
+    if level is None:
+        return (f"user {who.user} is not in Slurm's accounting database, so {why}; run: "
+                f"sacctmgr add user {who.user} account=ACCOUNT adminlevel=operator")
+    if level.strip().lower() in PRIVILEGED_LEVELS:
+        return None
+    return (f"user {who.user} has Slurm AdminLevel {level.strip() or 'None'}, so {why}; run: "
+            f"sacctmgr modify user where name={who.user} set adminlevel=operator")
+
+
+def secret_files(config: Config, config_path: str | None, who: Identity) -> list[str]:
+    """Warnings for files holding secrets that others (or a foreign group) may read."""
+    data = config.model_dump(by_alias=True)
+    candidates: list[tuple[str, str]] = []
+    held = sorted(k for k in SECRET_KEYS if data.get(k))
+    if config_path and held:
+        candidates.append((config_path, f"holds {', '.join(held)}"))
+    for key in ("natsCredsFile", "natsNKeySeedFile"):
+        if data.get(key):
+            candidates.append((data[key], f"is {key}"))
+    warnings = []
+    for path, what in candidates:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # missing files are reported where they are needed
+        readers = _foreign_readers(st, who)
+        if readers:
+            fix = "go-r" if len(readers) == 2 else ("o-r" if readers[-1] == "others" else "g-r")
+            warnings.append(f"{path} {what} and is readable by {' and '.join(readers)} "
+                            f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod {fix} {path}")
+    return warnings
+
+
+def _foreign_readers(st: os.stat_result, who: Identity) -> list[str]:
+    """Who besides the daemon may read a file: ``group NAME`` and/or ``others``."""
+    readers = []
+    if st.st_mode & stat.S_IRGRP:
+        reads_through_group = who.uid != 0 and st.st_uid != who.uid and st.st_gid in who.groups
+        if not reads_through_group:
+            readers.append(f"group {_group_name(st.st_gid)}")
+    if st.st_mode & stat.S_IROTH:
+        readers.append("others")
+    return readers
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+

@@ -1,0 +1,81 @@
+"""recover: a clean start after a crash, a killed daemon or a restored machine.
+
+1. The PID lock is taken for the whole recovery, so no daemon starts in the middle of it.
+   A PID file naming a live process is never touched: either that is the daemon (it holds
+   the lock) or something else (cc-slurm-adapter, which uses the same default path, or a
+   reused PID), and in both cases the operator decides. A PID file naming a dead process
+   is stale and is replaced by ours, then removed when recover ends.
+2. A UNIX socket at prepSockListenPath is stale once we hold the lock: it is removed.
+   Anything else at that path (a file, a directory) is reported and left alone.
+3. The running jobs are rebuilt from both sides: cc-cache compares cc-backend's running
+   jobs with Slurm (ends it missed are sent, starts it lost are sent again), and stale-jobs
+   polls squeue twice, ``stale_wait`` seconds apart (the two-polls rule: one missing answer
+   can be a requeue in flight), to stop the runs our outbox holds open that Slurm ended.
+4. What that enqueued is delivered once; what cannot be delivered now stays in the outbox
+   for the daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ccadapter.app import App
+from ccadapter.errors import CcAdapterError
+from ccadapter.pidlock import PidLock, pid_alive
+from ccadapter.prep.hook import parse_spec
+
+
+class Refused(CcAdapterError):
+    """Recovery would step on a live process."""
+
+
+def claim(lock: PidLock) -> list[str]:
+    """Take the daemon's lock for the recovery; returns what was done to get it."""
+    old = lock.holder()
+    if old is not None and old != os.getpid() and pid_alive(old):
+        owners = lock.lock_owners()
+        if owners is None or old in owners:  # without /proc/locks: assume the daemon
+            raise Refused(f"the daemon is running (PID {old}): stop it first, e.g. "
+                          "`systemctl stop ccadapter`")
+        raise Refused(f"PID {old} in {lock.pid_path} is alive but does not hold ccadapter's "
+                      "lock (cc-slurm-adapter, which uses the same default PID file? a "
+                      "reused PID?): stop that process, or remove the PID file by hand")
+    lock.acquire()  # AlreadyRunning: a daemon holds the lock but its PID file is gone
+    if old is None:
+        return []
+    return [f"stale PID file {lock.pid_path} (PID {old} not alive) replaced; "
+            "it is removed when recover ends"]
+
+
+def clear_socket(spec: str) -> list[str]:
+    """Remove a UNIX socket left at prepSockListenPath. Only call while holding the lock."""
+    family, address = parse_spec(spec)
+    if family != socket.AF_UNIX:
+        return []  # a TCP port leaves nothing behind
+    path = Path(str(address))
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISSOCK(mode):
+        return [f"{path} is not a socket: left alone (the daemon cannot listen there)"]
+    path.unlink()
+    return [f"stale socket {path} removed"]
+
+
+def rebuild(app: App, stale_wait: float, sleep: Callable[[float], None],
+            report: Callable[[str, dict[str, Any]], None]) -> None:
+    """Steps 3 and 4; ``report`` gets each step's summary as it finishes."""
+    report("cc-cache", app.reconcilers["cc-cache"].run_once())
+    stale = app.reconcilers["stale-jobs"]
+    report("stale-jobs (first poll)", stale.run_once())
+    sleep(stale_wait)
+    report("stale-jobs (second poll)", stale.run_once())
+    stats = app.deliverer.run_once()
+    report("delivery", {"delivered": stats.delivered, "retry_later": stats.retried,
+                        "rejected": stats.rejected})

@@ -1,0 +1,216 @@
+"""What ``ccadapter status`` shows, gathered from files alone: the outbox (SQLite in WAL
+mode, which lets a reader in while the daemon writes), the PID file and lock, and lastRun.
+
+It never takes the daemon's lock, never calls Slurm or cc-backend and never creates a file,
+so it answers the same whether the daemon runs, is stopped, or crashed. The daemon leaves
+each routine's last cycle in the outbox's state table (:class:`CycleLog`) for it to read.
+Secret values of the config are scrubbed from everything it returns, whatever the source.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ccadapter import __version__
+from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.daemon import Routine
+from ccadapter.lastrun import LastRun
+from ccadapter.outbox import Outbox
+from ccadapter.pidlock import PidLock, pid_alive
+
+log = logging.getLogger(__name__)
+
+CYCLE_PREFIX = "cycle."
+REDACTED = "<redacted>"
+
+
+class CycleLog:
+    """The daemon's ``on_cycle``: each routine's last cycle, kept on disk for ``status``.
+
+    A failing write is logged and otherwise ignored: a full disk must not stop the loop
+    whose work (the outbox) matters more than this record of it."""
+
+    def __init__(self, outbox: Outbox, clock: Callable[[], float] = time.time,
+                 then: Callable[[Routine], None] | None = None) -> None:
+        self.outbox = outbox
+        self.clock = clock
+        self.then = then
+
+    def __call__(self, routine: Routine) -> None:
+        record = {"at": self.clock(), "ok": routine.last_error is None,
+                  "lastOk": routine.last_ok, "error": routine.last_error}
+        try:
+            self.outbox.set_state(CYCLE_PREFIX + routine.name, json.dumps(record))
+        except sqlite3.Error as exc:
+            log.warning("cannot record the cycle of %s for `status`: %s", routine.name, exc)
+        if self.then:
+            self.then(routine)
+
+
+def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time.time,
+            rejected_limit: int = 50) -> dict[str, Any]:
+    """The whole status document (its shape is documented in the README)."""
+    now = clock()
+    doc = {
+        "version": __version__,
+        "time": now,
+        "daemon": daemon_view(config),
+        "lastRun": _last_run_view(config, now),
+        **_outbox_views(outbox_file, now, rejected_limit),
+    }
+    return scrub(doc, secret_values(config))
+
+
+def daemon_view(config: Config) -> dict[str, Any]:
+    """The PID file, whether that process lives, and who holds the lock according to the
+    kernel (``/proc/locks``; ``null`` where there is none). An alive PID that does not hold
+    the lock is not our daemon: a reused PID, or cc-slurm-adapter (same default path)."""
+    lock = PidLock(config.pid_file_path)
+    pid = lock.holder()
+    owners = lock.lock_owners()
+    return {"pidFile": config.pid_file_path, "pid": pid,
+            "alive": pid is not None and pid_alive(pid),
+            "lockHeld": None if owners is None else bool(owners), "lockPids": owners}
+
+
+def _last_run_view(config: Config, now: float) -> dict[str, Any]:
+    ts = LastRun(config.last_run_path).get()
+    return {"path": config.last_run_path, "time": ts,
+            "age": None if ts is None else round(now - ts, 3)}
+
+
+def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]:
+    """``outbox`` and ``reconcilers``; an outbox that does not exist yet is not created."""
+    view: dict[str, Any] = {"path": str(path), "exists": path.exists(), "pending": 0,
+                            "rejected": 0, "oldestPendingAge": None, "counts": {},
+                            "rejectedEvents": []}
+    if not view["exists"]:
+        return {"outbox": view, "reconcilers": {}}
+    outbox = Outbox(path, clock=lambda: now)
+    try:
+        stats = outbox.stats()
+        view.update(pending=stats["pending"], rejected=stats["rejected"],
+                    counts=_nested(stats["counts"]),
+                    rejectedEvents=outbox.rejected(rejected_limit))
+        if stats["pending"]:
+            view["oldestPendingAge"] = round(stats["oldest_pending_age"], 3)
+        cycles = outbox.state_items(CYCLE_PREFIX)
+    finally:
+        outbox.close()
+    return {"outbox": view, "reconcilers": _cycles(cycles, now)}
+
+
+def _nested(counts: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``{"start:pending": 3}`` -> ``{"start": {"pending": 3}}``."""
+    out: dict[str, dict[str, int]] = {}
+    for key, n in sorted(counts.items()):
+        kind, _, status = key.partition(":")
+        out.setdefault(kind, {})[status] = n
+    return out
+
+
+def _cycles(raw: dict[str, str], now: float) -> dict[str, dict[str, Any]]:
+    out = {}
+    for key, value in raw.items():
+        try:
+            record = json.loads(value)
+        except ValueError:
+            continue  # written by a newer or broken version: not ours to interpret
+        record["age"] = round(now - record["at"], 3)
+        out[key.removeprefix(CYCLE_PREFIX)] = record
+    return out
+
+
+def secret_values(config: Config) -> list[str]:
+    """The values of the config's secret keys that are set."""
+    data = config.model_dump(by_alias=True)
+    return [data[k] for k in SECRET_KEYS if data.get(k)]
+
+
+def scrub(obj: Any, secrets: Iterable[str]) -> Any:
+    """``obj`` with every occurrence of a secret in its strings replaced. A status shows
+    error texts of other programs (cc-backend's answers, exceptions); none may carry one."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return obj
+    if isinstance(obj, str):
+        for secret in secrets:
+            obj = obj.replace(secret, REDACTED)
+        return obj
+    if isinstance(obj, dict):
+        return {k: scrub(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub(v, secrets) for v in obj]
+    return obj
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    """The status for a terminal: one section per concern, ages in words."""
+    lines = [f"ccadapter {doc['version']}", ""]
+    lines += _daemon_lines(doc["daemon"])
+    last = doc["lastRun"]
+    lines.append(f"lastRun     {_ago(last['age'])}  ({last['path']})")
+    lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
+    for name, rec in sorted(doc["reconcilers"].items()):
+        result = "ok" if rec["ok"] else f"error: {rec['error']}"
+        lines.append(f"{name:<15} {_ago(rec['age']):<12} {result}")
+    if not doc["reconcilers"]:
+        lines.append("(no cycle recorded yet)")
+    return "\n".join(lines)
+
+
+def _daemon_lines(daemon: dict[str, Any]) -> list[str]:
+    if daemon["pid"] is None:
+        state = "no PID file"
+    elif daemon["alive"]:
+        state = f"PID {daemon['pid']} alive"
+    else:
+        state = f"stale PID file (PID {daemon['pid']} is gone)"
+    if daemon["lockHeld"] is not None:
+        owners = ", ".join(map(str, daemon["lockPids"]))
+        state += f"; lock held by PID {owners}" if owners else "; lock free: not running"
+    return [f"daemon      {state}  ({daemon['pidFile']})"]
+
+
+def _outbox_lines(box: dict[str, Any]) -> list[str]:
+    if not box["exists"]:
+        return [f"outbox      not created yet ({box['path']})"]
+    oldest = f" (oldest {_ago(box['oldestPendingAge'])})" if box["pending"] else ""
+    lines = [f"outbox      {box['pending']} pending{oldest}, {box['rejected']} rejected  "
+             f"({box['path']})"]
+    for kind, by_status in box["counts"].items():
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items()))
+        lines.append(f"  {kind:<10} {counts}")
+    for ev in box["rejectedEvents"]:
+        lines.append(f"  rejected #{ev['id']}: {ev['kind']} of job {ev['jobId']} "
+                     f"({ev['cluster']}, start {ev['startTime']}): {ev['error']}")
+    return lines
+
+
+def _ago(age: float | None) -> str:
+    if age is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if age >= size:
+            return f"{age / size:.1f}{unit} ago"
+    return f"{age:.0f}s ago"
+
+
+def render_events(rows: list[dict[str, Any]], now: float) -> str:
+    """``queue list`` for a terminal: one event a line, the error last (it is long)."""
+    head = ("ID", "KIND", "STATUS", "CLUSTER", "JOBID", "START", "TRIES", "NEXT", "ERROR")
+    table = [head]
+    for r in rows:
+        due = r["nextAttemptAt"] - now
+        nxt = ("-" if r["status"] != "pending" else "now" if due <= 0 else f"in {due:.0f}s")
+        table.append((str(r["id"]), r["kind"], r["status"], r["cluster"], str(r["jobId"]),
+                      str(r["startTime"]), str(r["attempts"]), nxt, r["error"] or ""))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in table)

@@ -1,0 +1,68 @@
+"""backfill: chunking, idempotent enqueueing, resending what cc-backend lost."""
+
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ccadapter.backfill import Backfill, chunks
+from ccadapter.config import Config
+from ccadapter.outbox import DELIVERED, Outbox, Result
+from ccadapter.slurm.collector import Collector
+from tests.conftest import ReplayRunner, fixture_json, fixture_text
+
+
+def test_chunks_cover_the_range_without_gaps():
+    assert chunks(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert chunks(0, 3, 4) == [(0, 3)]
+    with pytest.raises(ValueError, match="empty"):
+        chunks(5, 5, 1)
+    with pytest.raises(ValueError, match="positive"):
+        chunks(0, 5, 0)
+
+
+@pytest.fixture
+def backfill(tmp_path):
+    window = fixture_text("24.11", "testbed/sacct-window.json")
+    final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
+
+    def answer(argv):
+        if argv[0] == "sacct":
+            return window
+        return final if argv[-3:] == ["show", "job", "-d"] else ""
+
+    runner = ReplayRunner(answer)
+    collector = Collector(runner, Config(slurmFetchJobScripts=False), tz=ZoneInfo("UTC"))
+    box = Outbox(tmp_path / "o.sqlite")
+    yield runner, collector, box
+    box.close()
+
+
+def test_a_chunk_is_one_query_and_enqueues_once(backfill):
+    runner, collector, box = backfill
+    since = fixture_json("24.11", "testbed/workload.json")["since"]
+    job = Backfill(collector, box, None)
+    first = job.run_chunk(since, since + 3600)
+    assert runner.calls["sacct"] == 1
+    assert first.jobs > 5 and first.new == first.events > 10 and first.resent == 0
+    again = job.run_chunk(since, since + 3600)
+    assert (again.events, again.new, again.resent) == (first.events, 0, 0)
+    assert "--starttime" in runner.argvs[0] and "--endtime" in runner.argvs[0]
+
+
+def test_resend_opens_delivered_events_only(backfill):
+    _, collector, box = backfill
+    since = fixture_json("24.11", "testbed/workload.json")["since"]
+    first = Backfill(collector, box, None).run_chunk(since, since + 3600)
+    while due := box.due():
+        box.record(Result(e.id, DELIVERED) for e in due)
+    again = Backfill(collector, box, None, resend=True).run_chunk(since, since + 3600)
+    assert (again.new, again.resent) == (0, first.events)
+    assert len(box.list_events("pending", limit=1000)) == first.events
+
+
+def test_ignored_hosts_are_not_backfilled(backfill):
+    _, collector, box = backfill
+    since = fixture_json("24.11", "testbed/workload.json")["since"]
+    result = Backfill(collector, box, Config(ignoreHosts=".*").ignore_hosts_pattern()).run_chunk(
+        since, since + 3600)
+    assert result.jobs > 5 and result.events == 0

@@ -1,0 +1,278 @@
+"""The operator commands through click: status, queue, backfill, recover.
+
+A real outbox in tmp_path, Slurm replayed from the 24.11 test-bed recording (through the
+CommandRunner protocol, via ``Deps``), and the strict cc-backend stand-in on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ccadapter.cli import Deps, main
+from ccadapter.config import Config
+from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result
+from ccadapter.reconcilers.events import events_for
+from ccadapter.slurm.collector import Collector
+from tests.conftest import ReplayRunner, fixture_json, fixture_text
+from tests.standin.ccbackend import CcBackendStandin
+
+TOKEN = "cli-test-token-0123456789"
+CLUSTER = "cluster24"
+SINCE = fixture_json("24.11", "testbed/workload.json")["since"]
+
+
+class Slurm:
+    """The recorded cluster; ``squeue`` answers what the test sets."""
+
+    def __init__(self) -> None:
+        self.squeue = ""
+        self.window = fixture_text("24.11", "testbed/sacct-window.json")
+        self.final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
+        self.runner = ReplayRunner(self.answer)
+
+    def answer(self, argv: list[str]) -> str:
+        if argv[0] == "sacct":
+            return self.window
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return f"ClusterName             = {CLUSTER}\n"
+        if argv[0] == "squeue":
+            return self.squeue
+        return self.final if argv[-3:] == ["show", "job", "-d"] else ""
+
+
+@pytest.fixture
+def standin():
+    with CcBackendStandin(TOKEN, clusters=[CLUSTER]) as s:
+        yield s
+
+
+@pytest.fixture
+def env(tmp_path, standin):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "ccRestUrl": standin.url, "ccRestJwt": TOKEN,
+        "pidFilePath": str(tmp_path / "run" / "daemon.pid"),
+        "prepSockListenPath": str(tmp_path / "run" / "daemon.sock"),
+        "lastRunPath": str(tmp_path / "lastrun"), "stateDirectory": str(tmp_path / "state"),
+        "slurmFetchJobScripts": False}))
+    slurm = Slurm()
+    sleeps: list[float] = []
+    deps = Deps(runner=lambda config: slurm.runner, sleep=sleeps.append)
+    return cfg, deps, slurm, sleeps
+
+
+def run(env, *args: str, input: str | None = None):
+    cfg, deps = env[0], env[1]
+    return CliRunner().invoke(main, [*args, "--config", str(cfg)], obj=deps, input=input)
+
+
+def outbox(env) -> Outbox:
+    return Outbox(env[0].parent / "state" / "outbox.sqlite")
+
+
+def seed(env) -> dict[str, int]:
+    """Job 1 rejected (with the token in cc-backend's answer), job 2 delivered, 3 pending."""
+    box = outbox(env)
+    box.enqueue([NewEvent(CLUSTER, j, 100, "start", {"jobId": j}) for j in (1, 2, 3)])
+    ids = {e.job_id: e.id for e in box.due()}
+    box.record([Result(ids[1], REJECTED, f"HTTP 400: bad token {TOKEN}"),
+                Result(ids[2], DELIVERED)])
+    box.close()
+    return ids
+
+
+@contextmanager
+def daemon_holding_lock(pid_file: Path) -> Iterator[subprocess.Popen]:
+    """A live process holding the daemon's PID lock, like a running daemon."""
+    code = (f"from ccadapter.pidlock import PidLock\nlock = PidLock({str(pid_file)!r})\n"
+            "lock.acquire()\nprint('held', flush=True)\nimport sys; sys.stdin.read()\n"
+            "lock.release()")  # a clean stop, as the daemon's
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline() == "held\n"
+        try:
+            yield proc
+        finally:
+            proc.stdin.close()
+            proc.wait(10)
+
+
+# --- status ----------------------------------------------------------------------------------
+
+def test_status_json_with_the_daemon_running_and_stopped(env):
+    seed(env)
+    pid_file = env[0].parent / "run" / "daemon.pid"
+    with daemon_holding_lock(pid_file) as proc:
+        res = run(env, "status", "--format", "json")
+        assert res.exit_code == 0, res.output
+        running = json.loads(res.output)
+        assert running["daemon"] == {"pidFile": str(pid_file), "pid": proc.pid, "alive": True,
+                                     "lockHeld": True, "lockPids": [proc.pid]}
+    res = run(env, "status", "--format", "json")
+    stopped = json.loads(res.output)
+    assert stopped["daemon"]["alive"] is False and stopped["daemon"]["lockHeld"] is False
+    assert stopped["daemon"]["pid"] is None  # a clean stop removes the PID file
+    box = stopped["outbox"]
+    assert (box["pending"], box["rejected"], box["exists"]) == (1, 1, True)
+    assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
+    assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
+    assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers"}
+
+
+def test_status_never_prints_the_secret(env):
+    seed(env)
+    for fmt in ("json", "table"):
+        res = run(env, "status", "--format", fmt)
+        assert res.exit_code == 0
+        assert TOKEN not in res.output and "<redacted>" in res.output
+
+
+def test_status_of_an_unreadable_outbox_exits_1(env):
+    state = env[0].parent / "state"
+    state.mkdir()
+    (state / "outbox.sqlite").write_bytes(b"garbage" * 1000)
+    res = run(env, "status")
+    assert res.exit_code == 1 and "cannot read the outbox" in res.output
+
+
+# --- queue -----------------------------------------------------------------------------------
+
+def test_queue_list_filters_and_formats(env):
+    ids = seed(env)
+    res = run(env, "queue", "list", "--status", "all", "--format", "json")
+    rows = json.loads(res.output)
+    assert [r["jobId"] for r in rows] == [1, 2, 3] and TOKEN not in res.output
+    res = run(env, "queue", "list")  # pending, table
+    assert res.exit_code == 0
+    assert res.output.splitlines()[1].split()[:3] == [str(ids[3]), "start", "pending"]
+    assert len(res.output.splitlines()) == 2
+    res = run(env, "queue", "list", "--status", "rejected", "--kind", "stop", "--format", "json")
+    assert json.loads(res.output) == []
+
+
+def test_queue_commands_do_not_create_an_outbox(env):
+    res = run(env, "queue", "list")
+    assert res.exit_code == 1 and "no outbox at" in res.output
+    assert not (env[0].parent / "state").exists()
+
+
+def test_queue_retry(env):
+    ids = seed(env)
+    assert run(env, "queue", "retry").exit_code == 2  # neither ids nor --all-rejected
+    res = run(env, "queue", "retry", "--all-rejected")
+    assert res.exit_code == 0 and res.output.strip() == f"1 event(s) due now: {ids[1]}"
+    res = run(env, "queue", "retry", str(ids[2]), str(ids[3]))
+    assert res.exit_code == 1
+    assert res.output.splitlines()[0] == f"1 event(s) due now: {ids[3]}"
+    assert "not retried" in res.output and res.output.rstrip().endswith(f": {ids[2]}")
+    box = outbox(env)
+    assert sorted(e.job_id for e in box.due()) == [1, 3]
+    box.close()
+
+
+def test_queue_drop_asks_and_refuses_mass_drops_without_ids(env):
+    ids = seed(env)
+    res = run(env, "queue", "drop")
+    assert res.exit_code == 2 and "give event ids or --all-rejected" in res.output
+    res = run(env, "queue", "drop", str(ids[3]), input="n\n")
+    assert res.exit_code == 1 and "Drop these 1 event(s)?" in res.output
+    res = run(env, "queue", "drop", str(ids[3]), str(ids[2]), "--yes")
+    assert res.exit_code == 1 and "nothing dropped" in res.output  # 2 is delivered
+    box = outbox(env)
+    assert [e.job_id for e in box.due()] == [3]
+    box.close()
+    res = run(env, "queue", "drop", str(ids[3]), input="y\n")
+    assert res.exit_code == 0 and f"1 event(s) dropped: {ids[3]}" in res.output
+    res = run(env, "queue", "drop", "--all-rejected", "--yes")
+    assert res.exit_code == 0 and f"dropped: {ids[1]}" in res.output and TOKEN not in res.output
+    assert "nothing to drop" in run(env, "queue", "drop", "--all-rejected", "--yes").output
+    box = outbox(env)
+    assert box.due() == [] and box.stats()["pending"] == 0
+    box.close()
+
+
+# --- backfill --------------------------------------------------------------------------------
+
+def test_backfill_enqueues_in_chunks_delivers_and_sends_nothing_twice(env, standin):
+    args = ("backfill", "--since", f"@{SINCE - 60:.0f}", "--until", f"@{SINCE + 3 * 3600:.0f}",
+            "--chunk-hours", "1")
+    res = run(env, *args)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert [ln.split()[1] for ln in lines[:4]] == ["1/4", "2/4", "3/4", "4/4"]
+    assert env[2].runner.calls["sacct"] == 4
+    started = len(standin.started(CLUSTER))
+    assert started > 5 and "delivered" in lines[-1] and ", 0 pending" in lines[-1]
+    res = run(env, *args)  # everything is known: no new event, no request
+    assert res.exit_code == 0 and ", 0 new, 0 resent" in res.output.splitlines()[-2]
+    assert len(standin.started(CLUSTER)) == started
+    res = run(env, *args, "--resend", "--no-deliver")
+    assert res.exit_code == 0 and " 0 resent" not in res.output.splitlines()[-1]
+    box = outbox(env)
+    assert box.stats()["pending"] > started  # starts and stops, waiting for the daemon
+    box.close()
+
+
+def test_backfill_refuses_while_the_daemon_runs_and_checks_its_range(env):
+    res = run(env, "backfill", "--since", "1h", "--until", "2h")
+    assert res.exit_code == 2 and "--until must be later" in res.output
+    with daemon_holding_lock(env[0].parent / "run" / "daemon.pid") as proc:
+        res = run(env, "backfill", "--since", "1h")
+    assert res.exit_code == 1
+    assert "backfill needs the daemon stopped" in res.output and f"PID {proc.pid}" in res.output
+    assert env[2].runner.calls["sacct"] == 0
+
+
+# --- recover ---------------------------------------------------------------------------------
+
+def open_run_of_a_finished_job(env) -> tuple[int, int]:
+    """A run whose start we delivered and whose end we never saw (the daemon was down);
+    cc-backend has lost it too (it answers the stop with 404)."""
+    collector = Collector(env[2].runner, Config(slurmFetchJobScripts=False))
+    job = next(j for j in collector.window(SINCE - 60).jobs if j.finished and j.user)
+    box = outbox(env)
+    box.enqueue(events_for(job)[:1])
+    box.record(Result(e.id, DELIVERED) for e in box.due())
+    box.close()
+    return job.job_id, job.start_time
+
+
+def test_recover_cleans_up_and_stops_what_slurm_ended(env, standin):
+    job_id, start = open_run_of_a_finished_job(env)
+    run_dir = env[0].parent / "run"
+    (run_dir / "daemon.pid").parent.mkdir(exist_ok=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "daemon.pid").write_text(f"{dead.pid}\n")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(run_dir / "daemon.sock"))
+    sock.close()
+    res = run(env, "recover", "--stale-wait", "7")
+    assert res.exit_code == 0, res.output
+    assert f"PID {dead.pid} not alive" in res.output and "stale socket" in res.output
+    assert not (run_dir / "daemon.pid").exists() and not (run_dir / "daemon.sock").exists()
+    assert env[3] == [7.0]
+    steps = [ln.split(":")[0] for ln in res.output.splitlines()[2:]]
+    assert steps == ["cc-cache", "stale-jobs (first poll)", "stale-jobs (second poll)",
+                     "delivery"]
+    assert '"stopped": 1' in res.output
+    assert [(b["jobId"], b["startTime"]) for b in standin.stopped()] == [(job_id, start)]
+    assert standin.requests("/api/jobs/")  # cc-backend's running jobs were asked for
+
+
+def test_recover_refuses_while_the_daemon_runs(env):
+    pid_file = env[0].parent / "run" / "daemon.pid"
+    with daemon_holding_lock(pid_file) as proc:
+        res = run(env, "recover")
+        assert res.exit_code == 1
+        assert f"recover refused: the daemon is running (PID {proc.pid})" in res.output
+        assert pid_file.read_text() == f"{proc.pid}\n"
+    assert env[2].runner.calls["squeue"] == 0

@@ -1,0 +1,38 @@
+"""The README's configuration reference cannot drift from the config model: every key has a
+row, with the model's default, and no row names a key the model does not have."""
+
+import json
+import re
+from pathlib import Path
+
+from ccadapter.config import Config
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+ROW = re.compile(r"^\| `(\w+)` \| `(.*?)` \| (.+) \|$")
+
+
+def reference_rows() -> dict[str, tuple[str, str]]:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("### Configuration reference", 1)[1].split("\n### ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if m := ROW.match(line):
+            assert m.group(1) not in rows, f"{m.group(1)} listed twice"
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    return rows
+
+
+def test_every_config_key_is_documented_with_its_default():
+    rows = reference_rows()
+    model = {f.alias: f.get_default(call_default_factory=True)
+             for f in Config.model_fields.values()}
+    assert sorted(rows) == sorted(model)
+    for key, default in model.items():
+        shown, meaning = rows[key]
+        assert json.loads(shown) == default, f"{key}: README says {shown}, model {default!r}"
+        assert meaning.strip(), key
+
+
+def test_the_first_two_commands_stay_on_top():
+    head = README.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    assert "sudo tests/testbed/demo" in head and "sudo tests/run" in head

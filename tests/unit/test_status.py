@@ -1,0 +1,153 @@
+"""status: the document read from files, the daemon's cycle record, secret scrubbing."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ccadapter.config import Config
+from ccadapter.daemon import Routine
+from ccadapter.lastrun import LastRun
+from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
+from ccadapter.pidlock import PidLock, pid_alive
+from ccadapter.status import CycleLog, collect, render_events, render_table, scrub
+
+JWT = "jwt-secret-abcdef"
+
+
+@pytest.fixture
+def config(tmp_path):
+    return Config(pidFilePath=str(tmp_path / "run" / "daemon.pid"),
+                  lastRunPath=str(tmp_path / "lastrun"), stateDirectory=str(tmp_path / "state"),
+                  ccRestJwt=JWT)
+
+
+@pytest.fixture
+def outbox_file(tmp_path):
+    return tmp_path / "state" / "outbox.sqlite"
+
+
+def holder(pid_path):
+    """A process holding the daemon's lock until its stdin closes."""
+    code = ("import sys\nfrom ccadapter.pidlock import PidLock\n"
+            f"lock = PidLock({str(pid_path)!r})\nlock.acquire()\n"  # kept: GC would release
+            "print('held', flush=True)\nsys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def test_nothing_there_yet_creates_nothing(config, outbox_file):
+    doc = collect(config, outbox_file)
+    assert doc["daemon"] == {"pidFile": config.pid_file_path, "pid": None, "alive": False,
+                             "lockHeld": False, "lockPids": []}
+    assert doc["outbox"]["exists"] is False and doc["reconcilers"] == {}
+    assert doc["lastRun"]["time"] is None
+    assert not outbox_file.exists() and not outbox_file.parent.exists()
+
+
+def test_with_a_daemon_holding_the_lock_then_gone(config, outbox_file):
+    proc = holder(config.pid_file_path)
+    try:
+        doc = collect(config, outbox_file)
+        assert doc["daemon"]["pid"] == proc.pid
+        assert doc["daemon"]["alive"] is True
+        assert doc["daemon"]["lockHeld"] is True and doc["daemon"]["lockPids"] == [proc.pid]
+        assert f"PID {proc.pid} alive; lock held by PID {proc.pid}" in render_table(doc)
+        assert PidLock(config.pid_file_path).is_held_elsewhere()  # status did not take it
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+        proc.stdout.close()
+    # a crash leaves the PID file; the lock goes with the process
+    (tmp_pid := PidLock(config.pid_file_path).pid_path).write_text(f"{proc.pid}\n")
+    doc = collect(config, outbox_file)
+    assert tmp_pid.exists()
+    assert doc["daemon"]["pid"] == proc.pid and doc["daemon"]["alive"] is False
+    assert doc["daemon"]["lockHeld"] is False and doc["daemon"]["lockPids"] == []
+    assert "stale PID file" in render_table(doc)
+
+
+def test_outbox_cycles_and_last_run(config, outbox_file):
+    now = 2_000_000.0
+    box = Outbox(outbox_file, clock=lambda: now - 30)
+    box.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1}),
+                 NewEvent("c", 2, 100, "start", {"jobId": 2})])
+    box.record([Result(box.due()[0].id, REJECTED, f"HTTP 400: token {JWT} not allowed")])
+    routine = Routine("slurm-window", lambda: None, 60, last_ok=now - 5)
+    CycleLog(box, clock=lambda: now - 5)(routine)
+    routine.last_error = "SlurmCommandError: sacct: exit code 1"
+    routine.name = "cc-cache"
+    CycleLog(box, clock=lambda: now - 2)(routine)
+    box.close()
+    LastRun(config.last_run_path).set(now - 10)
+    doc = collect(config, outbox_file, clock=lambda: now)
+    assert doc["outbox"]["pending"] == 1 and doc["outbox"]["rejected"] == 1
+    assert doc["outbox"]["oldestPendingAge"] == 30.0
+    assert doc["outbox"]["counts"] == {"start": {"pending": 1, "rejected": 1}}
+    (ev,) = doc["outbox"]["rejectedEvents"]
+    assert ev["jobId"] == 1 and ev["error"] == "HTTP 400: token <redacted> not allowed"
+    assert doc["reconcilers"]["slurm-window"] == {"at": now - 5, "ok": True,
+                                                  "lastOk": now - 5, "error": None, "age": 5.0}
+    assert doc["reconcilers"]["cc-cache"]["ok"] is False
+    assert doc["reconcilers"]["cc-cache"]["error"].startswith("SlurmCommandError")
+    assert doc["lastRun"]["age"] == 10.0
+    assert JWT not in json.dumps(doc) and JWT not in render_table(doc)
+    table = render_table(doc)
+    assert "1 pending (oldest 30s ago), 1 rejected" in table
+    assert "cc-cache" in table and "error: SlurmCommandError" in table
+
+
+def test_cycle_log_chains_and_survives_a_failing_write(tmp_path, caplog):
+    box = Outbox(tmp_path / "o.sqlite")
+    seen = []
+    log = CycleLog(box, then=seen.append)
+    routine = Routine("nodestate", lambda: None, 60)
+    box.close()  # every write now fails
+    log(routine)
+    assert seen == [routine]
+    assert "cannot record the cycle of nodestate" in caplog.text
+
+
+def test_scrub_reaches_nested_strings_only():
+    doc = {"a": ["x s3cret y", {"b": "s3cret"}], "n": 3, "none": None}
+    assert scrub(doc, ["s3cret", ""]) == {"a": ["x <redacted> y", {"b": "<redacted>"}],
+                                          "n": 3, "none": None}
+    assert scrub(doc, []) is doc
+
+
+def test_pid_alive():
+    assert pid_alive(os.getpid())
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert not pid_alive(proc.pid)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.time() + 10
+    while time.time() < deadline and pid_alive(zombie.pid):
+        time.sleep(0.05)
+    assert not pid_alive(zombie.pid)  # exited, not yet reaped
+    zombie.wait()
+
+
+def test_render_events_shows_when_pending_ones_are_next_tried():
+    rows = [{"id": 1, "kind": "start", "status": "pending", "cluster": "c", "jobId": 5,
+             "startTime": 100, "attempts": 2, "nextAttemptAt": 1030.0, "error": "HTTP 503"},
+            {"id": 2, "kind": "stop", "status": "rejected", "cluster": "c", "jobId": 5,
+             "startTime": 100, "attempts": 1, "nextAttemptAt": 0, "error": "HTTP 400"}]
+    lines = render_events(rows, now=1000.0).splitlines()
+    assert lines[0].split() == ["ID", "KIND", "STATUS", "CLUSTER", "JOBID", "START", "TRIES",
+                                "NEXT", "ERROR"]
+    assert lines[1].split()[-4:] == ["in", "30s", "HTTP", "503"]
+    assert lines[2].split()[-3:] == ["-", "HTTP", "400"]
+
+
+def test_unreadable_outbox_is_an_error(config, outbox_file):
+    outbox_file.parent.mkdir(parents=True)
+    outbox_file.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        collect(config, outbox_file)
