@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
@@ -81,6 +82,19 @@ class App:
         until = time.monotonic() + wait
         while not self.publisher.connected and time.monotonic() < until:
             time.sleep(0.05)
+
+    def deliver_once(self) -> dict[str, Any]:
+        """One-shot commands: deliver what is due now (REST or NATS), then the NATS
+        notifications it owes; the daemon retries whatever is left."""
+        self.start_publishing(wait=self.config.nats_publish_timeout)
+        stats = self.deliverer.run_once()
+        summary: dict[str, Any] = {"delivered": stats.delivered, "retry_later": stats.retried,
+                                   "rejected": stats.rejected}
+        if self.notifier is not None:
+            nats = self.notifier.run_once()
+            summary["nats"] = {"published": nats.delivered, "retry_later": nats.retried,
+                               "rejected": nats.rejected}
+        return summary
 
     def close(self) -> None:
         self.deliverer.close()

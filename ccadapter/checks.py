@@ -86,7 +86,7 @@ def secret_files(config: Config, config_path: str | None, who: Identity) -> list
     held = sorted(k for k in SECRET_KEYS if data.get(k))
     if config_path and held:
         candidates.append((config_path, f"holds {', '.join(held)}"))
-    for key in ("natsCredsFile", "natsNKeySeedFile"):
+    for key in ("natsCredsFile", "natsNKeySeedFile", "natsTlsKeyFile"):
         if data.get(key):
             candidates.append((data[key], f"is {key}"))
     warnings = []

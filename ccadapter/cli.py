@@ -297,15 +297,7 @@ def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> No
                                        "jobId": ev.job_id, "startTime": ev.start_time,
                                        "body": ev.payload}, ensure_ascii=False))
     else:
-        app.start_publishing(wait=app.config.nats_publish_timeout)
-        stats = app.deliverer.run_once()
-        summary = {"delivered": stats.delivered, "retry_later": stats.retried,
-                   "rejected": stats.rejected}
-        if app.notifier is not None:
-            nats = app.notifier.run_once()
-            summary["nats"] = {"published": nats.delivered, "retry_later": nats.retried,
-                               "rejected": nats.rejected}
-        click.echo(json.dumps(summary))
+        click.echo(json.dumps(app.deliver_once()))
     app.close()
 
 
@@ -522,7 +514,7 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
     not sent twice), then deliver. The daemon must be stopped."""
     config = _load(config_path)
     if not no_deliver:
-        _require_rest(config)
+        _require_delivery(config)
     now = deps.clock()
     try:
         spans = chunks(parse_when(since, now), parse_when(until, now) if until else now,
@@ -579,9 +571,10 @@ def _backfill_report(results: list[ChunkResult]) -> None:
 
 
 def _deliver_and_report(app: App) -> None:
-    stats = app.deliverer.run_once()
+    done = app.deliver_once()
     left = app.outbox.stats()["pending"]
-    click.echo(f"delivered {stats.delivered}, rejected {stats.rejected}, "
+    nats = (f", {done['nats']['published']} published on NATS" if "nats" in done else "")
+    click.echo(f"delivered {done['delivered']}, rejected {done['rejected']}{nats}, "
                f"{left} pending (the daemon retries them)")
 
 
@@ -594,7 +587,7 @@ def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
     """Clean start: remove a stale PID file and hook socket, rebuild the running jobs
     from cc-backend and Slurm, deliver. Refuses while the daemon runs."""
     config = _load(config_path)
-    _require_rest(config)
+    _require_delivery(config)
     lock = PidLock(config.pid_file_path)
     try:
         actions = claim(lock)
