@@ -12,6 +12,7 @@ from ccadapter.config import Config
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer
 from ccadapter.lastrun import LastRun
+from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.server import PrepServer
@@ -38,11 +39,13 @@ class App:
     reconcilers: dict[str, Reconciler]
     intervals: dict[str, float]
     cluster: str
+    metrics: Recorder
 
     def daemon(self) -> Daemon:
         daemon = Daemon(self.deliverer)
         for name, rec in self.reconcilers.items():
-            daemon.add_routine(rec.run_once, self.intervals[name], name)
+            daemon.add_routine(self.metrics.observed(name, rec.run_once), self.intervals[name],
+                               name)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
 
@@ -51,10 +54,20 @@ class App:
         fast = FastPath(self.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
                         max_retries=max(1, self.config.slurm_max_retries),
-                        max_delay=self.config.slurm_query_delay)
+                        max_delay=self.config.slurm_query_delay,
+                        on_received=self.metrics.hook_received,
+                        on_drop=self.metrics.hook_dropped)
         server = PrepServer([self.config.prep_sock_listen_path], self.cluster, fast.submit,
-                            group=self.config.prep_sock_group)
+                            group=self.config.prep_sock_group, on_drop=self.metrics.hook_dropped)
         return server, fast
+
+    def serve_metrics(self) -> MetricsServer | None:
+        """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
+        Raises OSError when the address cannot be listened on."""
+        address = self.config.metrics_address()
+        if address is None or not isinstance(self.metrics, Metrics):
+            return None
+        return self.metrics.serve(*address)
 
     def compact(self) -> dict[str, int]:
         return {"forgotten": self.outbox.compact(self.config.slurm_query_max_span)}
@@ -70,14 +83,21 @@ def outbox_path(config: Config) -> Path:
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
-          workers: int = 16) -> App:
-    runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+          workers: int = 16, metrics: bool = False) -> App:
+    """``metrics``: record Prometheus metrics (the daemon asks; they are recorded only
+    when ``metricsListen`` is set, as nothing else could read them). An ``outbox`` passed
+    in reports no enqueued events."""
+    recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
+    runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
+                         on_command=recorder.slurm_command)
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
-    outbox = outbox or Outbox(outbox_path(config))
+    outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
+    recorder.watch_outbox(outbox)
     client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
-                      ca_bundle=config.cc_rest_ca_bundle or None)
-    deliverer = Deliverer(outbox, client, workers=workers)
+                      ca_bundle=config.cc_rest_ca_bundle or None,
+                      on_request=recorder.cc_request)
+    deliverer = Deliverer(outbox, client, workers=workers, on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, config),
@@ -93,4 +113,5 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster)
+    return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
+               recorder)

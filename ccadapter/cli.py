@@ -20,12 +20,13 @@ from typing import Any
 import click
 
 from ccadapter import __version__
-from ccadapter.app import build, outbox_path
+from ccadapter.app import App, build, outbox_path
 from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.lastrun import LastRun
+from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
@@ -185,10 +186,11 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
     _require_rest(config)
     with _pid_lock(config):
         try:
-            app = build(config)
+            app = build(config, metrics=True)
         except CcAdapterError as exc:
             click.echo(f"error: cannot start: {exc}", err=True)
             sys.exit(1)
+        exporter = _serve_metrics(app)
         daemon = app.daemon()
         daemon.heartbeat_interval = watchdog_interval()
         if daemon.heartbeat_interval:
@@ -209,8 +211,19 @@ def daemon_cmd(config_path: str | None, log_level: str | None) -> None:
         daemon.run()
         server.stop()
         fast.stop()
+        if exporter:
+            exporter.stop()
         app.close()
         log.info("stopped")
+
+
+def _serve_metrics(app: App) -> MetricsServer | None:
+    try:
+        return app.serve_metrics()
+    except OSError as exc:
+        click.echo(f"error: config key 'metricsListen': cannot listen on "
+                   f"{app.config.metrics_listen}: {exc.strerror}", err=True)
+        sys.exit(2)
 
 
 @main.command("sync")

@@ -19,6 +19,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,11 +112,15 @@ class Outbox:
     """Thread-safe: one connection, one lock; writes are batched by the callers."""
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None,
+                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
+        """``on_enqueued(kind, count)`` hears of new events once they are committed
+        (the daemon's metrics)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.backoff = backoff or Backoff()
+        self.on_enqueued = on_enqueued
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30)
@@ -144,11 +149,15 @@ class Outbox:
     def enqueue(self, events: Iterable[NewEvent]) -> int:
         """Store events in one transaction; returns how many were new."""
         now = self.clock()
-        added = 0
+        added: Counter[str] = Counter()
         with self._tx() as db:
             for ev in events:
-                added += self._enqueue_one(db, ev, now)
-        return added
+                added[ev.kind] += self._enqueue_one(db, ev, now)
+        if self.on_enqueued:
+            for kind, count in added.items():
+                if count:
+                    self.on_enqueued(kind, count)
+        return added.total()
 
     def _enqueue_one(self, db: sqlite3.Connection, ev: NewEvent, now: float) -> int:
         payload = ev.payload
