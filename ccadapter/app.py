@@ -20,6 +20,7 @@ from ccadapter.config import Config
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
 from ccadapter.lastrun import LastRun
+from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
@@ -48,6 +49,7 @@ class App:
     reconcilers: dict[str, Reconciler]
     intervals: dict[str, float]
     cluster: str
+    metrics: Recorder
     publisher: NatsPublisher | None = None
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
 
@@ -56,7 +58,8 @@ class App:
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
         for name, rec in self.reconcilers.items():
-            daemon.add_routine(rec.run_once, self.intervals[name], name)
+            daemon.add_routine(self.metrics.observed(name, rec.run_once), self.intervals[name],
+                               name)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
 
@@ -65,10 +68,20 @@ class App:
         fast = FastPath(self.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
                         max_retries=max(1, self.config.slurm_max_retries),
-                        max_delay=self.config.slurm_query_delay)
+                        max_delay=self.config.slurm_query_delay,
+                        on_received=self.metrics.hook_received,
+                        on_drop=self.metrics.hook_dropped)
         server = PrepServer([self.config.prep_sock_listen_path], self.cluster, fast.submit,
-                            group=self.config.prep_sock_group)
+                            group=self.config.prep_sock_group, on_drop=self.metrics.hook_dropped)
         return server, fast
+
+    def serve_metrics(self) -> MetricsServer | None:
+        """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
+        Raises OSError when the address cannot be listened on."""
+        address = self.config.metrics_address()
+        if address is None or not isinstance(self.metrics, Metrics):
+            return None
+        return self.metrics.serve(*address)
 
     def compact(self) -> dict[str, int]:
         return {"forgotten": self.outbox.compact(self.config.slurm_query_max_span)}
@@ -112,15 +125,23 @@ def outbox_path(config: Config) -> Path:
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
-          workers: int = 16, runner: CommandRunner | None = None) -> App:
-    runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+          workers: int = 16, runner: CommandRunner | None = None,
+          metrics: bool = False) -> App:
+    """``metrics``: record Prometheus metrics (the daemon asks; they are recorded only
+    when ``metricsListen`` is set, as nothing else could read them). An ``outbox`` passed
+    in reports no enqueued events."""
+    recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
+    runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
+                                   on_command=recorder.slurm_command)
     collector = Collector(runner, config)
     cluster = collector.cluster_name()
     nats_on = bool(config.nats_server)
-    outbox = outbox or Outbox(outbox_path(config))
+    outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
     outbox.notify = nats_on and config.cc_rest_submit_jobs
+    recorder.watch_outbox(outbox)
     client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
-                      ca_bundle=config.cc_rest_ca_bundle or None) if config.cc_rest_url else None
+                      ca_bundle=config.cc_rest_ca_bundle or None,
+                      on_request=recorder.cc_request) if config.cc_rest_url else None
     publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
     nats = NatsDelivery(publisher, socket.gethostname()) if publisher else None
     rest = RestDelivery(client) if client else None
@@ -129,11 +150,12 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
         assert rest is not None, "ccRestUrl is checked before build()"
         deliver = rest
         if nats is not None:
-            notifier = Deliverer(outbox.notifications(), nats, workers=workers)
+            notifier = Deliverer(outbox.notifications(), nats, workers=workers,
+                                 on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
         deliver = _route(nats, rest)
-    deliverer = Deliverer(outbox, deliver, workers=workers)
+    deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, config),
@@ -154,7 +176,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
         reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
                                               config.ignore_hosts_pattern(), time.time)
     return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
-               publisher, notifier)
+               recorder, publisher, notifier)
 
 
 def _route(nats: NatsDelivery, rest: RestDelivery | None) -> Callable[[Event], Result]:

@@ -31,6 +31,7 @@ from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_f
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.lastrun import LastRun
+from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
@@ -224,10 +225,11 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
                                         Identity.current()):
             log.warning("%s", warning)
         try:
-            app = build(config)
+            app = build(config, metrics=True)
         except CcAdapterError as exc:
             click.echo(f"error: cannot start: {exc}", err=True)
             sys.exit(1)
+        exporter = _serve_metrics(app)
         daemon = app.daemon()
         daemon.heartbeat_interval = watchdog_interval()
         if daemon.heartbeat_interval:
@@ -249,8 +251,19 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         daemon.run()
         server.stop()
         fast.stop()
+        if exporter:
+            exporter.stop()
         app.close()
         log.info("stopped")
+
+
+def _serve_metrics(app: App) -> MetricsServer | None:
+    try:
+        return app.serve_metrics()
+    except OSError as exc:
+        click.echo(f"error: config key 'metricsListen': cannot listen on "
+                   f"{app.config.metrics_listen}: {exc.strerror}", err=True)
+        sys.exit(2)
 
 
 @main.command("sync")

@@ -13,6 +13,7 @@ it names exist, done where they are needed (the daemon, ``check-config``).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import re
@@ -97,6 +98,9 @@ class Config(BaseModel):
     nats_tls_key_file: str = Field("", alias="natsTlsKeyFile")
     # Seconds a publish may wait for the server's (or the stream's) acknowledgement.
     nats_publish_timeout: float = Field(5.0, alias="natsPublishTimeout", gt=0, le=300)
+    # Where the daemon serves Prometheus metrics: "127.0.0.1:9102", "[::1]:9102" or ":9102"
+    # (every IPv4 address). Empty: no metrics, no listening socket.
+    metrics_listen: str = Field("", alias="metricsListen")
 
     @field_validator(
         "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"
@@ -139,6 +143,12 @@ class Config(BaseModel):
                              "tls:// URL")
         return value
 
+    @field_validator("metrics_listen")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        parse_listen_address(value)
+        return value
+
     # --- derived views --------------------------------------------------------------------
     def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
         """Host regexes in file order; the first match wins."""
@@ -158,6 +168,10 @@ class Config(BaseModel):
         tls = self.nats_tls_ca_file or self.nats_tls_cert_file
         return f"{'tls' if tls else 'nats'}://{host}:{self.nats_port}"
 
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) to serve metrics on; None when metrics are off."""
+        return parse_listen_address(self.metrics_listen)
+
     def redacted(self) -> dict[str, Any]:
         """The config as the file would spell it, secrets replaced, for display."""
         data = self.model_dump(by_alias=True)
@@ -172,6 +186,35 @@ def _compile(pattern: str) -> None:
         re.compile(pattern)
     except re.error as exc:
         raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+
+
+def parse_listen_address(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` -> (host, port); ``""`` -> None.
+
+    Checked when the file is loaded, so a typo exits 2 naming the key instead of failing
+    (or listening somewhere unexpected) when the daemon binds. ``:PORT`` is every IPv4
+    address, as for Python's servers; ``[::]:PORT`` asks for IPv6.
+    """
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT, [IPv6]:PORT or :PORT with a port from 1 to "
+                         f"65535, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address") from None
+        return host[1:-1], int(port)
+    if ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:{port}; got {value!r}")
+    if host and not _HOSTNAME.match(host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name")
+    return host or "0.0.0.0", int(port)
 
 
 def _canonical_keys() -> dict[str, str]:

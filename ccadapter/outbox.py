@@ -23,6 +23,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -136,12 +137,16 @@ class Outbox:
     """Thread-safe: one connection, one lock; writes are batched by the callers."""
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
-                 backoff: Backoff | None = None, notify: bool = False) -> None:
+                 backoff: Backoff | None = None, notify: bool = False,
+                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
+        """``on_enqueued(kind, count)`` hears of new events once they are committed
+        (the daemon's metrics)."""
         self.path = Path(path)
         self.notify = notify  # queue a NATS notification for every delivered start/stop
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.backoff = backoff or Backoff()
+        self.on_enqueued = on_enqueued
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30)
@@ -170,11 +175,15 @@ class Outbox:
     def enqueue(self, events: Iterable[NewEvent]) -> int:
         """Store events in one transaction; returns how many were new."""
         now = self.clock()
-        added = 0
+        added: Counter[str] = Counter()
         with self._tx() as db:
             for ev in events:
-                added += self._enqueue_one(db, ev, now)
-        return added
+                added[ev.kind] += self._enqueue_one(db, ev, now)
+        if self.on_enqueued:
+            for kind, count in added.items():
+                if count:
+                    self.on_enqueued(kind, count)
+        return added.total()
 
     def _enqueue_one(self, db: sqlite3.Connection, ev: NewEvent, now: float) -> int:
         payload = ev.payload

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -34,7 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from ccadapter.cc.http import ConnectionPool, TransportError
+from ccadapter.cc.http import ConnectionPool, Reply, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +93,13 @@ class CcClient:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         quick_retries: int = 2,
+        on_request: Callable[[str, int, float], None] | None = None,
     ) -> None:
+        """``on_request(endpoint, status, seconds)`` hears of every HTTP exchange, quick
+        retries included; status 0 when there was no answer (the daemon's metrics)."""
         self.url = url.rstrip("/")
         self.quick_retries = quick_retries
+        self.on_request = on_request
         self._headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
                          "Accept": "application/json"}
         self._http = ConnectionPool(self.url, connect_timeout=connect_timeout,
@@ -119,7 +125,7 @@ class CcClient:
     def _post(self, kind: str, body: dict[str, Any]) -> Answer:
         data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         try:
-            resp = self._http.request("POST", _PATHS[kind], data, self._headers)
+            resp = self._request("POST", _PATHS[kind], data)
         except TransportError as exc:
             return Answer(Outcome.RETRY, 0, str(exc))
         text = resp.data[:500].decode("utf-8", "replace").strip()
@@ -134,7 +140,7 @@ class CcClient:
             query = urlencode({"state": "running", "cluster": cluster,
                                "items-per-page": per_page, "page": page})
             try:
-                resp = self._http.request("GET", f"/api/jobs/?{query}", None, self._headers)
+                resp = self._request("GET", f"/api/jobs/?{query}", None)
             except TransportError as exc:
                 raise CcBackendError(f"GET /api/jobs/: {exc}") from None
             if resp.status != 200:
@@ -150,3 +156,15 @@ class CcClient:
             if len(batch) < per_page:
                 return jobs
             page += 1
+
+    def _request(self, method: str, path: str, body: bytes | None) -> Reply:
+        """One exchange, timed for ``on_request`` under the path without its query."""
+        started = time.monotonic()
+        status = 0
+        try:
+            reply = self._http.request(method, path, body, self._headers)
+            status = reply.status
+            return reply
+        finally:
+            if self.on_request:
+                self.on_request(path.partition("?")[0], status, time.monotonic() - started)

@@ -30,7 +30,10 @@ class FastPath:
     def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
                  ignore: re.Pattern[str] | None = None, max_retries: int = 10,
                  max_delay: float = 1.0, max_pending: int = 10_000,
-                 coalesce: float = 0.02) -> None:
+                 coalesce: float = 0.02, on_received: Callable[[], None] | None = None,
+                 on_drop: Callable[[str], None] | None = None) -> None:
+        """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
+        daemon's metrics, like PrepServer's ``on_drop``."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -46,6 +49,8 @@ class FastPath:
         self._thread = threading.Thread(target=self._loop, name="fast-path", daemon=True)
         self.received = 0
         self.dropped = 0
+        self.on_received = on_received
+        self.on_drop = on_drop
 
     def start(self) -> FastPath:
         self._thread.start()
@@ -59,12 +64,16 @@ class FastPath:
 
     def submit(self, msg: HookMessage) -> None:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
+        if self.on_received:
+            self.on_received()
         with self._cond:
             self.received += 1
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
                 self.dropped += 1
                 log.warning("fast path full (%d jobs pending): job %d left to the poll",
                             self.max_pending, msg.job_id)
+                if self.on_drop:
+                    self.on_drop("fast_path_full")
                 return
             events, attempts = self._pending.get(msg.job_id, (set(), 0))
             self._pending[msg.job_id] = (events | {msg.event}, attempts)

@@ -2,7 +2,9 @@
 
 Each connection carries one message (the hook shuts its side after sending). A connection
 gets a second to deliver at most 64 KiB; what is too large, too slow or not a valid message
-is logged and dropped, and the server goes on. Valid messages go to ``on_message``.
+is logged and dropped, and the server goes on. Valid messages go to ``on_message``; drops
+are told to ``on_drop`` with a short reason code (``invalid``, ``too_large``, ``timeout``),
+a fixed set fit for a metrics label, while the log line keeps the details.
 """
 
 from __future__ import annotations
@@ -110,7 +112,7 @@ class PrepServer:
             buf.extend(chunk)
             if len(buf) <= MAX_MESSAGE:
                 return
-            self._drop(f"message over {MAX_MESSAGE} bytes")
+            self._drop("too_large", f"message over {MAX_MESSAGE} bytes")
             self._close(conn)
             return
         self._handle(conn, bytes(buf))
@@ -119,7 +121,7 @@ class PrepServer:
         try:
             msg = parse_message(data, self.cluster)
         except BadMessage as exc:
-            self._drop(str(exc))
+            self._drop("invalid", str(exc))
         else:
             try:
                 self.on_message(msg)
@@ -132,11 +134,11 @@ class PrepServer:
         now = time.monotonic()
         for conn, (_, opened) in list(self._conns.items()):
             if now - opened > _READ_TIMEOUT:
-                self._drop("no complete message within 1 s")
+                self._drop("timeout", "no complete message within 1 s")
                 self._close(conn)
 
-    def _drop(self, reason: str) -> None:
-        log.warning("hook message dropped: %s", reason)
+    def _drop(self, reason: str, detail: str) -> None:
+        log.warning("hook message dropped: %s", detail)
         if self.on_drop:
             self.on_drop(reason)
 

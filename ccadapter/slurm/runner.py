@@ -13,7 +13,7 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,12 +68,16 @@ class SlurmRunner:
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
         env: Mapping[str, str] | None = None,
+        on_command: Callable[[str, float, bool], None] | None = None,
     ) -> None:
+        """``on_command(command, seconds, ok)`` hears of every run, retries included
+        (the daemon's metrics)."""
         self.prefix = list(prefix)
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self.env = dict(env) if env is not None else None
         self.calls: Counter[str] = Counter()
+        self.on_command = on_command
 
     def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None) -> str:
         """Run ``argv`` (e.g. ``["sacct", "--json"]``) and return its stdout."""
@@ -91,9 +95,22 @@ class SlurmRunner:
         return retrying(self._run_once, argv, timeout)
 
     def _run_once(self, argv: Sequence[str], timeout: float | None) -> str:
-        full = [*self.prefix, *argv]
         self.calls[argv[0]] += 1
         started = time.monotonic()
+        ok = False
+        try:
+            out = self._execute(argv, timeout)
+            ok = True
+            return out
+        finally:
+            elapsed = time.monotonic() - started
+            log.debug("%s: %s in %.3f s", " ".join(argv[:3]), "ok" if ok else "failed",
+                      elapsed)
+            if self.on_command:
+                self.on_command(argv[0], elapsed, ok)
+
+    def _execute(self, argv: Sequence[str], timeout: float | None) -> str:
+        full = [*self.prefix, *argv]
         try:
             proc = subprocess.run(
                 full,
@@ -109,8 +126,6 @@ class SlurmRunner:
             ) from None
         except OSError as exc:
             raise SlurmCommandError(argv, f"cannot run {full[0]}: {exc.strerror}") from None
-        log.debug("%s: rc=%d in %.3f s", " ".join(argv[:3]), proc.returncode,
-                  time.monotonic() - started)
         stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
             cls = TransientSlurmError if _TRANSIENT.search(stderr) else SlurmCommandError

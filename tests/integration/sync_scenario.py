@@ -45,12 +45,13 @@ class DaemonProc:
     config: Path
     log: Path
     proc: subprocess.Popen | None = None
+    log_level: str = "info"
 
     def start(self) -> None:
         fh = self.log.open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ccadapter", "daemon", "--config", str(self.config),
-             "--log-level", "info"], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
+             "--log-level", self.log_level], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
         fh.close()
 
     def kill(self) -> None:

@@ -67,6 +67,25 @@ def test_bad_values_name_the_key(raw, key):
     assert key in str(err.value)
 
 
+@pytest.mark.parametrize(("text", "address"), [
+    ("", None), ("127.0.0.1:9102", ("127.0.0.1", 9102)), ("[::1]:9102", ("::1", 9102)),
+    (":9102", ("0.0.0.0", 9102)), ("[::]:80", ("::", 80)), ("mon.example:1", ("mon.example", 1)),
+])
+def test_metrics_listen(text, address):
+    assert parse_config({"metricsListen": text}).metrics_address() == address
+
+
+@pytest.mark.parametrize("text", ["9102", "::1:9102", "[::1]9102", "[nope]:1", "a b:1",
+                                  "127.0.0.1:0", "127.0.0.1:65536", "host:", "-x:1"])
+def test_bad_metrics_listen_names_the_key(text, tmp_path):
+    with pytest.raises(ConfigError, match="metricsListen"):
+        parse_config({"metricsListen": text})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"metricsListen": text}))
+    res = CliRunner().invoke(main, ["check-config", str(path)])
+    assert res.exit_code == 2 and "metricsListen" in res.output
+
+
 def test_zero_interval_becomes_one_like_go():
     assert parse_config({"slurmPollInterval": 0}).slurm_poll_interval == 1
 

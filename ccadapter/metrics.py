@@ -1,0 +1,269 @@
+"""Prometheus metrics: what the daemon is doing, for dashboards and alerts.
+
+One :class:`Metrics` object owns one ``CollectorRegistry``; ``app.build`` makes it (only for
+the daemon, only when ``metricsListen`` is set) and hands its bound methods to the components
+as callbacks. Components never import this module: each takes an optional callback, so unit
+tests and the one-shot commands run without metrics. :class:`NoMetrics` is the stand-in
+with the same methods that does nothing. prometheus_client's global ``REGISTRY`` is never
+used: two daemons in one test process must not share counters.
+
+The outbox figures are read from ``Outbox.stats()`` when Prometheus scrapes (a custom
+collector), not polled: a scrape is the only moment they are needed. Label values are names
+from the code (event kinds, Slurm commands, endpoints, reasons), never data from jobs or the
+config, so no label can carry a secret or grow without bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import PurePath
+from threading import Thread
+from typing import Any, Protocol, TypeVar
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+
+from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
+
+log = logging.getLogger(__name__)
+
+KINDS = ("start", "stop", "nodestate")
+SLURM_COMMANDS = ("sacct", "squeue", "scontrol", "sinfo", "sacctmgr")
+# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
+HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")
+
+# Slurm answers in tens of milliseconds on a quiet cluster and in tens of seconds on a busy
+# slurmdbd; cc-backend in milliseconds unless something is wrong.
+SLURM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+CC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+T = TypeVar("T")
+
+
+class OutboxStats(Protocol):
+    def stats(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class MetricsServer:
+    """The HTTP endpoint serving ``/metrics``, until :meth:`stop`."""
+
+    server: WSGIServer
+    thread: Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class Metrics:
+    """The daemon's metrics; every method is safe to call from any thread."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.registry = CollectorRegistry()
+        self._events(self.registry)
+        self._requests(self.registry)
+        self._hook(self.registry)
+        self.cycle_ok = Gauge(
+            "ccadapter_reconciler_last_success_timestamp_seconds",
+            "Unix time at which the reconciler last finished a cycle without error.",
+            ["reconciler"], registry=self.registry)
+        # Memory, CPU and open files of the daemon itself: a leak shows here first.
+        ProcessCollector(registry=self.registry)
+
+    def _events(self, registry: CollectorRegistry) -> None:
+        self.enqueued = Counter("ccadapter_events_enqueued",
+                                "New events stored in the outbox (repeats not counted).",
+                                ["kind"], registry=registry)
+        self.delivered = Counter("ccadapter_events_delivered",
+                                 "Events cc-backend accepted (or already had); with "
+                                 "ccRestSubmitJobs=false, events NATS took.",
+                                 ["kind"], registry=registry)
+        self.rejected = Counter("ccadapter_events_rejected",
+                                "Events cc-backend refused for good; parked in the outbox.",
+                                ["kind"], registry=registry)
+        for kind in KINDS:  # present from the start, so rate() sees the first event
+            for counter in (self.enqueued, self.delivered, self.rejected):
+                counter.labels(kind)
+        self.nats = Counter("ccadapter_nats_notifications",
+                            "NATS notifications of events cc-backend took, by outcome: "
+                            "published, retry (NATS unreachable: waits in the outbox), "
+                            "rejected (cannot be encoded or is too large).",
+                            ["kind", "outcome"], registry=registry)
+
+    def _requests(self, registry: CollectorRegistry) -> None:
+        self.slurm_seconds = Histogram(
+            "ccadapter_slurm_command_duration_seconds",
+            "Wall time of one Slurm command run (each retry counts), failed ones included.",
+            ["command"], buckets=SLURM_BUCKETS, registry=registry)
+        self.slurm_failures = Counter(
+            "ccadapter_slurm_command_failures",
+            "Slurm command runs that failed: non-zero exit, timeout, or not startable.",
+            ["command"], registry=registry)
+        for command in SLURM_COMMANDS:
+            self.slurm_failures.labels(command)
+        self.cc_seconds = Histogram(
+            "ccadapter_cc_request_duration_seconds",
+            "Wall time of one cc-backend request by endpoint and HTTP status "
+            "(0: no answer, i.e. connection error or timeout).",
+            ["endpoint", "status"], buckets=CC_BUCKETS, registry=registry)
+
+    def _hook(self, registry: CollectorRegistry) -> None:
+        self.hook_in = Counter("ccadapter_hook_messages_received",
+                               "Valid Prolog/Epilog hook messages read from the socket.",
+                               registry=registry)
+        self.hook_drops = Counter("ccadapter_hook_messages_dropped",
+                                  "Hook messages not acted on (the poll catches the job later).",
+                                  ["reason"], registry=registry)
+        for reason in HOOK_DROP_REASONS:
+            self.hook_drops.labels(reason)
+
+    # --- callbacks handed to the components --------------------------------------------
+
+    def events_enqueued(self, kind: str, count: int) -> None:
+        self.enqueued.labels(kind).inc(count)
+
+    def delivery_result(self, event: Event, result: Result) -> None:
+        """Deliverer's ``on_result``: a retry later is neither delivered nor rejected."""
+        if result.status == DELIVERED:
+            self.delivered.labels(event.kind).inc()
+        elif result.status == REJECTED:
+            self.rejected.labels(event.kind).inc()
+
+    def nats_result(self, event: Event, result: Result) -> None:
+        """The NATS notifier's ``on_result``."""
+        outcome = {DELIVERED: "published", REJECTED: "rejected"}.get(result.status, "retry")
+        self.nats.labels(event.kind, outcome).inc()
+
+    def slurm_command(self, command: str, seconds: float, ok: bool) -> None:
+        name = PurePath(command).name  # a full path in a prefix setup is still "sacct"
+        self.slurm_seconds.labels(name).observe(seconds)
+        if not ok:
+            self.slurm_failures.labels(name).inc()
+
+    def cc_request(self, endpoint: str, status: int, seconds: float) -> None:
+        self.cc_seconds.labels(endpoint, str(status)).observe(seconds)
+
+    def hook_received(self) -> None:
+        self.hook_in.inc()
+
+    def hook_dropped(self, reason: str) -> None:
+        self.hook_drops.labels(reason).inc()
+
+    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:
+        """``cycle`` that records the time of each success; failures propagate unchanged
+        (the daemon logs them), leaving the last success where it was."""
+
+        def run() -> T:
+            result = cycle()
+            self.cycle_ok.labels(name).set(self.clock())
+            return result
+
+        run.__name__ = name
+        return run
+
+    def watch_outbox(self, outbox: OutboxStats) -> None:
+        self.registry.register(OutboxCollector(outbox))
+
+    def serve(self, host: str, port: int) -> MetricsServer:
+        """Serve ``/metrics`` on a daemon thread; raises OSError when it cannot listen."""
+        server, thread = start_http_server(port, host, registry=self.registry)
+        log.info("serving metrics on http://%s:%d/metrics",
+                 f"[{host}]" if ":" in host else host, server.server_address[1])
+        return MetricsServer(server, thread)
+
+
+class Recorder(Protocol):
+    """The callbacks app.build hands to the components; :class:`Metrics` records them."""
+
+    def events_enqueued(self, kind: str, count: int) -> None: ...
+    def delivery_result(self, event: Event, result: Result) -> None: ...
+    def nats_result(self, event: Event, result: Result) -> None: ...
+    def slurm_command(self, command: str, seconds: float, ok: bool) -> None: ...
+    def cc_request(self, endpoint: str, status: int, seconds: float) -> None: ...
+    def hook_received(self) -> None: ...
+    def hook_dropped(self, reason: str) -> None: ...
+    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]: ...
+    def watch_outbox(self, outbox: OutboxStats) -> None: ...
+
+
+class NoMetrics:
+    """Metrics switched off (one-shot commands, no ``metricsListen``): the same callbacks,
+    doing nothing, so the components need no "if metrics" of their own."""
+
+    def events_enqueued(self, kind: str, count: int) -> None:
+        pass
+
+    def delivery_result(self, event: Event, result: Result) -> None:
+        pass
+
+    def nats_result(self, event: Event, result: Result) -> None:
+        pass
+
+    def slurm_command(self, command: str, seconds: float, ok: bool) -> None:
+        pass
+
+    def cc_request(self, endpoint: str, status: int, seconds: float) -> None:
+        pass
+
+    def hook_received(self) -> None:
+        pass
+
+    def hook_dropped(self, reason: str) -> None:
+        pass
+
+    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:
+        return cycle
+
+    def watch_outbox(self, outbox: OutboxStats) -> None:
+        pass
+
+
+class OutboxCollector:
+    """Outbox depth and the age of its oldest undelivered event, read at scrape time."""
+
+    def __init__(self, outbox: OutboxStats) -> None:
+        self.outbox = outbox
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families({})
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.outbox.stats()
+        except sqlite3.Error as exc:  # a scrape must not fail with the outbox's trouble
+            log.warning("metrics: outbox not readable: %s", exc)
+            return iter(())
+        return iter(self._families(stats))
+
+    @staticmethod
+    def _families(stats: dict[str, Any]) -> list[Metric]:
+        counts = stats.get("counts", {})
+        pending = GaugeMetricFamily(
+            "ccadapter_outbox_pending_events",
+            "Events in the outbox not delivered yet (the outbox depth), by kind.",
+            labels=["kind"])
+        rejected = GaugeMetricFamily(
+            "ccadapter_outbox_rejected_events",
+            "Events cc-backend refused, parked in the outbox until an operator acts.",
+            labels=["kind"])
+        for kind in KINDS:
+            pending.add_metric([kind], counts.get(f"{kind}:pending", 0))
+            rejected.add_metric([kind], counts.get(f"{kind}:rejected", 0))
+        age = GaugeMetricFamily(
+            "ccadapter_outbox_oldest_pending_age_seconds",
+            "Age of the oldest event not delivered yet; 0 when none waits.",
+            value=stats.get("oldest_pending_age", 0.0))
+        return [pending, rejected, age]

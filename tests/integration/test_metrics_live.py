@@ -1,0 +1,248 @@
+"""Issue 6 on real Slurm 22.05: the daemon's ``/metrics`` move with a workload, and no log
+line of the run holds a secret of the config.
+
+One run serves both tests: the cc-backend stand-in as its own process (its request log goes
+to a file, as a site's would), the daemon with ``metricsListen``, a distinctive JWT and a
+NATS password. A few sbatch jobs; ``/metrics`` is scraped over HTTP before and after and
+parsed with prometheus_client's own parser.
+
+The hook program is run here for each job's start and end, with the environment slurmctld
+gives it, on a socket of this test's own: the counts are then exact, and the test does not
+depend on whether the test bed's slurm.conf names the hook.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ccadapter.lastrun import LastRun
+from tests.integration.sync_scenario import DaemonProc, submit_batch, wait_for, write_config
+from tests.integration.workload import Cluster, sacct_truth
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+HOOK_DIR = str(REPO / "ccadapter" / "prep")
+JOBS = 4
+# Random per run: a hit can only come from this run's config, never from a fixture.
+JWT_SECRET = secrets.token_urlsafe(24)
+JWT = f"eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.{JWT_SECRET}.c2lnbmF0dXJl"
+NATS_SECRET = secrets.token_hex(12)
+NATS_PASSWORD = f"nats-pw-{NATS_SECRET}"
+Samples = dict[tuple[str, frozenset], float]
+
+
+def parse(text: str) -> Samples:
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def get(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@dataclass
+class Standin:
+    """tests/standin/ccbackend.py as a process, logging every request to ``log``."""
+
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    @classmethod
+    def start(cls, cluster: Cluster, log: Path) -> Standin:
+        with log.open("w") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.standin.ccbackend", "--port", "0", "--token",
+                 JWT, "--cluster", cluster.name], cwd=REPO, stdout=subprocess.PIPE,
+                stderr=err, stdin=subprocess.DEVNULL, text=True)
+        line = proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        return cls(proc, line.split()[-1], log)
+
+    def answered(self, method: str, path: str, *statuses: int) -> int:
+        """Requests the stand-in logged with one of these statuses."""
+        wanted = {f"{method} {path} {s}" for s in statuses}
+        return sum(" ".join(ln.split()[1:4]) in wanted
+                   for ln in self.log.read_text().splitlines())
+
+    def completed(self, cluster: str) -> set[int]:
+        """Ids of the jobs cc-backend (the stand-in) holds as completed, from its REST API."""
+        req = urllib.request.Request(
+            f"{self.url}/api/jobs/?cluster={cluster}&state=completed&items-per-page=-1",
+            headers={"X-Auth-Token": JWT})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return {j["jobId"] for j in json.load(resp)["jobs"]}
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(30)
+        self.proc.stdout.close()
+
+
+@dataclass
+class Run:
+    before: Samples
+    after: Samples
+    exposition: str
+    ids: list[int]
+    started: float
+    daemon_log: str
+    standin: Standin
+    exit_code: int
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _settled(url: str, standin: Standin) -> bool:
+    """Nothing waits in the outbox and the daemon's counts equal the stand-in's log."""
+    now = parse(scrape(url))
+    if any(get(now, "ccadapter_outbox_pending_events", kind=k) for k in ("start", "stop")):
+        return False
+    return (get(now, "ccadapter_events_delivered_total", kind="start")
+            == standin.answered("POST", "/api/jobs/start_job/", 201, 422)
+            and get(now, "ccadapter_events_delivered_total", kind="stop")
+            == standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
+
+
+def run_hook(cluster: Cluster, spec: str, job_id: int, context: str) -> None:
+    """The hook as slurmctld runs it (PrologSlurmctld/EpilogSlurmctld)."""
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(job_id),
+           "SLURM_SCRIPT_CONTEXT": context, "SLURM_CLUSTER_NAME": cluster.name}
+    res = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {HOOK_DIR!r}); "
+         "import hook; sys.exit(hook.main())", "--socket", spec],
+        env=env, capture_output=True, text=True, timeout=10, check=False)
+    assert res.returncode == 0 and res.stderr == "", res.stderr  # the daemon was told
+
+
+def send_garbage(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(path))
+        s.sendall(b"not a hook message")
+        s.shutdown(socket.SHUT_WR)
+        s.recv(16)
+
+
+def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    hook_path = tmp / "hook.sock"
+    cfg = write_config(cluster, standin, tmp, ccRestJwt=JWT, ccPollInterval=3600,
+                       prepSockListenPath=f"unix:{hook_path}",
+                       metricsListen=f"127.0.0.1:{port}",
+                       # Nothing listens there: the password must stay secret all the same.
+                       natsServer="127.0.0.1", natsPort=free_port(), natsUser="ccadapter",
+                       natsPassword=NATS_PASSWORD)
+    LastRun(tmp / "lastrun").set(time.time() - 5)
+    daemon = DaemonProc(cfg, tmp / "daemon.log", log_level="debug")
+    started = time.time()
+    daemon.start()
+    try:
+        wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
+                 "daemon not listening")
+        wait_for(lambda: get(parse(scrape(url)), "ccadapter_reconciler_last_success_"
+                             "timestamp_seconds", reconciler="slurm-window") > 0, 30,
+                 "no slurm-window cycle in /metrics")
+        before = parse(scrape(url))
+        ids = submit_batch(cluster, "metrics", JOBS)
+        for job_id in ids:
+            run_hook(cluster, f"unix:{hook_path}", job_id, "prolog_slurmctld")
+        send_garbage(hook_path)
+        wait_for(lambda: len(sacct_truth(cluster, ids)) == JOBS and all(
+            t["state"] == "COMPLETED" for t in sacct_truth(cluster, ids).values()), 60,
+            "the jobs did not complete")
+        for job_id in ids:
+            run_hook(cluster, f"unix:{hook_path}", job_id, "epilog_slurmctld")
+        wait_for(lambda: standin.completed(cluster.name) >= set(ids), 30,
+                 "the jobs did not reach cc-backend as completed")
+        wait_for(lambda: _settled(url, standin), 30, "delivery did not settle")
+        exposition = scrape(url)
+    finally:
+        code = daemon.terminate()
+    return Run(before, parse(exposition), exposition, ids, started, daemon.log.read_text(),
+               standin, code)
+
+
+@pytest.fixture(scope="module")
+def run(testbed, tmp_path_factory) -> Run:
+    cluster = testbed["22.05"]
+    tmp = tmp_path_factory.mktemp("metrics")
+    standin = Standin.start(cluster, tmp / "standin.log")
+    try:
+        yield _workload(cluster, standin, tmp)
+    finally:
+        standin.stop()
+
+
+def delta(run: Run, name: str, **labels: str) -> float:
+    return get(run.after, name, **labels) - get(run.before, name, **labels)
+
+
+def test_counters_move_with_the_workload(run):
+    assert run.exit_code == 0, run.daemon_log[-2000:]
+    assert delta(run, "ccadapter_events_enqueued_total", kind="start") >= JOBS
+    assert delta(run, "ccadapter_events_enqueued_total", kind="stop") >= JOBS
+    assert delta(run, "ccadapter_events_delivered_total", kind="start") >= JOBS
+    assert delta(run, "ccadapter_events_delivered_total", kind="stop") >= JOBS
+    assert get(run.after, "ccadapter_events_rejected_total", kind="start") == 0
+    # Two readings of one truth: the daemon's counters and the stand-in's request log.
+    assert get(run.after, "ccadapter_events_delivered_total", kind="stop") == (
+        run.standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
+    assert delta(run, "ccadapter_cc_request_duration_seconds_count",
+                 endpoint="/api/jobs/start_job/", status="201") >= JOBS
+    assert delta(run, "ccadapter_slurm_command_duration_seconds_count", command="sacct") >= 1
+    assert delta(run, "ccadapter_slurm_command_duration_seconds_count",
+                 command="scontrol") >= 1  # the fast path asks slurmctld
+    assert get(run.after, "ccadapter_slurm_command_failures_total", command="sacct") == 0
+    # The hook ran at each start and end: two messages per job, and one not from the hook.
+    assert delta(run, "ccadapter_hook_messages_received_total") == 2 * JOBS
+    assert delta(run, "ccadapter_hook_messages_dropped_total", reason="invalid") == 1
+    assert delta(run, "ccadapter_hook_messages_dropped_total", reason="fast_path_full") == 0
+    assert get(run.after, "ccadapter_outbox_pending_events", kind="stop") == 0
+    assert get(run.after, "ccadapter_outbox_oldest_pending_age_seconds") == 0
+    last = get(run.after, "ccadapter_reconciler_last_success_timestamp_seconds",
+               reconciler="slurm-window")
+    assert last > get(run.before, "ccadapter_reconciler_last_success_timestamp_seconds",
+                      reconciler="slurm-window") > run.started
+    assert get(run.after, "process_resident_memory_bytes") > 0
+
+
+def test_no_log_line_holds_a_secret(run):
+    logs = {"daemon": run.daemon_log.splitlines(),
+            "stand-in": run.standin.log.read_text().splitlines(),
+            "/metrics": run.exposition.splitlines()}
+    # The grep means something only if the logs saw the secrets at work: the daemon
+    # delivered with the JWT (the stand-in refuses anything else with 401).
+    assert any("delivered start of job" in ln for ln in logs["daemon"])
+    assert run.standin.answered("POST", "/api/jobs/start_job/", 201) >= JOBS
+    assert run.standin.answered("POST", "/api/jobs/start_job/", 401) == 0
+    assert len(logs["daemon"]) > 50  # --log-level debug: every line the daemon can write
+    for secret in (JWT_SECRET, NATS_SECRET):
+        # Any 12 characters of it: a secret cut short in a message is still a leak.
+        pieces = {secret[i:i + 12] for i in range(len(secret) - 11)}
+        # The report names the line, not the secret (the failure message is a log too).
+        leaks = [f"{src} line {n}" for src, lines in logs.items()
+                 for n, ln in enumerate(lines, 1) if any(p in ln for p in pieces)]
+        assert leaks == []
