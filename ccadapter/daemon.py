@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccadapter.delivery import Deliverer
+from ccadapter.errors import CcAdapterError
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,9 @@ class Daemon:
             wake.clear()
             try:
                 stats = deliverer.run_once(stopping=self.stopping.is_set)
+            except CcAdapterError as exc:  # e.g. the outbox cannot record: disk full
+                log.error("delivery paused: %s; retrying", exc)
+                stats = None
             except Exception:
                 log.exception("delivery failed; retrying")
                 stats = None

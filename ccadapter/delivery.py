@@ -34,6 +34,8 @@ class Queue(Protocol):
 
     def record(self, results: Iterable[Result]) -> None: ...
 
+    def retry_now(self) -> None: ...
+
 
 @dataclass
 class DeliveryStats:
@@ -58,6 +60,10 @@ class Deliverer:
         self.deliver = deliver
         self.batch = batch
         self.on_result = on_result
+        # Set by a batch in which nothing got through: the target is down and events wait
+        # with growing delays (up to minutes). The first success afterwards makes all of
+        # them due at once, so a backlog drains when the target is back, not minutes later.
+        self._failing = False
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
 
     def close(self) -> None:
@@ -82,7 +88,11 @@ class Deliverer:
                 if self.on_result:
                     self.on_result(ev, res)
             if not any(r.status != PENDING for r in results):
+                self._failing = True
                 break
+            if self._failing and any(r.status == DELIVERED for r in results):
+                self._failing = False
+                self.queue.retry_now()
         return stats
 
 

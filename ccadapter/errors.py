@@ -44,3 +44,12 @@ class SlurmParseError(CcAdapterError):
 
 class UnsupportedSlurmVersion(SlurmParseError):
     """The output comes from a Slurm generation we have no parser for."""
+
+
+class OutboxError(CcAdapterError):
+    """The outbox could not store a change (disk full, file unwritable). Nothing was
+    half-written: the transaction was rolled back, and whoever asked will ask again."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"outbox {path}: {detail}")
+        self.path = path

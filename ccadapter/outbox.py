@@ -25,10 +25,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ccadapter.errors import OutboxError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -161,14 +163,21 @@ class Outbox:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction. A failing COMMIT (disk full) is rolled back too: a
+        transaction left open would make every later BEGIN fail, for good."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        with suppress(sqlite3.Error):
+                            self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise OutboxError(str(self.path), str(exc)) from None
 
     # --- writers -------------------------------------------------------------------------
 
@@ -441,6 +450,10 @@ class NotifyQueue:
         with box._tx() as db:
             for res in results:
                 _apply(db, "notify", res, now, box.backoff)
+
+    def retry_now(self) -> None:
+        with self.outbox._tx() as db:
+            db.execute("UPDATE notify SET next_attempt_at = 0 WHERE status = 'pending'")
 
 
 def _apply(db: sqlite3.Connection, table: str, res: Result, now: float,

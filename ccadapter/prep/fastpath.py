@@ -92,7 +92,10 @@ class FastPath:
                 self._move_due_later()
                 batch, self._pending = self._pending, {}
             if batch:
-                self._sync(batch)
+                try:
+                    self._sync(batch)
+                except Exception:  # a bug must not end the fast path: the poll goes on
+                    log.exception("fast path: %d job(s) left to the poll", len(batch))
 
     def _due_later(self) -> bool:
         return bool(self._later) and self._later[0][0] <= time.monotonic()
@@ -118,7 +121,12 @@ class FastPath:
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
             log.info("fast path: slurmctld does not show job %d; left to the poll", job_id)
-        if events and self.outbox.enqueue(events):
+        try:
+            added = self.outbox.enqueue(events) if events else 0
+        except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
+            log.error("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            return
+        if added:
             self.wake()
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:

@@ -155,3 +155,16 @@ def test_ipv6_loopback(tmp_path):
     assert client.send("start", start_body()).status == 201
     client.close()
     standin.stop()
+
+
+def test_backlog_is_due_at_once_when_the_target_is_back(setup):
+    box, d, standin = setup
+    standin.fail_with(503)
+    box.enqueue([ev for j in range(1, 4) for ev in events(j, 1_700_000_000 + j)])
+    assert d.run_once().delivered == 0
+    assert box.due() == []  # the three starts wait with backoff (seconds to minutes)
+    standin.fail_with(None)
+    box.enqueue(events(9, 1_700_000_009))  # a new job: its start gets through
+    stats = d.run_once()
+    # that success made the backlog due: everything went in the same burst
+    assert stats.delivered == 8 and box.stats()["pending"] == 0

@@ -220,3 +220,20 @@ def test_without_nats_no_notifications_are_kept(box):
     box.enqueue([start(1)])
     box.record([Result(e.id, DELIVERED) for e in box.due()])
     assert box.notifications().due() == [] and box.stats()["notify"] == {}
+
+
+def test_full_disk_is_an_outbox_error_and_leaves_no_open_transaction(tmp_path, clock):
+    from ccadapter.errors import OutboxError
+
+    box = Outbox(tmp_path / "full.sqlite", clock=clock)
+    box.enqueue([start(1)])
+    pages = box._db.execute("PRAGMA page_count").fetchone()[0]
+    box._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "disk full"
+    big = NewEvent("c", 2, 100, "start", {"jobId": 2, "script": "x" * 200_000})
+    with pytest.raises(OutboxError, match="full"):
+        box.enqueue([big])
+    assert not box._db.in_transaction
+    box._db.execute("PRAGMA max_page_count = 1073741823")  # space again
+    assert box.enqueue([big]) == 1  # the next transaction works
+    assert {e.job_id for e in box.due()} == {1, 2}
+    box.close()

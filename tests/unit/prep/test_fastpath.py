@@ -7,6 +7,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.config import Config
+from ccadapter.errors import OutboxError
 from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
@@ -79,3 +80,21 @@ def test_burst_is_coalesced(env):
     shows = [a for a in runner.argvs if "show" in a and "job" in a]
     assert len(shows) <= 5  # a handful of queries for 1,000 announcements
     assert fast.received == 1000 and fast.dropped == 0
+
+
+def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, monkeypatch):
+    fast, box, _, _, _, _ = env
+    meta = fixture_json("24.11", "testbed/workload.json")
+    gpu = meta["ids"]["gpujob"][0]
+    real = box.enqueue
+
+    def full(events):  # what Outbox raises when SQLite finds the disk full
+        raise OutboxError(str(box.path), "database or disk is full")
+    monkeypatch.setattr(box, "enqueue", full)
+    fast.submit(HookMessage(gpu, "start", None))
+    assert wait(lambda: "left to the poll" in caplog.text)
+    assert "disk is full" in caplog.text and box.due() == []
+    monkeypatch.setattr(box, "enqueue", real)
+    fast.submit(HookMessage(gpu, "start", None))  # the fast path still runs
+    assert wait(lambda: box.due()), caplog.text
+    assert [e.job_id for e in box.due()] == [gpu]
