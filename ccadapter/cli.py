@@ -29,7 +29,7 @@ from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
-from ccadapter.errors import CcAdapterError, ConfigError
+from ccadapter.errors import CcAdapterError, ConfigError, OutboxError
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
@@ -375,7 +375,7 @@ def status_cmd(deps: Deps, config_path: str | None, fmt: str) -> None:
     config = _load(config_path)
     try:
         doc = collect_status(config, outbox_path(config), deps.clock)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OutboxError) as exc:
         click.echo(f"error: cannot read the outbox {outbox_path(config)}: {exc}", err=True)
         sys.exit(1)
     click.echo(json.dumps(doc, indent=2, ensure_ascii=False) if fmt == "json"

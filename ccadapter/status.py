@@ -20,6 +20,7 @@ from typing import Any
 from ccadapter import __version__
 from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.daemon import Routine
+from ccadapter.errors import OutboxError
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import PidLock, pid_alive
@@ -47,7 +48,7 @@ class CycleLog:
                   "lastOk": routine.last_ok, "error": routine.last_error}
         try:
             self.outbox.set_state(CYCLE_PREFIX + routine.name, json.dumps(record))
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OutboxError) as exc:
             log.warning("cannot record the cycle of %s for `status`: %s", routine.name, exc)
         if self.then:
             self.then(routine)

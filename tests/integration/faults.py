@@ -1,0 +1,388 @@
+"""The fault matrix of issue 7: real Slurm, the daemon as a process (REST to the strict
+stand-in, notifications on a real nats-server with JetStream), a continuous churn of jobs,
+and faults injected for real while it runs. Afterwards Slurm's accounting (sacct text, not
+the JSON the product reads) is compared with what cc-backend and NATS received, per fault:
+jobs lost, duplicated, or with wrong fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ccadapter.lastrun import LastRun
+from ccadapter.model import cc_state
+from tests.integration.sync_scenario import TOKEN, DaemonProc, cluster_root, write_config
+from tests.integration.test_hook_live import hook_socket
+from tests.integration.workload import TERMINAL, Cluster, sacct_truth
+from tests.lineproto import parse_line
+from tests.natsserver import NatsServer, add_stream, stream_messages
+from tests.standin.ccbackend import CcBackendStandin
+
+REPO = Path(__file__).resolve().parents[2]
+NATS_PASSWORD = "fault-nats-pw-8e1d77"
+
+
+@dataclass
+class Tally:
+    """Per fault: jobs Slurm ran, and how many of them arrived wrongly."""
+
+    jobs: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    nats_lost: int = 0
+    nats_duplicated: int = 0
+    nats_wrong: int = 0
+    resends: int = 0  # repeats cc-backend answered 422: harmless, shown for information
+    problems: list[str] = field(default_factory=list)
+
+    def bad(self) -> int:
+        return (self.lost + self.duplicated + self.wrong + self.nats_lost +
+                self.nats_duplicated + self.nats_wrong)
+
+
+class Churn(threading.Thread):
+    """Submits a mix of jobs until stopped; each id is filed under the phase it began in."""
+
+    MIX = ("short", "short", "fail", "multinode", "cancel", "array", "short", "long")
+
+    def __init__(self, cluster: Cluster, interval: float) -> None:
+        super().__init__(name=f"churn-{cluster.name}", daemon=True)
+        self.cluster, self.interval = cluster, interval
+        self.phase = "normal"
+        self.ids: dict[str, list[int]] = {}
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            try:
+                self._submit(self.MIX[i % len(self.MIX)], i)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                self.errors.append(str(exc)[:200])  # slurmctld down: sbatch fails, fine
+            i += 1
+            self.stopping.wait(self.interval)
+
+    def _submit(self, kind: str, i: int) -> None:
+        args = {"short": ["--wrap", f"sleep {1 + i % 3}"],
+                "long": ["--wrap", "sleep 12"],
+                "fail": ["--wrap", "sleep 1; exit 3"],
+                "multinode": ["-N2", "-n2", "--wrap", "sleep 2"],
+                "cancel": ["--wrap", "sleep 60"],
+                "array": ["--array=1-2", "--wrap", "sleep 1"]}[kind]
+        out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", "-o", "/dev/null",
+                               *args, timeout=30)
+        job_id = int(out.strip().split(";")[0])
+        self.ids.setdefault(self.phase, []).append(job_id)
+        if kind == "cancel":  # cancelled a moment later: running or still pending
+            threading.Timer(3 + i % 5, lambda: self.cluster.run(
+                "scancel", str(job_id), check=False, timeout=30)).start()
+
+    def total(self) -> int:
+        return sum(len(v) for v in self.ids.values())
+
+
+@dataclass
+class Rig:
+    cluster: Cluster
+    tmp: Path
+    standin: CcBackendStandin
+    nats: NatsServer
+    daemon: DaemonProc
+    state_dir: Path
+    restarts: int = 0
+
+    def restart_daemon(self, pause: float = 1.0) -> None:
+        """What systemd's Restart=on-failure does after a crash."""
+        time.sleep(pause)
+        self.daemon.start()
+        self.restarts += 1
+
+    def log_text(self) -> str:
+        return self.daemon.log.read_text(errors="replace")
+
+
+# --- the faults ---------------------------------------------------------------------------
+
+def cc_503(rig: Rig, seconds: float) -> None:
+    rig.standin.fail_with(503)
+    time.sleep(seconds)
+    rig.standin.fail_with(None)
+
+
+def cc_hang(rig: Rig, seconds: float) -> None:
+    rig.standin.hang(3600)  # no answer at all; the client's read timeout decides
+    time.sleep(seconds)
+    rig.standin.hang(None)
+
+
+def nats_down(rig: Rig, seconds: float) -> None:
+    rig.nats.stop()
+    time.sleep(seconds)
+    rig.nats.start()
+
+
+def slurmdbd_down(rig: Rig, seconds: float) -> None:
+    _stop_slurm_daemon(rig.cluster, "slurmdbd")
+    time.sleep(seconds)
+    _testbed_up(rig.cluster)
+
+
+def slurmctld_restart(rig: Rig, seconds: float) -> None:
+    _stop_slurm_daemon(rig.cluster, "slurmctld")
+    time.sleep(seconds)
+    _testbed_up(rig.cluster)
+
+
+def daemon_kills(rig: Rig, seconds: float, kills: int = 20) -> None:
+    """SIGKILL at ``kills`` random moments spread over ``seconds`` (reading, enqueueing,
+    delivering, publishing: wherever it happens to be)."""
+    rng = random.Random(os.environ.get("CCADAPTER_FAULT_SEED", "7"))
+    moments = sorted(rng.uniform(0, seconds) for _ in range(kills))
+    t0 = time.time()
+    for at in moments:
+        time.sleep(max(0.0, t0 + at - time.time()))
+        rig.daemon.kill()
+        rig.restart_daemon(pause=rng.uniform(0.2, 1.5))
+
+
+def disk_full(rig: Rig, seconds: float) -> None:
+    """Fill the state directory's small tmpfs to the last byte, hold, then free it."""
+    filler = rig.state_dir / "filler"
+    with filler.open("wb") as fh:
+        chunk = b"\0" * 65536
+        with contextlib.suppress(OSError):
+            while True:
+                fh.write(chunk)
+                fh.flush()
+        with contextlib.suppress(OSError):
+            while True:  # the last partial block
+                fh.write(b"\0" * 512)
+                fh.flush()
+    time.sleep(seconds)
+    filler.unlink()
+
+
+FAULTS: dict[str, Callable[[Rig, float], None]] = {
+    "cc-backend 503": cc_503, "cc-backend hangs": cc_hang, "NATS stopped": nats_down,
+    "slurmdbd stopped": slurmdbd_down, "slurmctld restarted": slurmctld_restart,
+    "daemon SIGKILLed x20": daemon_kills, "state disk full": disk_full,
+}
+
+
+def _stop_slurm_daemon(cluster: Cluster, name: str) -> None:
+    pid = Path(cluster_root(cluster), f"run/{name}.pid").read_text().strip()
+    os.kill(int(pid), signal.SIGTERM)
+    until = time.time() + 30
+    while time.time() < until:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+
+
+def _testbed_up(cluster: Cluster) -> None:
+    """`up` restarts the dead daemon; the hook stays configured as tests/run set it up."""
+    subprocess.run([str(REPO / "tests" / "testbed" / "slurm"), "up", cluster.short[:2]],
+                   check=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+                   env={**os.environ,
+                        "CCADAPTER_HOOK_PY": str(REPO / "ccadapter" / "prep" / "hook.py")})
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str = "32m"):
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                   check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True,
+                       stdin=subprocess.DEVNULL)
+
+
+# --- one run ------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    cluster: Cluster
+    tallies: dict[str, Tally]
+    jobs_submitted: int
+    daemon_restarts: int
+    exit_code: int | None
+    log: str
+    seconds: float
+
+
+def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
+               interval: float = 1.0, quiet: float = 15.0) -> RunResult:
+    """Churn on ``cluster`` through a quiet phase and each fault of ``plan`` (name,
+    seconds), then wait until Slurm and the deliveries settle, then count."""
+    t0 = time.time()
+    state = tmp / "state"
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin, \
+            small_tmpfs(state) as state_dir:
+        nats = NatsServer(tmp / "nats").start()
+        add_stream(nats.url)
+        cfg = write_config(cluster, standin, tmp, stateDirectory=str(state_dir),
+                           lastRunPath=str(state_dir / "lastrun"), slurmPollInterval=10,
+                           ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
+                           natsServer="127.0.0.1", natsPort=nats.port, natsJetStream=True,
+                           natsPublishTimeout=3)
+        LastRun(state_dir / "lastrun").set(time.time() - 5)
+        daemon = DaemonProc(cfg, tmp / "daemon.log")
+        rig = Rig(cluster, tmp, standin, nats, daemon, state_dir)
+        daemon.start()
+        churn = Churn(cluster, interval)
+        churn.start()
+        exit_code = None
+        try:
+            time.sleep(quiet)
+            for name, seconds in plan:
+                churn.phase = name
+                FAULTS[name](rig, seconds)
+                churn.phase = f"after {name}"
+                time.sleep(quiet)
+            churn.stopping.set()
+            churn.join(60)
+            ids = [i for v in churn.ids.values() for i in v]
+            _wait_settled(rig, ids)
+        finally:
+            churn.stopping.set()
+            if daemon.proc and daemon.proc.poll() is None:
+                exit_code = daemon.terminate()
+            tallies = _count(rig, churn.ids, plan)
+            nats.stop()
+        return RunResult(cluster, tallies, churn.total(), rig.restarts, exit_code,
+                         rig.log_text(), time.time() - t0)
+
+
+def _wait_settled(rig: Rig, ids: list[int], timeout: float = 900) -> None:
+    """Until Slurm ended every job and cc-backend and NATS hold every started run."""
+    until = time.time() + timeout
+    while time.time() < until:
+        truth = sacct_truth(rig.cluster, ids)
+        if truth and all(t["state"] in TERMINAL for t in truth.values()):
+            runs = {(j, t["start"]) for j, t in truth.items() if t["start"] and t["nodes"]}
+            stopped = {(b["jobId"], b["startTime"]) for b in rig.standin.stopped()}
+            published = {(k[1], k[2]) for k in _nats_keys(rig.nats.url) if k[0] == "stop_job"}
+            if runs <= stopped and runs <= published:
+                time.sleep(3)  # stragglers (a duplicate on its way) still count
+                return
+        time.sleep(3)
+
+
+def _nats_keys(url: str) -> list[tuple[str, int, int]]:
+    keys = []
+    for data in stream_messages(url):
+        point = parse_line(data.decode())
+        body = json.loads(point.fields["event"])
+        keys.append((point.tags["function"], body["jobId"], body["startTime"]))
+    return keys
+
+
+def _count(rig: Rig, ids_by_phase: dict[str, list[int]],
+           plan: list[tuple[str, float]]) -> dict[str, Tally]:
+    """Jobs submitted during a fault or the quiet time after it belong to that fault."""
+    owner = {"normal": "normal"}
+    for name, _ in plan:
+        owner[name] = owner[f"after {name}"] = name
+    all_ids = [i for v in ids_by_phase.values() for i in v]
+    truth = sacct_truth(rig.cluster, all_ids) if all_ids else {}
+    array_of = {j: t["array_job_id"] or j for j, t in truth.items()}
+    phase_of = {i: owner[p] for p, ids in ids_by_phase.items() for i in ids}
+    received = _Received.read(rig)
+    tallies: dict[str, Tally] = {}
+    for job_id, t in truth.items():
+        phase = phase_of.get(job_id) or phase_of.get(array_of[job_id], "normal")
+        tally = tallies.setdefault(phase, Tally())
+        tally.jobs += 1
+        received.check(job_id, t, tally)
+    received.check_extras(truth, tallies.setdefault("normal", Tally()))
+    return tallies
+
+
+@dataclass
+class _Received:
+    starts: dict[tuple[int, int], list[dict]]
+    stops: dict[tuple[int, int], list[dict]]
+    start_requests: dict[int, int]
+    nats: dict[tuple[str, int, int], list[dict]]
+
+    @classmethod
+    def read(cls, rig: Rig) -> _Received:
+        starts: dict[tuple[int, int], list[dict]] = {}
+        for b in rig.standin.started(rig.cluster.name):
+            starts.setdefault((b["jobId"], b["startTime"]), []).append(b)
+        stops: dict[tuple[int, int], list[dict]] = {}
+        for b in rig.standin.stopped():
+            stops.setdefault((b["jobId"], b["startTime"]), []).append(b)
+        requests: dict[int, int] = {}
+        for r in rig.standin.requests("/api/jobs/start_job/"):
+            if isinstance(r.body, dict) and "jobId" in r.body:
+                requests[r.body["jobId"]] = requests.get(r.body["jobId"], 0) + 1
+        nats: dict[tuple[str, int, int], list[dict]] = {}
+        for data in stream_messages(rig.nats.url):
+            point = parse_line(data.decode())
+            body = json.loads(point.fields["event"])
+            key = (point.tags["function"], body["jobId"], body["startTime"])
+            nats.setdefault(key, []).append(body)
+        return cls(starts, stops, requests, nats)
+
+    def check(self, job_id: int, t: dict, tally: Tally) -> None:
+        run = (job_id, t["start"])
+        if not (t["start"] and t["nodes"]):  # never ran: nothing may be sent
+            if any(k[0] == job_id for k in self.starts):
+                tally.wrong += 1
+                tally.problems.append(f"job {job_id}: never started but sent")
+            return
+        starts, stops = self.starts.get(run, []), self.stops.get(run, [])
+        tally.resends += max(0, self.start_requests.get(job_id, 0) - 1)
+        if not starts or not stops:
+            tally.lost += 1
+            tally.problems.append(f"job {job_id}: {len(starts)} starts, {len(stops)} stops")
+        if len(starts) > 1 or len(stops) > 1:
+            tally.duplicated += 1
+            tally.problems.append(f"job {job_id}: {len(starts)} starts, {len(stops)} stops")
+        if starts and stops and not _fields_match(starts[0], stops[0], t):
+            tally.wrong += 1
+            tally.problems.append(f"job {job_id}: {starts[0].get('resources')} / {stops[0]} "
+                                  f"!= sacct {t}")
+        for fn, rest in (("start_job", starts[:1]), ("stop_job", stops[:1])):
+            copies = self.nats.get((fn, job_id, t["start"]), [])
+            if not copies:
+                tally.nats_lost += 1
+                tally.problems.append(f"job {job_id}: no {fn} on NATS")
+            elif len(copies) > 1:
+                tally.nats_duplicated += 1
+                tally.problems.append(f"job {job_id}: {len(copies)} {fn} on NATS")
+            elif rest and copies[0] != rest[0]:
+                tally.nats_wrong += 1
+                tally.problems.append(f"job {job_id}: NATS {fn} differs from REST")
+
+    def check_extras(self, truth: dict[int, dict], tally: Tally) -> None:
+        """A run cc-backend got that Slurm never had (e.g. a wrong startTime) is a duplicate."""
+        real = {(j, t["start"]) for j, t in truth.items()}
+        for run in self.starts:
+            if run[0] in truth and run not in real:
+                tally.duplicated += 1
+                tally.problems.append(f"job {run[0]}: a run starting {run[1]} Slurm never had")
+
+
+def _fields_match(start: dict, stop: dict, t: dict) -> bool:
+    hosts = tuple(r["hostname"] for r in start.get("resources", []))
+    return (hosts == t["nodes"] and start["numNodes"] == len(t["nodes"])
+            and start["startTime"] == t["start"] and stop["stopTime"] == t["end"]
+            and stop["jobState"] == cc_state(t["state"]).value)
