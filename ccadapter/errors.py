@@ -26,7 +26,9 @@ class SlurmCommandError(CcAdapterError):
     """A Slurm command failed, timed out or could not be started."""
 
     def __init__(self, argv: Sequence[str], message: str, stderr: str = "") -> None:
-        detail = f": {stderr.strip()}" if stderr.strip() else ""
+        # One line: a multi-line log record becomes several unrelated journal entries.
+        lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+        detail = f": {' | '.join(lines)}" if lines else ""
         super().__init__(f"{' '.join(argv)}: {message}{detail}")
         self.argv = list(argv)
         self.stderr = stderr

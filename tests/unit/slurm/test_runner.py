@@ -71,3 +71,12 @@ def test_prefix_is_prepended(fake_bin):
 def test_missing_program():
     with pytest.raises(SlurmCommandError, match="cannot run"):
         SlurmRunner(prefix=["/nonexistent/chroot"], retry=FAST).run(["sacct"])
+
+
+def test_multi_line_stderr_becomes_one_log_line():
+    from ccadapter.errors import SlurmCommandError
+
+    err = SlurmCommandError(["sacct", "--json"], "exit code 1",
+                            "sacct: error: a\n\nsacct: error: b\n")
+    assert str(err) == "sacct --json: exit code 1: sacct: error: a | sacct: error: b"
+    assert err.stderr.count("\n") == 3  # the raw text stays available
