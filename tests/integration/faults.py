@@ -160,16 +160,11 @@ def daemon_kills(rig: Rig, seconds: float, kills: int = 20) -> None:
 def disk_full(rig: Rig, seconds: float) -> None:
     """Fill the state directory's small tmpfs to the last byte, hold, then free it."""
     filler = rig.state_dir / "filler"
-    with filler.open("wb") as fh:
-        chunk = b"\0" * 65536
-        with contextlib.suppress(OSError):
-            while True:
-                fh.write(chunk)
-                fh.flush()
-        with contextlib.suppress(OSError):
-            while True:  # the last partial block
-                fh.write(b"\0" * 512)
-                fh.flush()
+    with filler.open("wb", buffering=0) as fh:  # unbuffered: close() has nothing to flush
+        for size in (1 << 20, 65536, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    fh.write(b"\0" * size)
     time.sleep(seconds)
     filler.unlink()
 
@@ -195,10 +190,12 @@ def _stop_slurm_daemon(cluster: Cluster, name: str) -> None:
 
 def _testbed_up(cluster: Cluster) -> None:
     """`up` restarts the dead daemon; the hook stays configured as tests/run set it up."""
-    subprocess.run([str(REPO / "tests" / "testbed" / "slurm"), "up", cluster.short[:2]],
-                   check=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
-                   env={**os.environ,
-                        "CCADAPTER_HOOK_PY": str(REPO / "ccadapter" / "prep" / "hook.py")})
+    res = subprocess.run(
+        [str(REPO / "tests" / "testbed" / "slurm"), "up", cluster.short[:2]],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        env={**os.environ, "CCADAPTER_HOOK_PY": str(REPO / "ccadapter" / "prep" / "hook.py")})
+    if res.returncode:
+        raise RuntimeError(f"testbed up {cluster.name}: {res.stdout[-1500:]}{res.stderr[-1500:]}")
 
 
 @contextlib.contextmanager
@@ -318,7 +315,7 @@ def _count(rig: Rig, ids_by_phase: dict[str, list[int]],
 class _Received:
     starts: dict[tuple[int, int], list[dict]]
     stops: dict[tuple[int, int], list[dict]]
-    start_requests: dict[int, int]
+    start_requests: dict[int, int]  # start_job answered 422 (already there), by job
     nats: dict[tuple[str, int, int], list[dict]]
 
     @classmethod
@@ -331,7 +328,7 @@ class _Received:
             stops.setdefault((b["jobId"], b["startTime"]), []).append(b)
         requests: dict[int, int] = {}
         for r in rig.standin.requests("/api/jobs/start_job/"):
-            if isinstance(r.body, dict) and "jobId" in r.body:
+            if r.status == 422 and isinstance(r.body, dict) and "jobId" in r.body:
                 requests[r.body["jobId"]] = requests.get(r.body["jobId"], 0) + 1
         nats: dict[tuple[str, int, int], list[dict]] = {}
         for data in stream_messages(rig.nats.url):
@@ -349,7 +346,7 @@ class _Received:
                 tally.problems.append(f"job {job_id}: never started but sent")
             return
         starts, stops = self.starts.get(run, []), self.stops.get(run, [])
-        tally.resends += max(0, self.start_requests.get(job_id, 0) - 1)
+        tally.resends += self.start_requests.get(job_id, 0)
         if not starts or not stops:
             tally.lost += 1
             tally.problems.append(f"job {job_id}: {len(starts)} starts, {len(stops)} stops")
@@ -384,5 +381,6 @@ class _Received:
 def _fields_match(start: dict, stop: dict, t: dict) -> bool:
     hosts = tuple(r["hostname"] for r in start.get("resources", []))
     return (hosts == t["nodes"] and start["numNodes"] == len(t["nodes"])
+            and start["numHwthreads"] == t["cpus"]
             and start["startTime"] == t["start"] and stop["stopTime"] == t["end"]
             and stop["jobState"] == cc_state(t["state"]).value)

@@ -67,6 +67,7 @@ def fault_runs(testbed, tmp_path_factory):
     return runs
 
 
+@pytest.mark.timeout(3600)  # the fixture runs the whole matrix (the 503 alone is 10 min)
 @pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 def test_no_job_lost_duplicated_or_wrong(fault_runs, version):
     run = fault_runs[version]
