@@ -50,6 +50,32 @@ def test_bad_messages_name_the_problem(data, reason):
         parse_message(data, "c1")
 
 
+# Found by tests/unit/fuzz/test_prep_server_fuzz.py: each escaped parse_message as another
+# exception than BadMessage and ended the server's thread (no hook message was heard again).
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # RecursionError
+    (json.dumps({**ENV, "SLURM_SCRIPT_CONTEXT": ["prolog_slurmctld"]}).encode(),
+     "SLURM_SCRIPT_CONTEXT"),  # TypeError: unhashable type: 'list'
+    (json.dumps({**ENV, "SLURM_JOB_ID": "²"}).encode(), "not a job id"),  # ValueError from int
+    (json.dumps({**ENV, "SLURM_JOB_ID": "1" * 4301}).encode(), "not a job id"),  # digit limit
+    (json.dumps({**ENV, "SLURM_JOB_ID": "١٢"}).encode(), "not a job id"),  # was read as 12
+])
+def test_inputs_that_escaped_as_other_errors(data, reason):
+    with pytest.raises(BadMessage, match=reason):
+        parse_message(data, "c1")
+
+
+@pytest.mark.parametrize(("sent", "expected"), [
+    # found by fuzzing: OverflowError, int too large to convert to float
+    pytest.param(10**309, None, id="int-past-float"),
+    ("1e999", None), ("inf", None), ("nan", None), (True, None), ([1.5], None),
+    ("1795305521.25", 1795305521.25), (1795305521, 1795305521.0),
+])
+def test_sent_time_is_a_finite_number_or_none(sent, expected):
+    body = {**ENV, "CCADAPTER_HOOK_SENT": sent}
+    assert parse_message(json.dumps(body).encode(), "c1").sent == expected
+
+
 def test_message_from_hook_environment():
     msg = parse_message(hook.build_message(ENV), "c1")
     assert (msg.job_id, msg.event) == (42, "start") and msg.sent is not None
