@@ -146,6 +146,29 @@ def test_tcp(host):
         lst.server.stop()
 
 
+def test_an_error_in_on_message_costs_one_connection_only(tmp_path, caplog):
+    """Found by fuzzing: any exception but BadMessage ended the server's thread for good."""
+    got = []
+
+    def on_message(msg):
+        if msg.job_id == 1:
+            raise RuntimeError("consumer bug")
+        got.append(msg.job_id)
+
+    spec = f"unix:{tmp_path}/d.sock"
+    server = PrepServer([spec], "c1", on_message).start()
+    try:
+        assert hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": "1"}) == 0
+        assert hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": "2"}) == 0
+        until = time.time() + 5
+        while not got and time.time() < until:
+            time.sleep(0.01)
+        assert got == [2]
+    finally:
+        server.stop()
+    assert "hook connection failed" in caplog.text and "consumer bug" in caplog.text
+
+
 def test_stale_socket_file_is_replaced(tmp_path):
     path = tmp_path / "d.sock"
     old = socket.socket(socket.AF_UNIX)
