@@ -223,7 +223,9 @@ class Collector:
         out = self.runner.run(argv)
         try:
             doc = json.loads(out)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
+            # Besides JSONDecodeError: ValueError for an integer past Python's 4,300-digit
+            # limit, RecursionError for nesting past the decoder's depth.
             raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
                                   f"output is not JSON ({exc}): {out[:120]!r}") from None
         if not isinstance(doc, dict):

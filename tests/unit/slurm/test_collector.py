@@ -135,6 +135,15 @@ def test_not_json_names_version_and_command():
     assert "24.11.5" in str(err.value) and "sacct --json" in str(err.value)
 
 
+@pytest.mark.parametrize("out", ['{"jobs": [{"job_id": ' + "9" * 4301 + "}]}",
+                                 "[" * 5000 + "]" * 5000])
+def test_undecodable_json_names_version_and_command(out):
+    """Found in review while fuzzing: only JSONDecodeError was caught, so a 4,301-digit
+    number (ValueError) or deep nesting (RecursionError) escaped the collector untyped."""
+    with pytest.raises(SlurmParseError, match=r"Slurm 24\.11\.5, `sacct --json`: output is not"):
+        collect("24.11", sacct_doc=out)
+
+
 def test_controller_unreachable_keeps_hostnames(version):
     from ccadapter.errors import SlurmCommandError
 
