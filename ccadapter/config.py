@@ -259,10 +259,17 @@ def load_config(path: str | Path) -> Config:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("<file>", f"{path} is not UTF-8 text (byte {exc.start})") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError("<file>", f"{path} is not valid JSON: {exc}") from None
+    except ValueError:
+        # A number past Python's 4,300-digit limit. Not echoed: it may sit in a secret.
+        raise ConfigError("<file>", f"{path} holds a number too long to read") from None
+    except RecursionError:
+        raise ConfigError("<file>", f"{path} is nested too deeply to read") from None
     return parse_config(raw, str(path))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 MAX_MESSAGE = 64 * 1024
@@ -21,26 +22,47 @@ class HookMessage:
 
 
 def parse_message(data: bytes, cluster: str) -> HookMessage:
+    """The message in ``data``, or :class:`BadMessage`; never any other exception, since
+    the server's one thread must outlive whatever arrives on its socket."""
     if len(data) > MAX_MESSAGE:
         raise BadMessage(f"message over {MAX_MESSAGE} bytes")
     try:
         body = json.loads(data)
     except (ValueError, UnicodeDecodeError):
+        # ValueError also covers integers past Python's 4,300-digit conversion limit.
         raise BadMessage(f"not JSON: {data[:40]!r}") from None
+    except RecursionError:
+        raise BadMessage(f"JSON nested too deeply: {data[:40]!r}") from None
     if not isinstance(body, dict):
         raise BadMessage(f"not a JSON object but {type(body).__name__}")
     context = body.get("SLURM_SCRIPT_CONTEXT")
-    if context not in CONTEXTS:
+    if not isinstance(context, str) or context not in CONTEXTS:
         raise BadMessage(f"SLURM_SCRIPT_CONTEXT {str(context)[:40]!r} is not "
                          "prolog_slurmctld or epilog_slurmctld")
     job_id = body.get("SLURM_JOB_ID")
-    if not isinstance(job_id, str) or not job_id.isdigit() or not 0 < int(job_id) < 2**32:
+    if not _is_job_id(job_id):
         raise BadMessage(f"SLURM_JOB_ID {str(job_id)[:40]!r} is not a job id")
     their = body.get("SLURM_CLUSTER_NAME")
     if their is not None and their != cluster:
         raise BadMessage(f"cluster {str(their)[:40]!r} is not ours ({cluster!r})")
+    return HookMessage(int(job_id), CONTEXTS[context], _sent(body.get("CCADAPTER_HOOK_SENT")))
+
+
+def _is_job_id(value: object) -> bool:
+    """Slurm writes SLURM_JOB_ID as ASCII decimal digits of a 32-bit id. ``str.isdigit``
+    alone also accepts "²" (which ``int`` refuses) and "١٢" (which ``int`` reads as 12): a
+    job id Slurm never sends. Ten digits at most, so ``int`` never meets a huge string."""
+    return (isinstance(value, str) and value.isascii() and value.isdigit()
+            and len(value) <= 10 and 0 < int(value) < 2**32)
+
+
+def _sent(value: object) -> float | None:
+    """The hook's send time (``repr(time.time())``): a finite number, or None. It only
+    feeds latency figures, so anything else costs the figure, never the message."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
     try:
-        sent = float(body.get("CCADAPTER_HOOK_SENT", "nan"))
-    except (TypeError, ValueError):
-        sent = float("nan")
-    return HookMessage(int(job_id), CONTEXTS[context], None if sent != sent else sent)
+        sent = float(value)
+    except (ValueError, OverflowError):  # OverflowError: an int past float's range
+        return None
+    return sent if math.isfinite(sent) else None

@@ -84,10 +84,19 @@ class PrepServer:
     def _loop(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._sel.select(timeout=0.2):
-                if key.data == "listener":
-                    self._accept(key.fileobj)
-                else:
-                    self._read(key.fileobj)
+                try:
+                    if key.data == "listener":
+                        self._accept(key.fileobj)
+                    else:
+                        self._read(key.fileobj)
+                except Exception:
+                    # One thread serves every hook: an unforeseen error (a bug in parsing or
+                    # in on_message) must cost this connection only, not every later job's
+                    # message until a restart. The hook then exits 0 unanswered; the poll
+                    # picks the job up.
+                    log.exception("hook connection failed; closed without an answer")
+                    if key.data != "listener":
+                        self._close(key.fileobj)
             self._expire()
 
     def _accept(self, listener: socket.socket) -> None:

@@ -141,9 +141,15 @@ class Collector:
         for err in errors:
             log.error("skipped: %s", err)
         counts: dict[str, int] = {}
-        for state, nodelist in self._squeue(cluster).values():
+        ctx = ParseContext(self._known_version or "unknown", "squeue")
+        for job_id, (state, nodelist) in self._squeue(cluster).items():
             if state in ("RUNNING", "COMPLETING", "SUSPENDED"):
-                for host in expand_hostlist(nodelist, ParseContext("", "squeue")):
+                try:
+                    hosts = expand_hostlist(nodelist, ctx.for_job(job_id))
+                except SlurmParseError as exc:  # one bad line costs its job's count only
+                    log.error("skipped: %s", exc)
+                    continue
+                for host in hosts:
                     counts[host] = counts.get(host, 0) + 1
         return nodes, counts
 
@@ -217,7 +223,9 @@ class Collector:
         out = self.runner.run(argv)
         try:
             doc = json.loads(out)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
+            # Besides JSONDecodeError: ValueError for an integer past Python's 4,300-digit
+            # limit, RecursionError for nesting past the decoder's depth.
             raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
                                   f"output is not JSON ({exc}): {out[:120]!r}") from None
         if not isinstance(doc, dict):

@@ -127,6 +127,24 @@ def test_not_json_and_not_object(tmp_path):
         load_config(p)
 
 
+# Found by tests/unit/fuzz/test_config_fuzz.py (shrunk examples): each raised a traceback
+# out of load_config, and out of `ccadapter check-config` / the daemon's start, instead of
+# an error naming the file.
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"\x80", "not UTF-8"),  # UnicodeDecodeError
+    (b'{"natsPort": ' + b"9" * 4301 + b"}", "number too long"),  # ValueError (digit limit)
+    (b"[" * 1983 + b"]" * 1983, "nested too deeply"),  # RecursionError
+])
+def test_unreadable_files_are_config_errors(tmp_path, body, reason):
+    path = tmp_path / "config.json"
+    path.write_bytes(body)
+    with pytest.raises(ConfigError, match=reason) as err:
+        load_config(path)
+    assert err.value.key == "<file>"
+    result = CliRunner().invoke(main, ["check-config", str(path)])
+    assert result.exit_code == 2 and reason in result.output
+
+
 def test_nats_url_from_cc_slurm_adapter_keys_or_a_url():
     assert parse_config({"natsServer": "broker", "natsPort": 4333}).nats_url() == \
         "nats://broker:4333"

@@ -127,6 +127,24 @@ def text(value: Any, where: str, ctx: ParseContext) -> str:
     raise ctx.error(f"{where}: expected a string, got {value!r}")
 
 
+def mapping(value: Any, where: str, ctx: ParseContext) -> Mapping[str, Any]:
+    """An object, or ``{}`` for null/absent; anything else is an error naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ctx.error(f"{where}: expected an object, got {value!r:.80}")
+    return value
+
+
+def decimal(text: str) -> int | None:
+    """ASCII decimal digits (at most 19, a 64-bit value) -> int; None for anything else.
+    ``str.isdigit`` alone lets through "²" (``int`` raises) and "١٢" (``int`` reads 12),
+    and ``int`` raises past 4,300 digits: none of these is a Slurm number."""
+    if text.isascii() and text.isdigit() and len(text) <= 19:
+        return int(text)
+    return None
+
+
 def field(record: Mapping[str, Any], path: str, ctx: ParseContext) -> Any:
     """``record["a"]["b"]`` for ``path="a.b"``, naming the path when it is missing."""
     cur: Any = record
@@ -179,8 +197,8 @@ def tres_count(entries: Any, kind: str, name: str | None, ctx: ParseContext) -> 
             raise ctx.error(f"tres entry expected, got {entry!r}")
         if entry.get("type") == kind and (name is None or entry.get("name") == name):
             count = entry.get("count")
-            if isinstance(count, str) and count.isdigit():
-                return int(count)
+            if isinstance(count, str):
+                return decimal(count)
             if count is None or isinstance(count, bool) or not isinstance(count, int):
                 return None
             return max(count, 0)
@@ -201,8 +219,8 @@ def version_from_meta(doc: Mapping[str, Any], command: str) -> SlurmVersion:
         raise SlurmParseError("unknown", command, "output has no meta.slurm.version")
     try:
         return SlurmVersion(int(ver["major"]), int(ver["minor"]), int(ver.get("micro", 0)))
-    except (KeyError, TypeError, ValueError):
-        raise SlurmParseError("unknown", command, f"unreadable version {ver!r}") from None
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
+        raise SlurmParseError("unknown", command, f"unreadable version {ver!r:.80}") from None
 
 
 def version_from_text(out: str, command: str) -> SlurmVersion:
@@ -295,15 +313,17 @@ def parse_scontrol_jobs(out: str, ctx: ParseContext) -> tuple[dict[int, Controll
         if not record.strip():
             continue
         record = record.strip("\n")
-        job_id = _kv(record, "JobId")
-        if job_id is None or not job_id.isdigit():
+        job_id = decimal(_kv(record, "JobId") or "")
+        if job_id is None:
             if "No jobs in the system" not in record:
                 errors.append(str(ctx.error(f"record without JobId: {record[:80]!r}")))
             continue
         try:
-            jobs[int(job_id)] = _controller_job(int(job_id), record, ctx.for_job(int(job_id)))
-        except (ValueError, SlurmParseError) as exc:
-            errors.append(str(ctx.for_job(int(job_id)).error(str(exc))))
+            jobs[job_id] = _controller_job(job_id, record, ctx.for_job(job_id))
+        except SlurmParseError as exc:  # already names version, command and job
+            errors.append(str(exc))
+        except ValueError as exc:
+            errors.append(str(ctx.for_job(job_id).error(str(exc))))
     return jobs, errors
 
 
@@ -337,8 +357,8 @@ def _controller_job(job_id: int, record: str, ctx: ParseContext) -> ControllerJo
         time_limit=slurm_duration(_kv(record, "TimeLimit") or ""),
         num_cpus=int(_kv(record, "NumCPUs") or 0),
         array_job_id=int(_kv(record, "ArrayJobId") or 0),
-        array_task_id=int(task) if task.isdigit() else None,
-        exit_code=int(exit_code) if exit_code.isdigit() else None,
+        array_task_id=decimal(task),
+        exit_code=decimal(exit_code),
         gpus=int(gpu[1]) if gpu else None,
     )
 
@@ -391,7 +411,8 @@ def build_sacct_record(
     tres = field(record, "tres.allocated", ctx)
     nodes = expand_hostlist(text(record.get("nodes"), "nodes", ctx), ctx)
     limit = number(field(record, "time.limit", ctx), "time.limit", ctx)
-    required_cpus = number(record.get("required", {}).get("CPUs"), "required.CPUs", ctx)
+    required = mapping(record.get("required"), "required", ctx)
+    required_cpus = number(required.get("CPUs"), "required.CPUs", ctx)
     cpus = tres_count(tres, "cpu", None, ctx)
     start = epoch(field(record, "time.start", ctx), "time.start", ctx)
     if cpus is None:
@@ -438,8 +459,9 @@ def parse_squeue(out: str) -> dict[int, tuple[str, str]]:
     jobs: dict[int, tuple[str, str]] = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) in (2, 3) and parts[0].isdigit():
-            jobs[int(parts[0])] = (parts[1].upper(), parts[2] if len(parts) == 3 else "")
+        job_id = decimal(parts[0]) if len(parts) in (2, 3) else None
+        if job_id is not None:
+            jobs[job_id] = (parts[1].upper(), parts[2] if len(parts) == 3 else "")
     return jobs
 
 

@@ -22,6 +22,7 @@ from ccadapter.slurm.formats._common import (
     build_sacct_record,
     field,
     job_id_of,
+    mapping,
     number,
 )
 
@@ -34,7 +35,7 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
     state = field(record, "state.current", ctx)
     if not isinstance(state, str):
         raise ctx.error(f"state.current: expected a string on 22.05, got {state!r}")
-    exit_code = record.get("exit_code") or {}
+    exit_code = mapping(record.get("exit_code"), "exit_code", ctx)
     return build_sacct_record(
         record,
         ctx,

@@ -50,6 +50,32 @@ def test_bad_messages_name_the_problem(data, reason):
         parse_message(data, "c1")
 
 
+# Found by tests/unit/fuzz/test_prep_server_fuzz.py: each escaped parse_message as another
+# exception than BadMessage and ended the server's thread (no hook message was heard again).
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # RecursionError
+    (json.dumps({**ENV, "SLURM_SCRIPT_CONTEXT": ["prolog_slurmctld"]}).encode(),
+     "SLURM_SCRIPT_CONTEXT"),  # TypeError: unhashable type: 'list'
+    (json.dumps({**ENV, "SLURM_JOB_ID": "²"}).encode(), "not a job id"),  # ValueError from int
+    (json.dumps({**ENV, "SLURM_JOB_ID": "1" * 4301}).encode(), "not a job id"),  # digit limit
+    (json.dumps({**ENV, "SLURM_JOB_ID": "١٢"}).encode(), "not a job id"),  # was read as 12
+])
+def test_inputs_that_escaped_as_other_errors(data, reason):
+    with pytest.raises(BadMessage, match=reason):
+        parse_message(data, "c1")
+
+
+@pytest.mark.parametrize(("sent", "expected"), [
+    # found by fuzzing: OverflowError, int too large to convert to float
+    pytest.param(10**309, None, id="int-past-float"),
+    ("1e999", None), ("inf", None), ("nan", None), (True, None), ([1.5], None),
+    ("1795305521.25", 1795305521.25), (1795305521, 1795305521.0),
+])
+def test_sent_time_is_a_finite_number_or_none(sent, expected):
+    body = {**ENV, "CCADAPTER_HOOK_SENT": sent}
+    assert parse_message(json.dumps(body).encode(), "c1").sent == expected
+
+
 def test_message_from_hook_environment():
     msg = parse_message(hook.build_message(ENV), "c1")
     assert (msg.job_id, msg.event) == (42, "start") and msg.sent is not None
@@ -118,6 +144,29 @@ def test_tcp(host):
         assert [(m.job_id, m.event) for m in lst.wait(1)] == [(42, "end")]
     finally:
         lst.server.stop()
+
+
+def test_an_error_in_on_message_costs_one_connection_only(tmp_path, caplog):
+    """Found by fuzzing: any exception but BadMessage ended the server's thread for good."""
+    got = []
+
+    def on_message(msg):
+        if msg.job_id == 1:
+            raise RuntimeError("consumer bug")
+        got.append(msg.job_id)
+
+    spec = f"unix:{tmp_path}/d.sock"
+    server = PrepServer([spec], "c1", on_message).start()
+    try:
+        assert hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": "1"}) == 0
+        assert hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": "2"}) == 0
+        until = time.time() + 5
+        while not got and time.time() < until:
+            time.sleep(0.01)
+        assert got == [2]
+    finally:
+        server.stop()
+    assert "hook connection failed" in caplog.text and "consumer bug" in caplog.text
 
 
 def test_stale_socket_file_is_replaced(tmp_path):

@@ -135,6 +135,15 @@ def test_not_json_names_version_and_command():
     assert "24.11.5" in str(err.value) and "sacct --json" in str(err.value)
 
 
+@pytest.mark.parametrize("out", ['{"jobs": [{"job_id": ' + "9" * 4301 + "}]}",
+                                 "[" * 5000 + "]" * 5000])
+def test_undecodable_json_names_version_and_command(out):
+    """Found in review while fuzzing: only JSONDecodeError was caught, so a 4,301-digit
+    number (ValueError) or deep nesting (RecursionError) escaped the collector untyped."""
+    with pytest.raises(SlurmParseError, match=r"Slurm 24\.11\.5, `sacct --json`: output is not"):
+        collect("24.11", sacct_doc=out)
+
+
 def test_controller_unreachable_keeps_hostnames(version):
     from ccadapter.errors import SlurmCommandError
 
@@ -178,3 +187,19 @@ def test_jobs_by_id_filters_array_siblings():
     result = Collector(runner, Config(), clock=lambda: 0, tz=UTC).jobs_by_id([10, 11])
     assert sorted(j.job_id for j in result.jobs) == [10, 11]
     assert "--jobs" in runner.argvs[0] and "10,11" in runner.argvs[0]
+
+
+def test_bad_squeue_node_list_fails_alone(caplog):
+    """Found by fuzzing (shrunk: "97 RUNNING m["): one bad node list in squeue raised out
+    of nodes(), so no node state was sent that cycle; and the error named no version."""
+    def answer(argv):
+        if argv[0] == "squeue":
+            return "97 RUNNING m[\n98 RUNNING m1\n99 RUNNING m[1-2]\n"
+        if argv[-2:] == ["show", "node"]:
+            return "NodeName=m1 CPUAlloc=1 AllocMem=0 State=MIXED\n"
+        raise AssertionError(argv)
+
+    nodes, counts = Collector(ReplayRunner(answer), Config(), tz=UTC).nodes()
+    assert [n.hostname for n in nodes] == ["m1"]
+    assert counts == {"m1": 2, "m2": 1}
+    assert "`squeue`: job 97: bad hostlist 'm['" in caplog.text

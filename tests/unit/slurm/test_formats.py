@@ -13,6 +13,7 @@ from ccadapter.slurm.formats._common import (
     gpu_indices,
     int_ranges,
     parse_scontrol_jobs,
+    parse_squeue,
     version_from_meta,
     version_from_text,
 )
@@ -115,6 +116,37 @@ def test_bad_record_error_names_version_command_and_job(version, mutate):
     assert f"job {record['job_id']}" in msg
 
 
+# Found by tests/unit/fuzz/test_slurm_parsers_fuzz.py (shrunk: "required": null on 26.05),
+# and the same shape for 22.05's exit_code: AttributeError escaped instead of an error
+# naming the job, and the collector lost the whole window.
+@pytest.mark.parametrize("mutate", [
+    lambda r: r.update(required=None),
+    lambda r: r.update(required=[4]),
+    lambda r: r.update(exit_code=[0]),
+    lambda r: r.update(exit_code="0"),
+])
+def test_non_object_parts_are_parse_errors(version, mutate):
+    doc = fixture_json(version, "sacct-window.json")
+    record = copy.deepcopy(doc["jobs"][0])
+    mutate(record)
+    ver = version_from_meta(doc, "sacct --json")
+    parser = format_for(ver, "sacct --json")
+    ctx = ParseContext(str(ver), "sacct --json")
+    if record["required"] is None:  # null is "not said": the record still parses
+        assert parser.parse_sacct_job(record, ctx).job_id == record["job_id"]
+        return
+    with pytest.raises(SlurmParseError, match=rf"Slurm {ver}, `sacct --json`: job \d+: "):
+        parser.parse_sacct_job(record, ctx)
+
+
+def test_unreadable_version_numbers_are_parse_errors():
+    # float("inf") reaches int() when sacct prints 1e999 (json.loads reads it as inf)
+    for major in (float("inf"), float("nan"), "²", None):
+        doc = {"meta": {"slurm": {"version": {"major": major, "minor": "11"}}}}
+        with pytest.raises(SlurmParseError, match="unreadable version"):
+            version_from_meta(doc, "sacct --json")
+
+
 def test_parsers_do_not_mutate_input(version):
     doc = fixture_json(version, "sacct-window.json")
     before = copy.deepcopy(doc)
@@ -168,6 +200,27 @@ def test_scontrol_many_records_and_compressed_hostlist():
     assert jobs[8].nodes == () and not jobs[8].batch and jobs[8].shared is Shared.SINGLE_USER
     assert 9 not in jobs
     assert len(errors) == 2 and "job 9" in errors[1] and "24.11.5" in errors[1]
+
+
+@pytest.mark.parametrize("job_id", ["²", "١٢", "9" * 5000, "12345678901234567890"])
+def test_ids_are_ascii_decimals(job_id):
+    """str.isdigit() let these through to int(): "²" and 5,000 digits raised ValueError out
+    of the parser (all jobs lost), "١٢" was read as job 12."""
+    ctx = ParseContext("24.11.5", "scontrol show job -d")
+    record = f"JobId={job_id} JobName=a\n   JobState=RUNNING ArrayTaskId=² ExitCode=١:0\n"
+    jobs, errors = parse_scontrol_jobs(record + "\nJobId=8 JobName=b\n   JobState=PENDING", ctx)
+    assert list(jobs) == [8] and len(errors) == 1 and "record without JobId" in errors[0]
+    jobs, _ = parse_scontrol_jobs("JobId=7 JobName=a\n   ArrayTaskId=² ExitCode=١:0", ctx)
+    assert (jobs[7].array_task_id, jobs[7].exit_code) == (None, None)
+    assert parse_squeue(f"{job_id} RUNNING n1\n8 PENDING") == {8: ("PENDING", "")}
+
+
+def test_scontrol_error_is_not_prefixed_twice():
+    ctx = ParseContext("24.11.5", "scontrol show job -d")
+    _, errors = parse_scontrol_jobs("JobId=9 JobName=x\n     Nodes=n[1- CPU_IDs=0 Mem=0 GRES=",
+                                    ctx)
+    assert errors == ["Slurm 24.11.5, `scontrol show job -d`: job 9: bad hostlist 'n[1-': "
+                      "unbalanced brackets"]
 
 
 @pytest.mark.parametrize(("gres", "expected"), [
