@@ -75,7 +75,8 @@ class SlurmWindow:
         if self.lookback and since >= now:
             return {"skipped": "no window has run yet"}
         try:
-            result = self.collector.window(since, None)  # phase 1: what Slurm says
+            # phase 1: what Slurm says (no script fetched again for a run already stored)
+            result = self.collector.window(since, None, known=self.outbox.known_starts)
         except CcAdapterError:
             if not self.lookback and self.outbox.get_state(_OUTAGE) is None:
                 self.outbox.set_state(_OUTAGE, repr(since))

@@ -46,6 +46,9 @@ from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
 
 log = logging.getLogger(__name__)
 
+# Given runs (jobId, startTime), the ones whose start is stored already.
+KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
+
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about windows far in the past.
 _CONTROLLER_MEMORY = 3600
@@ -89,11 +92,13 @@ class Collector:
     # --- public queries --------------------------------------------------------------------
 
     def window(self, since: float, until: float | None = None,
-               cluster: str | None = None) -> QueryResult:
-        """Every run active in [since, until]; ``until=None`` means now."""
+               cluster: str | None = None, known: KnownRuns | None = None) -> QueryResult:
+        """Every run active in [since, until]; ``until=None`` means now. ``known`` names
+        the runs (jobId, startTime) whose start was captured already: their batch scripts
+        are not fetched again (on 22.05 that is one ``scontrol`` call per job and cycle)."""
         end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
         args = ["--starttime", sacct_bound(since, self.tz, is_start=True), "--endtime", end]
-        return self._query(args, cluster, wanted=None)
+        return self._query(args, cluster, wanted=None, known=known)
 
     def jobs_by_id(self, job_ids: Iterable[int], cluster: str | None = None) -> QueryResult:
         """The runs of the given job ids (raw ids, as in SLURM_JOB_ID)."""
@@ -193,7 +198,8 @@ class Collector:
 
     # --- steps -----------------------------------------------------------------------------
 
-    def _query(self, args: list[str], cluster: str | None, wanted: set[int] | None) -> QueryResult:
+    def _query(self, args: list[str], cluster: str | None, wanted: set[int] | None,
+               known: KnownRuns | None = None) -> QueryResult:
         argv = ["sacct", "--json", "--allusers", "--duplicates", *args, *_clusters(cluster)]
         with _gc_paused():
             doc = self._json(argv)
@@ -208,7 +214,7 @@ class Collector:
         if self._needs_controller(records):
             controller, ctl_errors = self._controller(cluster, str(version))
             errors.extend(ctl_errors)
-        scripts = self._scripts(records, controller, cluster, parser, ctx)
+        scripts = self._scripts(records, controller, cluster, parser, ctx, known)
         jobs = []
         for rec in records:
             ctl = controller.get(rec.job_id)
@@ -258,10 +264,13 @@ class Collector:
         return parse_scontrol_jobs(out, ParseContext(version, "scontrol show job -d"))
 
     def _scripts(self, records: Sequence[SacctRecord], controller: dict[int, ControllerJob],
-                 cluster: str | None, parser, ctx: ParseContext) -> dict[int, str]:
+                 cluster: str | None, parser, ctx: ParseContext,
+                 known: KnownRuns | None = None) -> dict[int, str]:
         if not self.config.slurm_fetch_job_scripts:
             return {}
-        todo = [r.job_id for r in records if r.start_time and r.nodes and not r.script]
+        started = [r for r in records if r.start_time and r.nodes and not r.script]
+        have = known([(r.job_id, r.start_time) for r in started]) if known and started else set()
+        todo = [r.job_id for r in started if (r.job_id, r.start_time) not in have]
         scripts: dict[int, str] = {}
         if todo and parser.SACCT_HAS_SCRIPTS:
             scripts = self._stored_scripts(todo, cluster, parser, ctx)

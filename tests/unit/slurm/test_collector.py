@@ -203,3 +203,24 @@ def test_bad_squeue_node_list_fails_alone(caplog):
     assert [n.hostname for n in nodes] == ["m1"]
     assert counts == {"m1": 2, "m2": 1}
     assert "`squeue`: job 97: bad hostlist 'm['" in caplog.text
+
+
+def test_scripts_of_known_runs_are_not_fetched_again(version):
+    """The window re-reads its overlap every cycle: a run whose start is stored already
+    needs no script (on 22.05 that was one scontrol call per job and cycle)."""
+    first, runner = collect(version)
+    fetched = [a for a in runner.argvs if "batch_script" in a or "-B" in a]
+    assert fetched  # the recorded window has started jobs whose scripts are fetched
+    runs = {(j.job_id, j.start_time) for j in first.jobs if j.started}
+    runner = make_runner(version)
+    doc = fixture_json(version, "sacct-window.json")
+    newest = max(j["time"]["end"] for j in doc["jobs"] if isinstance(j["time"]["end"], int))
+    col = Collector(runner, Config(), clock=lambda: newest + 60, tz=UTC)
+    asked: list[list[tuple[int, int]]] = []
+
+    def known(candidates):
+        asked.append(candidates)
+        return set(candidates) & runs
+    again = col.window(newest - 3600, known=known)
+    assert asked and not [a for a in runner.argvs if "batch_script" in a or "-B" in a]
+    assert len(again.jobs) == len(first.jobs)
