@@ -33,7 +33,9 @@ from typing import Any
 from tests.bench import render
 
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = ("parse", "pipeline", "nats", "cycles", "memory", "idle-cpu", "hook")
+# Run in this order: the test bed's parts last, after half an hour without jobs, so that
+# the idle measurements (idle CPU first) see clusters that are really idle.
+SECTIONS = ("parse", "pipeline", "nats", "idle-cpu", "cycles", "memory", "hook")
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class Plan:
     small_jobs: int = 10_000  # pipeline backlogs, in jobs (1 job = start + stop)
     large_jobs: int = 100_000
     workers: int = 16
-    idle_window: float = 120.0  # seconds of idling measured per run, a multiple of the poll
+    idle_window: float = 60.0  # seconds of idling measured per run, a multiple of the poll
     idle_poll: int = 60
     busy_tasks: int = 10
     latency_jobs: int = 50  # per cluster; each job one sample of start and of stop latency
@@ -54,7 +56,7 @@ class Plan:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
-        plan = Plan(runs=args.runs or 2, idle_window=60.0, latency_jobs=20, wall_pairs=20,
+        plan = Plan(runs=args.runs or 2, latency_jobs=20, wall_pairs=20,
                     nats_events=2000, quick=True)
     else:
         plan = Plan(runs=args.runs or 5)
@@ -154,12 +156,16 @@ def _progress(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def run_sections(plan: Plan, sections: list[str]) -> dict[str, Any]:
-    """Every section even when one fails: its error goes into the file, not a lost run."""
+def run_sections(plan: Plan, sections: list[str], command: str) -> tuple[dict, dict]:
+    """Every section even when one fails: its error goes into the file, not a lost run.
+    The measurements so far are kept after each section (a run cut short can be rendered)."""
+    started_all = time.monotonic()
     from tests.integration.workload import testbed_clusters
 
     clusters = testbed_clusters()
     results: dict[str, Any] = {}
+    raw = Path(tempfile.gettempdir()) / f"ccadapter-bench-{int(time.time())}.json"
+    _progress(f"measurements kept in {raw} (--from-raw renders them)")
     for name in sections:
         _progress(f"{name} ...")
         started = time.monotonic()
@@ -170,7 +176,9 @@ def run_sections(plan: Plan, sections: list[str]) -> dict[str, Any]:
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
         results[name]["took"] = time.monotonic() - started
         _progress(f"{name} took {results[name]['took']:.0f} s")
-    return results
+        meta = {**machine(), "command": command, "took": time.monotonic() - started_all}
+        raw.write_text(json.dumps({"plan": asdict(plan), "results": results, "meta": meta}))
+    return results, meta
 
 
 def machine() -> dict[str, str]:
@@ -188,7 +196,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, help="runs behind each median (default 5; 2 --quick)")
     ap.add_argument("--quick", action="store_true", help="fewer runs and shorter windows")
-    ap.add_argument("--idle-window", type=float, help="seconds of idling per run (default 120)")
+    ap.add_argument("--idle-window", type=float, help="seconds of idling per run (default 60)")
     ap.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
     ap.add_argument("--from-raw", metavar="JSON", help="render a kept run; measure nothing")
@@ -204,13 +212,7 @@ def main() -> int:
         plan = make_plan(args)
         command = " ".join(["flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
                             "tests.bench.all", *map(shlex.quote, sys.argv[1:])])
-        started = time.monotonic()
-        results = run_sections(plan, sections)
-        meta = {**machine(), "command": command, "took": time.monotonic() - started}
-        raw_path = Path(tempfile.gettempdir()) / f"ccadapter-bench-{int(time.time())}.json"
-        raw_path.write_text(json.dumps({"plan": asdict(plan), "results": results,
-                                        "meta": meta}))
-        _progress(f"measurements kept in {raw_path} (--from-raw renders them again)")
+        results, meta = run_sections(plan, sections, command)
     Path(args.out).write_text(render.document(plan, results, meta))
     _progress(f"wrote {args.out}")
     failed = [name for name, r in results.items() if "error" in r]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import signal
 import statistics
@@ -88,9 +87,12 @@ def child(outbox: str, url: str, workers: int) -> None:
         if not box.due(1):
             break
     elapsed = time.perf_counter() - started
-    rss = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) // 1024
-    print(json.dumps({"events": total, "seconds": elapsed, "rss_mb": rss,
-                      "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+    status = Path("/proc/self/status").read_text()
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent, which may
+    # have been bigger (it built the backlog)
+    print(json.dumps({"events": total, "seconds": elapsed,
+                      "rss_mb": int(status.split("VmRSS:")[1].split()[0]) // 1024,
+                      "maxrss_mb": int(status.split("VmHWM:")[1].split()[0]) // 1024,
                       "pending": box.stats()["pending"], "rejected": box.stats()["rejected"]}))
     deliverer.close()
     client.close()
@@ -135,30 +137,38 @@ def _app_config(cluster, standin, tmp: str, **extra) -> dict:
             **extra}
 
 
-def _cycle(app) -> dict[str, int]:
-    """Slurm calls of one poll cycle (what the daemon runs every slurmPollInterval)."""
+def _cycle(app) -> dict:
+    """Slurm calls of one poll cycle (what the daemon runs every slurmPollInterval), by
+    command, and how many jobs its window held."""
     before = dict(app.collector.runner.calls)
-    for name in ("slurm-window", "stale-jobs", "nodestate"):
+    window = app.reconcilers["slurm-window"].run_once()
+    for name in ("stale-jobs", "nodestate"):
         app.reconcilers[name].run_once()
-    return {k: v - before.get(k, 0) for k, v in app.collector.runner.calls.items()
-            if v - before.get(k, 0)}
+    calls = {k: v - before.get(k, 0) for k, v in app.collector.runner.calls.items()
+             if v - before.get(k, 0)}
+    return {"calls": calls, "jobs": window.get("jobs", 0)}
 
 
-def idle_cycle_calls(cluster, runs: int) -> list[dict[str, int]]:
-    """Slurm calls of ``runs`` idle cycles (each after a first one that looks back)."""
+def idle_cycle_calls(cluster, runs: int, quiet_wait: float = 180) -> list[dict]:
+    """``runs`` idle cycles, 1 s apart (no squeue answer is reused), once a cycle's window
+    (which re-reads slurmWindowOverlap, 120 s) holds no job or ``quiet_wait`` has passed;
+    each cycle says how many jobs its window held."""
     from ccadapter.app import build
     from tests.standin.ccbackend import CcBackendStandin
 
     with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(
             "t", clusters=[cluster.name]) as standin:
         app = build(Config.model_validate(_app_config(cluster, standin, tmp)))
-        calls = []
+        _cycle(app)  # the first one looks back
+        until = time.time() + quiet_wait
+        while _cycle(app)["jobs"] and time.time() < until:
+            time.sleep(5)
+        cycles = []
         for _ in range(runs):
-            _cycle(app)
-            time.sleep(1.0)  # cycles are >= 1 s apart: no squeue answer is reused
-            calls.append(_cycle(app))
+            time.sleep(1.0)
+            cycles.append(_cycle(app))
         app.close()
-    return calls
+    return cycles
 
 
 def _array_states(cluster, array_id: str) -> list[str]:
@@ -166,10 +176,10 @@ def _array_states(cluster, array_id: str) -> list[str]:
     return [s.split()[0] for s in out.split("\n") if s.strip()]
 
 
-def busy_cycle_calls(cluster, runs: int, tasks: int = 10) -> list[dict[str, dict[str, int]]]:
+def busy_cycle_calls(cluster, runs: int, tasks: int = 10) -> list[dict[str, dict]]:
     """Slurm calls of a cycle whose window holds a ``tasks``-task array, part ended and part
     running; with batch scripts (the default, "scripts") and without ("no_scripts"), over the
-    same window."""
+    same window. Each as ``_cycle`` returns it."""
     from ccadapter.app import build
     from tests.integration.workload import TERMINAL
     from tests.standin.ccbackend import CcBackendStandin
@@ -298,7 +308,7 @@ def live(runs: int) -> list[dict]:
 
     rows = []
     for cluster in testbed_clusters():
-        calls = idle_cycle_calls(cluster, runs)
+        calls = [c["calls"] for c in idle_cycle_calls(cluster, runs)]
         rss = steady_rss(cluster, runs)
         totals = sorted(sum(c.values()) for c in calls)
         rows.append({"version": cluster.version, "calls": calls[len(calls) // 2],

@@ -103,8 +103,8 @@ def _sum_nats(s: dict) -> list[list[str]]:
              "none set", "— (core NATS only, fire and forget)", "—"]]
 
 
-def _calls(c: dict[str, int]) -> int:
-    return sum(c.values())
+def _calls(cycle: dict) -> int:
+    return sum(cycle["calls"].values())
 
 
 def _sum_cycles(s: dict) -> list[list[str]]:
@@ -210,7 +210,7 @@ def sec_pipeline(s: dict | None, plan: Any) -> str:
            "in its own process and answers every request after 5 ms; the delivery (outbox, "
            f"Deliverer with {s['workers']} workers, REST client) runs in a child process that "
            "drains the whole backlog; its RSS is read after the drain, and its peak "
-           "(`ru_maxrss`) covers the drain. Both processes share the 2 cores. Targets "
+           "(`VmHWM`) covers the drain. Both processes share the 2 cores. Targets "
            "(issue 3): >= 1,000 events/s, RSS after a backlog <= 80 MB.", ""]
     for key in ("small", "large"):
         p = s[key]
@@ -227,7 +227,10 @@ def sec_pipeline(s: dict | None, plan: Any) -> str:
         out.append("")
     ratio = _rate(s["large"]["runs"]) / _rate(s["small"]["runs"])
     out.append(f"Throughput with the {s['large']['jobs']:,}-job backlog is {ratio:.2f}x that "
-               f"with {s['small']['jobs']:,} jobs (same run).")
+               f"with {s['small']['jobs']:,} jobs (same run). The outbox's due-query "
+               "(`_DUE` in ccadapter/outbox.py) sorts every due event for each batch of 256 "
+               "(`EXPLAIN QUERY PLAN`: USE TEMP B-TREE FOR ORDER BY), so a batch costs more "
+               "the longer the backlog.")
     return "\n".join(out) + "\n"
 
 
@@ -235,11 +238,12 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def _by_cmd(c: dict[str, int]) -> str:
-    return f"{_calls(c)} ({', '.join(f'{k} {v}' for k, v in sorted(c.items()))})"
+def _by_cmd(cycle: dict) -> str:
+    by = ", ".join(f"{k} {v}" for k, v in sorted(cycle["calls"].items()))
+    return f"{_calls(cycle)} ({by}; {cycle['jobs']} jobs in the window)"
 
 
-def _typical(cycles: list[dict[str, int]]) -> dict[str, int]:
+def _typical(cycles: list[dict]) -> dict:
     return sorted(cycles, key=_calls)[len(cycles) // 2]
 
 
@@ -251,7 +255,9 @@ def sec_cycles(s: dict | None, plan: Any) -> str:
            "One poll cycle is what the daemon runs every `slurmPollInterval`: slurm-window "
            "(sacct over the window since the last run), stale-jobs and nodestate; it is run "
            "in-process against each real cluster with the Slurm runner counting commands. "
-           "*Idle*: nothing ran since the previous cycle (which is run 1 s earlier). *Busy*: "
+           "*Idle*: cycles 1 s apart, once a cycle's window (which re-reads the last "
+           "`slurmWindowOverlap`, 120 s) holds no job, waiting 180 s at most for that; the "
+           "jobs in the window are shown. *Busy*: "
            f"the window holds a {s['tasks']}-task array (`sleep 2`), some tasks ended, the "
            "others running or pending; the same window is collected with batch scripts (the "
            "default) and without. Target (issue 3): <= 5 per cycle. The middle cycle by "
@@ -307,11 +313,12 @@ def sec_idle(s: dict | None, plan: Any) -> str:
            "cc-slurm-adapter's) and the other settings at their defaults, one per cluster, "
            "all three at once, each with its own stand-in. The window starts once the "
            "start-up cycles of every routine are done (all routines run at start), and lasts "
-           f"**{s['window']:.0f} s** ({polls:g} poll cycles) per run, {_runs(len(s['runs']))} "
+           f"**{s['window']:.0f} s** ({polls:g} poll cycle{'' if polls == 1 else 's'}) per run, "
+           f"{_runs(len(s['runs']))} "
            "with fresh daemons. CPU is utime + stime of the daemon from `/proc/PID/stat`; "
            "\"with Slurm commands\" adds the CPU of the `sacct`/`squeue`/`scontrol` processes "
-           "it ran (cutime + cstime), not that of slurmctld or slurmdbd. No target is set; "
-           "cc-slurm-adapter gives no CPU figure.", "",
+           "it ran (cutime + cstime), not that of slurmctld or slurmdbd; the kernel counts in "
+           "10 ms ticks. No target is set; cc-slurm-adapter gives no CPU figure.", "",
            "| Slurm | CPU per window (median) | % of one core | with Slurm commands | RSS at "
            "the end |", "| --- | --- | --- | --- | --- |"]
     per: dict[str, list[dict]] = {}

@@ -16,9 +16,9 @@ def _run(events: int, seconds: float) -> dict:
 
 
 def results() -> dict:
-    idle = {"sacct": 1, "scontrol": 1, "squeue": 1}
-    busy = {"scripts": {"sacct": 2, "scontrol": 2, "squeue": 1},
-            "no_scripts": {"sacct": 1, "scontrol": 2, "squeue": 1}}
+    idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
+    busy = {"scripts": {"calls": {"sacct": 2, "scontrol": 2, "squeue": 1}, "jobs": 10},
+            "no_scripts": {"calls": {"sacct": 1, "scontrol": 2, "squeue": 1}, "jobs": 10}}
     lat = {"start": [0.2] * 9 + [3.0], "end": [0.1] * 10, "start_slurm": [0.8] * 10,
            "end_slurm": [0.7] * 10, "unannounced": []}
     return {
@@ -48,6 +48,7 @@ def test_every_figure_comes_from_the_results():
     assert "0.50 %" in text  # 0.6 CPU s over 120.2 s
     assert "1.23x" in text  # hook 16 ms / bare 13 ms
     assert "**120 s**" in text
+    assert "3 (sacct 1, scontrol 1, squeue 1; 0 jobs in the window)" in text
     assert "Not run" not in text and "failed" not in text
 
 
