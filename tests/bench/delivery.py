@@ -149,7 +149,7 @@ def _cycle(app) -> dict:
     return {"calls": calls, "jobs": window.get("jobs", 0)}
 
 
-def idle_cycle_calls(cluster, runs: int, quiet_wait: float = 180) -> list[dict]:
+def idle_cycle_calls(cluster, runs: int, quiet_wait: float = 130) -> list[dict]:
     """``runs`` idle cycles, 1 s apart (no squeue answer is reused), once a cycle's window
     (which re-reads slurmWindowOverlap, 120 s) holds no job or ``quiet_wait`` has passed;
     each cycle says how many jobs its window held."""
@@ -258,6 +258,19 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(60)
 
 
+def _settle(pids: list[int], timeout: float = 90) -> None:
+    """Until no daemon used more than 20 ms of CPU in 2 s: what the start-up cycles
+    enqueued (the lookback re-reads the last hour) has been delivered."""
+    until = time.time() + timeout
+    last = [cpu_seconds(pid)[0] for pid in pids]
+    while time.time() < until:
+        time.sleep(2)
+        now = [cpu_seconds(pid)[0] for pid in pids]
+        if all(b - a <= 0.02 for a, b in zip(last, now, strict=True)):
+            return
+        last = now
+
+
 def idle_cpu(clusters, window: float, poll: int = 60) -> list[dict]:
     """One `ccadapter daemon` per cluster, all at once, idling with ``poll`` s between
     cycles: CPU seconds spent over ``window`` seconds, counted after the first cycles (those
@@ -281,7 +294,7 @@ def idle_cpu(clusters, window: float, poll: int = 60) -> list[dict]:
                 if time.time() > until:
                     raise TimeoutError(f"no first cycle: {Path(tmp, 'daemon.log').read_text()}")
                 time.sleep(0.5)
-        time.sleep(2)
+        _settle([p.pid for _, _, p in daemons])
         before = [cpu_seconds(p.pid) for _, _, p in daemons]
         started = time.monotonic()
         time.sleep(window)
