@@ -258,8 +258,10 @@ def sec_cycles(s: dict | None, plan: Any) -> str:
            "*Idle*: cycles 1 s apart, once a cycle's window (which re-reads the last "
            "`slurmWindowOverlap`, 120 s) holds no job, waiting 130 s at most for that; the "
            "jobs in the window are shown. *Busy*: "
-           f"the window holds a {s['tasks']}-task array (`sleep 2`), some tasks ended, the "
-           "others running or pending; the same window is collected with batch scripts (the "
+           f"a {s['tasks']}-task array (`sleep 2`) is submitted, and once some tasks ended "
+           "(the others running or pending) a cycle runs from 1 s before the submission; as "
+           "the window re-reads 120 s, it also holds the arrays of the runs before; the same "
+           "window is collected with batch scripts (the "
            "default) and without. Target (issue 3): <= 5 per cycle. The middle cycle by "
            "count is shown by command.", "",
            "| Slurm | idle (median, max) | idle cycle | busy (median, max) | busy cycle | "
