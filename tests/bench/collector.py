@@ -38,7 +38,8 @@ def synthetic_window(version: str, n: int) -> str:
     return json.dumps(doc)
 
 
-def time_parse(version: str, n: int, runs: int) -> tuple[float, int]:
+def parse_times(version: str, n: int, runs: int) -> tuple[list[float], int]:
+    """Seconds to collect a recorded ``n``-job window, per run; and the JSON's size."""
     text = synthetic_window(version, n)
     runner = ReplayRunner(lambda argv: text)
     config = Config(slurmFetchJobScripts=False)
@@ -50,7 +51,12 @@ def time_parse(version: str, n: int, runs: int) -> tuple[float, int]:
         result = collector.window(0)
         times.append(time.perf_counter() - started)
         assert len(result.jobs) == n and not result.errors
-    return statistics.median(times), len(text)
+    return times, len(text)
+
+
+def time_parse(version: str, n: int, runs: int) -> tuple[float, int]:
+    times, size = parse_times(version, n, runs)
+    return statistics.median(times), size
 
 
 def live_calls(runs: int) -> list[tuple[str, dict, dict, int]]:

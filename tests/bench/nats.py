@@ -49,19 +49,26 @@ def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
     return n_events / elapsed
 
 
+def rates(runs: int, n_events: int, progress: bool = False) -> dict[str, list[float]]:
+    """messages/s per run, core NATS and JetStream alternately."""
+    out: dict[str, list[float]] = {"core": [], "jetstream": []}
+    for i in range(runs):  # alternate, so that machine noise hits both alike
+        for mode in out:
+            with tempfile.TemporaryDirectory(prefix="ccadapter-bench-nats-") as tmp:
+                out[mode].append(one_run(Path(tmp), n_events, mode == "jetstream"))
+        if progress:
+            print(f"run {i + 1}: core {out['core'][-1]:.0f}/s, "
+                  f"jetstream {out['jetstream'][-1]:.0f}/s", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--events", type=int, default=5000)
     args = ap.parse_args()
-    rates: dict[str, list[float]] = {"core": [], "jetstream": []}
-    for i in range(args.runs):  # alternate, so that machine noise hits both alike
-        for mode in rates:
-            with tempfile.TemporaryDirectory(prefix="ccadapter-bench-nats-") as tmp:
-                rates[mode].append(one_run(Path(tmp), args.events, mode == "jetstream"))
-        print(f"run {i + 1}: core {rates['core'][-1]:.0f}/s, "
-              f"jetstream {rates['jetstream'][-1]:.0f}/s", flush=True)
-    core, js = statistics.median(rates["core"]), statistics.median(rates["jetstream"])
+    measured = rates(args.runs, args.events, progress=True)
+    core, js = statistics.median(measured["core"]), statistics.median(measured["jetstream"])
     print(f"\nNATS publish rate, {args.events} events from the outbox, median of {args.runs}:")
     print(f"  core NATS (publish + flush):        {core:8.0f} messages/s")
     print(f"  JetStream (acknowledged, deduped):  {js:8.0f} messages/s")
