@@ -30,11 +30,6 @@ def hook_socket(cluster: Cluster) -> str:
             "26.05": "tcp:127.0.0.1:36890"}[cluster.short]
 
 
-def hook_configured(cluster: Cluster) -> bool:
-    conf = Path(cluster.prefix[1] if cluster.prefix else "/", "etc/slurm/slurm.conf")
-    return "PrologSlurmctld=/usr/local/sbin/ccadapter-testbed-hook" in conf.read_text()
-
-
 def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> DaemonProc:
     cfg = write_config(cluster, standin, tmp, slurmPollInterval=60, ccPollInterval=3600,
                        prepSockListenPath=hook_socket(cluster))
@@ -45,15 +40,6 @@ def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> Daem
              "daemon not listening")
     time.sleep(1)  # let the first poll cycle pass
     return daemon
-
-
-@pytest.fixture(params=["22.05", "24.11", "26.05"])
-def cluster(request, testbed) -> Cluster:
-    c = testbed[request.param]
-    if not hook_configured(c):
-        pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
-                    "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
-    return c
 
 
 def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):

@@ -20,7 +20,7 @@ from tests.integration.sync_scenario import (
     wait_for,
     write_config,
 )
-from tests.integration.test_hook_live import hook_configured, hook_socket
+from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import Cluster
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, require_nats_server, stream_messages
@@ -86,15 +86,6 @@ def test_workload_reaches_nats_once_with_rest_bodies(workload, tmp_path):
         assert same_as_rest(standin, server.url, cluster) == []
         assert len(received(server.url)) == len(standin.started(cluster.name)) + len(
             standin.stopped())
-
-
-@pytest.fixture(params=["22.05", "24.11", "26.05"])
-def cluster(request, testbed) -> Cluster:
-    c = testbed[request.param]
-    if not hook_configured(c):
-        pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
-                    "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
-    return c
 
 
 def submit_script_job(cluster: Cluster, tmp: Path) -> int:
