@@ -40,7 +40,6 @@ class Daemon:
                  idle_delivery_wait: float = 1.0,
                  heartbeat: Callable[[], None] | None = None,
                  heartbeat_interval: float | None = None) -> None:
-        self.deliverer = deliverer
         self.deliverers: list[tuple[str, Deliverer]] = [("delivery", deliverer)]
         self.clock = clock
         self.idle_delivery_wait = idle_delivery_wait
@@ -55,6 +54,11 @@ class Daemon:
 
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
         self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
+
+    @property
+    def deliverer(self) -> Deliverer:
+        """The outbox's own deliverer (the first); the others drain queues beside it."""
+        return self.deliverers[0][1]
 
     def add_deliverer(self, deliverer: Deliverer, name: str) -> None:
         self.deliverers.append((name, deliverer))

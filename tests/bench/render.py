@@ -191,20 +191,23 @@ SUMMARY: dict[str, Callable[[dict], list[list[str]]]] = {
 # --- sections ------------------------------------------------------------------------------
 
 
-def _missing(title: str, s: dict | None) -> str | None:
-    if s is None:
-        return f"## {title}\n\nNot run (`--only`).\n"
-    if "error" in s:
-        return f"## {title}\n\n**This section failed**: `{s['error']}`.\n"
-    return None
+def _section(title: str) -> Callable[[Callable[[dict, Any], str]], Callable[..., str]]:
+    """A section's heading, and what it says when it was not run or failed: one place."""
+
+    def wrap(render: Callable[[dict, Any], str]) -> Callable[..., str]:
+        def section(s: dict | None, plan: Any) -> str:
+            if s is None:
+                return f"## {title}\n\nNot run (`--only`).\n"
+            if "error" in s:
+                return f"## {title}\n\n**This section failed**: `{s['error']}`.\n"
+            return f"## {title}\n\n" + render(s, plan)
+        return section
+    return wrap
 
 
-def sec_pipeline(s: dict | None, plan: Any) -> str:
-    title = "Sync engine: pipeline throughput and memory (issue 3)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
-    out = [f"## {title}", "",
-           "A backlog of start and stop events (1 job = start + stop) built from real recorded "
+@_section("Sync engine: pipeline throughput and memory (issue 3)")
+def sec_pipeline(s: dict, plan: Any) -> str:
+    out = ["A backlog of start and stop events (1 job = start + stop) built from real recorded "
            "24.11 jobs (with their allocations, scripts and slurmInfo; ids renumbered) is "
            "written to the outbox once and copied for each run. The cc-backend stand-in runs "
            "in its own process and answers every request after 5 ms; the delivery (outbox, "
@@ -247,12 +250,9 @@ def _typical(cycles: list[dict]) -> dict:
     return sorted(cycles, key=_calls)[len(cycles) // 2]
 
 
-def sec_cycles(s: dict | None, plan: Any) -> str:
-    title = "Slurm invocations per cycle (issue 3)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
-    out = [f"## {title}", "",
-           "One poll cycle is what the daemon runs every `slurmPollInterval`: slurm-window "
+@_section("Slurm invocations per cycle (issue 3)")
+def sec_cycles(s: dict, plan: Any) -> str:
+    out = ["One poll cycle is what the daemon runs every `slurmPollInterval`: slurm-window "
            "(sacct over the window since the last run), stale-jobs and nodestate; it is run "
            "in-process against each real cluster with the Slurm runner counting commands. "
            "*Idle*: cycles 1 s apart, once a cycle's window (which re-reads the last "
@@ -294,12 +294,9 @@ def sec_cycles(s: dict | None, plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def sec_memory(s: dict | None, plan: Any) -> str:
-    title = "Steady memory of the daemon (issue 3)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
-    out = [f"## {title}", "",
-           "`ccadapter daemon` (a real process, hook listener included) idling on each "
+@_section("Steady memory of the daemon (issue 3)")
+def sec_memory(s: dict, plan: Any) -> str:
+    out = ["`ccadapter daemon` (a real process, hook listener included) idling on each "
            "cluster with a 2 s poll, so that many cycles have run; its RSS read every 4 s, "
            f"{len(s['rows'][0]['rss'])} readings. Target (issue 3): steady <= 50 MB; "
            "cc-slurm-adapter documents \"< 50 MB\".", "",
@@ -310,13 +307,10 @@ def sec_memory(s: dict | None, plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def sec_idle(s: dict | None, plan: Any) -> str:
-    title = "Idle CPU at a 60 s poll (issue 7)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
+@_section("Idle CPU at a 60 s poll (issue 7)")
+def sec_idle(s: dict, plan: Any) -> str:
     polls = s["window"] / s["poll"]
-    out = [f"## {title}", "",
-           f"`ccadapter daemon` with `slurmPollInterval: {s['poll']}` (the default, and "
+    out = [f"`ccadapter daemon` with `slurmPollInterval: {s['poll']}` (the default, and "
            "cc-slurm-adapter's) and the other settings at their defaults, one per cluster, "
            "all three at once, each with its own stand-in. The window starts once the "
            "start-up cycles of every routine are done (all routines run at start) and what "
@@ -344,12 +338,9 @@ def sec_idle(s: dict | None, plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def sec_hook(s: dict | None, plan: Any) -> str:
-    title = "Prolog/Epilog fast path (issue 4)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
-    out = [f"## {title}", "",
-           f"{s['jobs']} jobs per cluster (`sleep 1`-`3`), submitted 50 ms apart, one daemon "
+@_section("Prolog/Epilog fast path (issue 4)")
+def sec_hook(s: dict, plan: Any) -> str:
+    out = [f"{s['jobs']} jobs per cluster (`sleep 1`-`3`), submitted 50 ms apart, one daemon "
            "with the poll at 60 s so that polling cannot explain the figures. Each job is one "
            "sample of start and of stop latency: p50 is the median of "
            f"{s['jobs']} samples. Latency runs from the hook's call (slurmctld runs "
@@ -381,13 +372,10 @@ def sec_hook(s: dict | None, plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def sec_nats(s: dict | None, plan: Any) -> str:
-    title = "NATS publish rate (issue 5)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
+@_section("NATS publish rate (issue 5)")
+def sec_nats(s: dict, plan: Any) -> str:
     core, js = s["rates"]["core"], s["rates"]["jetstream"]
-    out = [f"## {title}", "",
-           f"{s['events']:,} events (from real recorded jobs) drained from the outbox through "
+    out = [f"{s['events']:,} events (from real recorded jobs) drained from the outbox through "
            "the daemon's own path (Deliverer, NatsDelivery, NatsPublisher, 16 workers) to a "
            "fresh nats-server on 127.0.0.1 per run: core NATS (publish + flush) and JetStream "
            "(each message acknowledged, `Nats-Msg-Id` for deduplication; the stream is "
@@ -400,12 +388,9 @@ def sec_nats(s: dict | None, plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def sec_parse(s: dict | None, plan: Any) -> str:
-    title = "Collector: parse time (issue 2)"
-    if (miss := _missing(title, s)) is not None:
-        return miss
-    out = [f"## {title}", "",
-           f"A {s['jobs']:,}-job sacct window built from the real records of each version "
+@_section("Collector: parse time (issue 2)")
+def sec_parse(s: dict, plan: Any) -> str:
+    out = [f"A {s['jobs']:,}-job sacct window built from the real records of each version "
            "(tests/fixtures/<version>/sacct-window.json, ids renumbered), replayed without "
            "subprocesses: only our JSON decoding, parsing and joining is timed. No target is "
            "set; what issue 2 asks is that Slurm invocations do not grow with the jobs (see "
