@@ -29,9 +29,9 @@ from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.nodestate import NodeStates
-from ccadapter.reconcilers.slurm_window import SlurmWindow
+from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
-from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 
 OUTBOX_FILE = "outbox.sqlite"
@@ -133,7 +133,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
     runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
                                    on_command=recorder.slurm_command)
-    collector = Collector(runner, config)
+    collector = Collector(runner, CollectorSettings.from_config(config))
     cluster = collector.cluster_name()
     nats_on = bool(config.nats_server)
     outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
@@ -157,9 +157,11 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
         deliver = _route(nats, rest)
     deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
+    window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
+                            config.slurm_window_overlap, config.ignore_hosts_pattern())
     reconcilers: dict[str, Reconciler] = {
-        "slurm-window": SlurmWindow(collector, outbox, last_run, config),
-        "slurm-lookback": SlurmWindow(collector, outbox, last_run, config,
+        "slurm-window": SlurmWindow(collector, outbox, last_run, window),
+        "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
                                       lookback=LOOKBACK_SPAN),
         "stale-jobs": StaleJobs(collector, outbox, cluster),
     }
@@ -171,7 +173,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     if client is not None and config.cc_rest_submit_jobs:
         # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job path,
         # the stream's acknowledgement is the proof of delivery, not cc-backend's job list.
-        reconcilers["cc-cache"] = CcCache(client, collector, outbox, cluster)
+        reconcilers["cc-cache"] = CcCache(client, collector, outbox, cluster,
+                                          config.cc_commit_job_interval)
     if client is not None:
         reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
                                               config.ignore_hosts_pattern(), time.time)

@@ -9,8 +9,9 @@ range are opened again with fresh bodies from Slurm, for a cc-backend that lost 
 
 Events older than slurmQueryMaxSpan have left the outbox (``compact``); those are enqueued
 as new and cc-backend's 422 makes them count as delivered.
-The range is cut into chunks so that one sacct answer stays small and a failure loses at
-most one chunk's work: everything before it is committed.
+The range is cut into chunks so that one listing stays small and a failure loses at most one
+chunk's work: everything before it is committed. Within a chunk only the runs that ran are
+read (pending jobs never are), in batches.
 """
 
 from __future__ import annotations
@@ -58,10 +59,15 @@ class Backfill:
         self.resend = resend
 
     def run_chunk(self, since: float, until: float) -> ChunkResult:
-        """One sacct query, one transaction (plus one to reopen, with ``resend``)."""
-        result = self.collector.window(since, until)
-        events = [ev for job in result.jobs for ev in events_for(job, self.ignore)]
-        new = self.outbox.enqueue(events)
-        resent = self.outbox.resend(events) if self.resend else 0
-        return ChunkResult(since, until, len(result.jobs), len(events), new, resent,
-                           len(result.errors))
+        """One listing of the chunk, then its runs read and committed batch by batch (one
+        transaction each, plus one to reopen with ``resend``): memory is bounded by a
+        batch, however many runs a chunk of a busy month holds."""
+        jobs = events_total = new = resent = skipped = 0
+        for result in self.collector.iter_window(since, until):
+            events = [ev for job in result.jobs for ev in events_for(job, self.ignore)]
+            new += self.outbox.enqueue(events)
+            resent += self.outbox.resend(events) if self.resend else 0
+            jobs += len(result.jobs)
+            events_total += len(events)
+            skipped += len(result.errors)
+        return ChunkResult(since, until, jobs, events_total, new, resent, skipped)

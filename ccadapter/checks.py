@@ -1,7 +1,7 @@
 """Start-up checks of the daemon: mistakes that do not stop it but make it quietly wrong or
 unsafe, each reported as one warning that says what to run to fix it.
 
-- Slurm privileges. With ``PrivateData=jobs`` sacct, squeue and scontrol show a plain user
+- Slurm privileges. With ``PrivateData=jobs`` sacct and scontrol show a plain user
   only their own jobs, and ``scontrol write batch_script`` refuses other users' jobs
   whatever the setting. root and SlurmUser are privileged; anyone else needs AdminLevel
   Operator (or Administrator) in slurmdbd.

@@ -594,7 +594,7 @@ def _deliver_and_report(app: App) -> None:
 @main.command("recover")
 @_config_option
 @click.option("--stale-wait", type=click.FloatRange(min=0), default=10.0, show_default=True,
-              help="Seconds between stale-jobs' two squeue polls.")
+              help="Seconds between stale-jobs' two listings of the open runs.")
 @click.pass_obj
 def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
     """Clean start: remove a stale PID file and hook socket, rebuild the running jobs

@@ -74,8 +74,6 @@ class Config(BaseModel):
     slurm_command_timeout: float = Field(60.0, alias="slurmCommandTimeout", gt=0)
     # Fetch batch scripts from slurmctld when slurmdbd does not store them (one call per job).
     slurm_fetch_job_scripts: bool = Field(True, alias="slurmFetchJobScripts")
-    # How many `scontrol write batch_script` calls may run at once.
-    slurm_script_parallelism: int = Field(4, alias="slurmScriptParallelism", ge=1, le=64)
     # How far before lastRun each window starts. slurmdbd learns of a job's start and end
     # from slurmctld with a delay (seconds, minutes under load); cc-slurm-adapter's 1 s
     # overlap loses the jobs whose records arrive later than the next window. Repeating a
@@ -85,6 +83,10 @@ class Config(BaseModel):
     prep_sock_group: str | None = Field(None, alias="prepSockGroup")
     # CA bundle for cc-backend's TLS certificate (default: the system's CA store).
     cc_rest_ca_bundle: str = Field("", alias="ccRestCaBundle")
+    # How long cc-backend 1.5 may keep a new job in its job cache before GET /api/jobs/ lists
+    # it (its commit-job-worker interval: 2 min by default, 1 min in its sample config).
+    # cc-cache sends no start again that was delivered less than this long ago.
+    cc_commit_job_interval: float = Field(300.0, alias="ccCommitJobInterval", ge=0)
     # Where the outbox and other durable state live.
     state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
     # Publish to a JetStream stream (acknowledged, deduplicated by Nats-Msg-Id) instead of

@@ -34,7 +34,7 @@ from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
 log = logging.getLogger(__name__)
 
 KINDS = ("start", "stop", "nodestate")
-SLURM_COMMANDS = ("sacct", "squeue", "scontrol", "sinfo", "sacctmgr")
+SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
 # PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
 HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")
 

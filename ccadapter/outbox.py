@@ -65,6 +65,29 @@ CREATE TABLE IF NOT EXISTS notify (
 );
 CREATE INDEX IF NOT EXISTS notify_due ON notify (status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS notify_pending ON notify (status, event_id);
+-- delivered events by age: compaction reads the old ones only, not the whole history
+CREATE INDEX IF NOT EXISTS events_delivered ON events (status, delivered_at);
+-- runs whose start is stored and whose stop is not: what cc-backend shows as running. Kept
+-- by enqueue, so that stale-jobs and nodestate cost what runs, not what ever ran (a week of
+-- history at 5 jobs/s is six million events).
+CREATE TABLE IF NOT EXISTS runs (
+    cluster         TEXT    NOT NULL,
+    job_id          INTEGER NOT NULL,
+    start_time      INTEGER NOT NULL,
+    hosts           TEXT    NOT NULL DEFAULT '',
+    PRIMARY KEY (cluster, job_id, start_time)
+) WITHOUT ROWID;
+"""
+
+# An outbox written before the runs table existed gets it filled once, from its events.
+_FILL_RUNS = """
+INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts)
+SELECT e.cluster, e.job_id, e.start_time, coalesce((SELECT group_concat(
+           json_extract(r.value, '$.hostname'), ',') FROM json_each(e.payload, '$.resources') r),
+       '')
+FROM events e WHERE e.kind = 'start' AND e.payload != '' AND NOT EXISTS (
+    SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
+      AND s.start_time = e.start_time AND s.kind = 'stop')
 """
 
 PENDING, DELIVERED, REJECTED = "pending", "delivered", "rejected"
@@ -165,6 +188,10 @@ class Outbox:
         # FULL: a committed event survives power loss, not only a crash of the process.
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM state WHERE key = 'schema.runs'").fetchone() is None:
+                db.execute(_FILL_RUNS)
+                db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
 
     def close(self) -> None:
         with self._lock:
@@ -205,33 +232,39 @@ class Outbox:
 
     def _enqueue_one(self, db: sqlite3.Connection, ev: NewEvent, now: float) -> int:
         payload = ev.payload
+        run = (ev.cluster, ev.job_id, ev.start_time)
         if ev.kind == "nodestate":  # only the newest state of a cluster matters
             db.execute("DELETE FROM events WHERE kind = 'nodestate' AND cluster = ? "
                        "AND status != 'delivered'", (ev.cluster,))
         if ev.kind == "stop":
             row = db.execute(
                 "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
-                "AND kind = 'start' AND payload != ''",
-                (ev.cluster, ev.job_id, ev.start_time)).fetchone()
+                "AND kind = 'start' AND payload != ''", run).fetchone()
             if row:  # the start captured at first sight is the richest we will ever have
                 payload = {**payload, "start": json.loads(row[0])}
+            db.execute("DELETE FROM runs WHERE cluster = ? AND job_id = ? AND start_time = ?",
+                       run)
         cur = db.execute(
             "INSERT OR IGNORE INTO events (cluster, job_id, start_time, kind, payload, rich, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (ev.cluster, ev.job_id, ev.start_time, ev.kind, _dumps(payload), int(ev.rich), now))
+            (*run, ev.kind, _dumps(payload), int(ev.rich), now))
+        if ev.kind == "start" and cur.rowcount:
+            db.execute(
+                "INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts) SELECT ?, ?, ?, ? "
+                "WHERE NOT EXISTS (SELECT 1 FROM events WHERE cluster = ? AND job_id = ? "
+                "AND start_time = ? AND kind = 'stop')",
+                (*run, _hosts(payload), *run))
         if cur.rowcount:
             return 1
         if ev.kind == "start" and ev.rich:
             row = db.execute(
                 "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
-                "AND kind = 'start' AND status = 'pending' AND rich = 0",
-                (ev.cluster, ev.job_id, ev.start_time)).fetchone()
+                "AND kind = 'start' AND status = 'pending' AND rich = 0", run).fetchone()
             if row:
                 db.execute(
                     "UPDATE events SET payload = ?, rich = 1 WHERE cluster = ? AND job_id = ? "
                     "AND start_time = ? AND kind = 'start'",
-                    (_dumps(_keep_script(payload, json.loads(row[0]))), ev.cluster, ev.job_id,
-                     ev.start_time))
+                    (_dumps(_keep_script(payload, json.loads(row[0]))), *run))
         return 0
 
     def due(self, limit: int = 256) -> list[Event]:
@@ -267,18 +300,27 @@ class Outbox:
 
     def compact(self, keep_seconds: float) -> int:
         """Forget delivered events older than ``keep_seconds`` (the idempotency horizon:
-        slurmQueryMaxSpan) and drop the payloads of delivered events after an hour."""
+        slurmQueryMaxSpan) and drop the payloads of delivered events after an hour. The start
+        of a run that is still open is kept however old: its stop needs its body (a stop
+        answered 404 delivers the start first) and stale-jobs needs to know it runs. Reads
+        only the events old enough to change (index on status, delivered_at)."""
         now = self.clock()
         with self._tx() as db:
-            gone = db.execute("DELETE FROM events WHERE status = 'delivered' AND "
-                              "delivered_at < ? AND id NOT IN (SELECT event_id FROM notify "
-                              "WHERE status != 'delivered')", (now - keep_seconds,)).rowcount
+            gone = db.execute(
+                "DELETE FROM events WHERE status = 'delivered' AND delivered_at < ? "
+                "AND id NOT IN (SELECT event_id FROM notify WHERE status != 'delivered') "
+                "AND NOT (kind = 'start' AND EXISTS (SELECT 1 FROM runs r WHERE "
+                "r.cluster = events.cluster AND r.job_id = events.job_id "
+                "AND r.start_time = events.start_time))",
+                (now - keep_seconds,)).rowcount
             gone += db.execute("DELETE FROM events WHERE kind = 'nodestate' AND status = "
                                "'delivered' AND delivered_at < ?", (now - 3600,)).rowcount
+            mark = float(self._get(db, _PAYLOADS_DROPPED) or 0.0)
             db.execute("UPDATE events SET payload = '' WHERE status = 'delivered' AND "
-                       "kind != 'start' AND payload != '' AND delivered_at < ? AND id NOT IN "
-                       "(SELECT event_id FROM notify WHERE status != 'delivered')",
-                       (now - 3600,))
+                       "delivered_at >= ? AND delivered_at < ? AND kind != 'start' AND "
+                       "payload != '' AND id NOT IN (SELECT event_id FROM notify WHERE "
+                       "status != 'delivered')", (mark - 3600, now - 3600))
+            self._put(db, _PAYLOADS_DROPPED, repr(now - 3600))
             db.execute("DELETE FROM notify WHERE event_id NOT IN (SELECT id FROM events)")
         return gone
 
@@ -308,12 +350,59 @@ class Outbox:
         """(jobId, startTime) of runs whose start is queued or delivered and whose stop is
         not known yet: what cc-backend shows (or will show) as running."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT job_id, start_time FROM events e WHERE cluster = ? AND kind = 'start' "
-                "AND status != 'rejected' AND NOT EXISTS (SELECT 1 FROM events s WHERE "
-                "s.cluster = e.cluster AND s.job_id = e.job_id AND s.start_time = e.start_time "
-                "AND s.kind = 'stop')", (cluster,)).fetchall()
+            rows = self._db.execute(_OPEN + " ORDER BY r.job_id", (cluster,)).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def open_hosts(self, cluster: str) -> Counter[str]:
+        """How many open runs each host carries (nodestate's ``jobsRunning``)."""
+        counts: Counter[str] = Counter()
+        with self._lock:
+            for (hosts,) in self._db.execute(_OPEN_HOSTS, (cluster,)):
+                counts.update(h for h in hosts.split(",") if h)
+        return counts
+
+    def needs(self, cluster: str, runs: Iterable[tuple[int, int, bool]]
+              ) -> tuple[set[int], set[int]]:
+        """Of listed runs (jobId, startTime, finished), which the outbox cannot answer yet:
+        returns (ids to read in detail, ids among them whose start may be needed). A run
+        needs reading when its start is not stored, when it finished and its stop is not
+        stored, or when its start waits undelivered without allocation details (a richer
+        one may be had while slurmctld holds the job)."""
+        wanted = list(runs)
+        stored: dict[tuple[int, int], dict[str, tuple[str, int]]] = {}
+        with self._lock:
+            for chunk in _batches(sorted({j for j, _, _ in wanted})):
+                for job_id, start, kind, status, rich in self._db.execute(
+                        "SELECT job_id, start_time, kind, status, rich FROM events WHERE "
+                        f"cluster = ? AND job_id IN ({_marks(chunk)}) AND kind != 'nodestate'",
+                        (cluster, *chunk)):
+                    stored.setdefault((job_id, start), {})[kind] = (status, rich)
+        details: set[int] = set()
+        starts: set[int] = set()
+        for job_id, start, finished in wanted:
+            have = stored.get((job_id, start), {})
+            first = have.get("start")
+            if first is None or (first == (PENDING, 0)):
+                details.add(job_id)
+                starts.add(job_id)
+            elif finished and "stop" not in have:
+                details.add(job_id)
+        return details, starts
+
+    def start_deliveries(self, cluster: str, runs: Iterable[tuple[int, int]]
+                         ) -> dict[tuple[int, int], tuple[str, float | None]]:
+        """(status, delivered_at) of the stored starts of these runs (cc-cache)."""
+        wanted = set(runs)
+        out: dict[tuple[int, int], tuple[str, float | None]] = {}
+        with self._lock:
+            for chunk in _batches(sorted({j for j, _ in wanted})):
+                for job_id, start, status, at in self._db.execute(
+                        "SELECT job_id, start_time, status, delivered_at FROM events WHERE "
+                        f"cluster = ? AND kind = 'start' AND job_id IN ({_marks(chunk)})",
+                        (cluster, *chunk)):
+                    if (job_id, start) in wanted:
+                        out[(job_id, start)] = (status, at)
+        return out
 
     def reopen_start(self, cluster: str, job_id: int, start_time: int) -> bool:
         """cc-backend lost a run we delivered: send its start again."""
@@ -346,8 +435,7 @@ class Outbox:
 
     def get_state(self, key: str) -> str | None:
         with self._lock:
-            row = self._db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
+            return self._get(self._db, key)
 
     def del_state(self, key: str) -> None:
         with self._tx() as db:
@@ -355,8 +443,17 @@ class Outbox:
 
     def set_state(self, key: str, value: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "
-                       "DO UPDATE SET value = excluded.value", (key, value))
+            self._put(db, key, value)
+
+    @staticmethod
+    def _get(db: sqlite3.Connection, key: str) -> str | None:
+        row = db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @staticmethod
+    def _put(db: sqlite3.Connection, key: str, value: str) -> None:
+        db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+                   "DO UPDATE SET value = excluded.value", (key, value))
 
     # --- operator tools (``ccadapter status|queue|backfill``) ------------------------------
 
@@ -433,6 +530,12 @@ class Outbox:
                                     "ORDER BY key", (len(prefix), prefix)).fetchall()
         return dict(rows)
 
+
+_OPEN = ("SELECT r.job_id, r.start_time FROM runs r JOIN events e ON e.cluster = r.cluster "
+         "AND e.job_id = r.job_id AND e.start_time = r.start_time AND e.kind = 'start' "
+         "WHERE r.cluster = ? AND e.status != 'rejected'")
+_OPEN_HOSTS = _OPEN.replace("SELECT r.job_id, r.start_time", "SELECT r.hosts")
+_PAYLOADS_DROPPED = "compact.payloads_dropped_before"
 
 _LISTED = ("id", "cluster", "jobId", "startTime", "kind", "status", "attempts",
            "nextAttemptAt", "createdAt", "deliveredAt", "error")
@@ -516,6 +619,10 @@ def _keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     if not script or meta.get("jobScript"):
         return new
     return {**new, "metaData": {**meta, "jobScript": script}}
+
+
+def _hosts(start_body: dict[str, Any]) -> str:
+    return ",".join(r.get("hostname", "") for r in start_body.get("resources") or ())
 
 
 def _dumps(payload: dict[str, Any]) -> str:

@@ -9,8 +9,9 @@
    Anything else at that path (a file, a directory) is reported and left alone.
 3. The running jobs are rebuilt from both sides: cc-cache compares cc-backend's running
    jobs with Slurm (ends it missed are sent, starts it lost are sent again), and stale-jobs
-   polls squeue twice, ``stale_wait`` seconds apart (the two-polls rule: one missing answer
-   can be a requeue in flight), to stop the runs our outbox holds open that Slurm ended.
+   lists the runs our outbox holds open twice, ``stale_wait`` seconds apart, to stop those
+   slurmdbd shows ended (the second listing catches ends slurmdbd recorded in between: it
+   receives them from slurmctld with a delay).
 4. What that enqueued is delivered once; what cannot be delivered now stays in the outbox
    for the daemon.
 """

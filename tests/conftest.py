@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,8 @@ class ReplayRunner:
         self.calls: Counter[str] = Counter()
         self.argvs: list[list[str]] = []
 
-    def run(self, argv: Sequence[str], *, retry: bool = True,
-            timeout: float | None = None) -> str:
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
         self.calls[argv[0]] += 1
         self.argvs.append(list(argv))
         return self.answer(argv)

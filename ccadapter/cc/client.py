@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -132,9 +132,15 @@ class CcClient:
         return Answer(classify(kind, resp.status), resp.status, text)
 
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
-        """All running jobs of a cluster, every page. Raises on any error: an error answer
-        must never be read as "no jobs running"."""
-        jobs: list[dict[str, Any]] = []
+        """All running jobs of a cluster (every page in one list; for small clusters and
+        tests: :meth:`running_job_pages` keeps one page at a time)."""
+        return [job for page in self.running_job_pages(cluster, per_page) for job in page]
+
+    def running_job_pages(self, cluster: str, per_page: int = 500
+                          ) -> Iterator[list[dict[str, Any]]]:
+        """The running jobs of a cluster, one page at a time, so that a caller keeping a
+        few fields of each holds one page in memory, not 100,000 jobs. Raises on any error:
+        an error answer must never be read as "no jobs running"."""
         page = 1
         while True:
             query = urlencode({"state": "running", "cluster": cluster,
@@ -152,9 +158,9 @@ class CcClient:
                 raise CcBackendError(f"GET /api/jobs/ page {page}: not a job list") from None
             if not isinstance(batch, list):
                 raise CcBackendError(f"GET /api/jobs/ page {page}: 'jobs' is not a list")
-            jobs.extend(batch)
+            yield batch
             if len(batch) < per_page:
-                return jobs
+                return
             page += 1
 
     def _request(self, method: str, path: str, body: bytes | None) -> Reply:

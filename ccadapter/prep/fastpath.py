@@ -109,7 +109,9 @@ class FastPath:
 
     def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
         try:
-            jobs, missing = self.collector.controller_jobs(batch)
+            # One scontrol process for the whole batch, batch scripts included (a start
+            # needs its script; for an end it costs a request, not a process).
+            jobs, missing = self.collector.controller_jobs(batch, scripts_for=batch)
         except CcAdapterError as exc:
             log.warning("fast path: %s; %d job(s) left to the poll", exc, len(batch))
             return

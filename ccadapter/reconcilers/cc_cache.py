@@ -1,50 +1,100 @@
-"""cc-cache: compare cc-backend's running jobs with Slurm, every ccPollInterval, and repair
-both ways. A failed or unreadable answer from cc-backend ends the cycle with an error: it is
-never read as "no jobs are running"."""
+"""cc-cache: compare cc-backend's running jobs with Slurm, every ccPollInterval and at start,
+and repair both ways. A failed or unreadable answer from cc-backend ends the cycle with an
+error: it is never read as "no jobs are running".
+
+Both sides are compared as sets of runs (jobId, startTime): cc-backend's running jobs, read
+page by page (only the two numbers of each are kept), and the runs Slurm lists as running now
+(``sacct -s R,S``: one line per running job, none per queued one). Only the runs that differ
+are read in detail:
+
+- running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent.
+- running in Slurm, not in cc-backend: if the outbox never had its start, the start is sent;
+  if the start was delivered, cc-backend lost it (restored from a backup) and it is sent
+  again -- unless it was delivered less than ``commit_interval`` seconds ago: cc-backend 1.5
+  keeps a new job in its job cache until its commit worker (``commit-job-worker``, 2 minutes by
+  default) moves it, and ``GET /api/jobs/`` does not list it until then
+  (internal/repository/jobCreate.go, internal/taskmanager/commitJobService.go at v1.5.4).
+  Sending it again then would get a 500 (the cache's UNIQUE constraint), not a 422.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ccadapter.cc.client import CcClient
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import DELIVERED, Outbox
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
+Run = tuple[int, int]
+
 
 class CcCache:
     name = "cc-cache"
 
-    def __init__(self, client: CcClient, collector: Collector, outbox: Outbox,
-                 cluster: str) -> None:
+    def __init__(self, client: CcClient, collector: Collector, outbox: Outbox, cluster: str,
+                 commit_interval: float = 300.0, clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.collector = collector
         self.outbox = outbox
         self.cluster = cluster
+        self.commit_interval = commit_interval
+        self.clock = clock
 
     def run_once(self) -> dict[str, Any]:
-        # phase 1: both sides' view
-        cc_runs = {(int(j["jobId"]), int(j["startTime"])) for j in
-                   self.client.running_jobs(self.cluster)}
-        active = self.collector.running_ids()
-        ids = {j for j, _ in cc_runs if j not in active} | active
-        jobs = self.collector.jobs_by_id(ids).jobs if ids else []
+        # phase 1: both sides' view, as sets of runs
+        now = self.clock()
+        cc_runs: set[Run] = set()
+        for page in self.client.running_job_pages(self.cluster):
+            cc_runs.update((int(j["jobId"]), int(j["startTime"])) for j in page)
+        listing = self.collector.stamps(now, now)
+        slurm_runs = {s.run for s in listing.stamps if s.started and not s.finished}
         # phase 2: what to change
-        events = []
-        ended = reopened = 0
-        for job in jobs:
-            run = (job.job_id, job.start_time)
-            if run in cc_runs and job.finished:
-                events.extend(events_for(job))  # cc-backend missed the end
-                ended += 1
-            elif run not in cc_runs and job.started and not job.finished:
-                if self.outbox.reopen_start(self.cluster, *run):
-                    reopened += 1  # delivered once, lost by cc-backend since
-                else:
-                    events.extend(events_for(job))
-        added = self.outbox.enqueue(events)
-        return {"cc_running": len(cc_runs), "slurm_active": len(active), "ended": ended,
-                "reopened": reopened, "new_events": added}
+        ended = self._ended(cc_runs - slurm_runs)
+        reopened, added, waiting = self._missing(slurm_runs - cc_runs, now)
+        return {"cc_running": len(cc_runs), "slurm_running": len(slurm_runs), "ended": ended,
+                "reopened": reopened, "new_events": added, "in_cc_job_cache": waiting}
+
+    def _ended(self, runs: set[Run]) -> int:
+        """Runs cc-backend shows running that Slurm no longer lists as running."""
+        added = 0
+        if not runs:
+            return 0
+        for result in self.collector.iter_jobs({j for j, _ in runs}, starts=()):
+            events = [ev for job in result.jobs
+                      if (job.job_id, job.start_time) in runs and job.finished
+                      for ev in events_for(job)]
+            added += self.outbox.enqueue(events)
+        return added
+
+    def _missing(self, runs: set[Run], now: float) -> tuple[int, int, int]:
+        """Runs Slurm lists running that cc-backend does not list."""
+        if not runs:
+            return 0, 0, 0
+        stored = self.outbox.start_deliveries(self.cluster, runs)
+        reopened = waiting = 0
+        unknown: set[Run] = set()
+        for run in runs:
+            status, delivered_at = stored.get(run, (None, None))
+            if status is None:
+                unknown.add(run)
+            elif status == DELIVERED and delivered_at is not None \
+                    and now - delivered_at < self.commit_interval:
+                waiting += 1  # in cc-backend's job cache, not listed yet
+            elif status == DELIVERED and self.outbox.reopen_start(self.cluster, *run):
+                reopened += 1  # delivered once, lost by cc-backend since
+        added = 0
+        if unknown:
+            for result in self.collector.iter_jobs({j for j, _ in unknown}):
+                events = [ev for job in result.jobs
+                          if (job.job_id, job.start_time) in unknown and job.started
+                          and not job.finished for ev in events_for(job)]
+                added += self.outbox.enqueue(events)
+        if reopened:
+            log.info("cc-cache: %d run(s) cc-backend lost are sent again", reopened)
+        return reopened, added, waiting

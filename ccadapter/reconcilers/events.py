@@ -15,12 +15,26 @@ import re
 
 from ccadapter.cc.client import START, STOP
 from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.errors import SlurmParseError
 from ccadapter.model import Job
 from ccadapter.outbox import NewEvent
+from ccadapter.slurm.formats._common import ParseContext, expand_hostlist
 
 
 def ignored(job: Job, pattern: re.Pattern[str] | None) -> bool:
     return bool(pattern and job.hostnames and all(pattern.search(h) for h in job.hostnames))
+
+
+def hosts_ignored(nodes: str, pattern: re.Pattern[str] | None) -> bool:
+    """The same rule for a hostlist expression (``n[1-2]``) as the run listing gives it;
+    a list that cannot be expanded is not ignored (the detailed read reports it)."""
+    if not pattern or not nodes:
+        return False
+    try:
+        hosts = expand_hostlist(nodes, ParseContext("", "ignoreHosts"))
+    except SlurmParseError:
+        return False
+    return bool(hosts) and all(pattern.search(h) for h in hosts)
 
 
 def events_for(job: Job, ignore: re.Pattern[str] | None = None) -> list[NewEvent]:

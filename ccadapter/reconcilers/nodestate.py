@@ -1,12 +1,16 @@
 """nodestate: slurmctld's node states to cc-backend's ``/api/nodestate/``.
 
-Only the newest state per cluster is kept in the outbox; older cc-backends without the
-endpoint answer 404, which parks that one event and never holds up job events.
+One ``scontrol -o show node`` per cycle (a line per node). The jobs running on each node are
+counted from the outbox's open runs -- the runs cc-backend shows as running -- instead of
+asking squeue, whose answer carries every queued job too. Only the newest state per cluster
+is kept in the outbox; older cc-backends without the endpoint answer 404, which parks that
+one event and never holds up job events.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ccadapter.cc.client import NODESTATE
@@ -18,7 +22,7 @@ class NodeStates:
     name = "nodestate"
 
     def __init__(self, collector: Collector, outbox: Outbox, cluster: str,
-                 ignore: re.Pattern[str] | None, clock) -> None:
+                 ignore: re.Pattern[str] | None, clock: Callable[[], float]) -> None:
         self.collector = collector
         self.outbox = outbox
         self.cluster = cluster
@@ -26,7 +30,8 @@ class NodeStates:
         self.clock = clock
 
     def run_once(self) -> dict[str, Any]:
-        nodes, jobs_per_host = self.collector.nodes()
+        nodes = self.collector.nodes()
+        jobs_per_host = self.outbox.open_hosts(self.cluster)
         payload = {"cluster": self.cluster, "nodes": [
             {"hostname": n.hostname, "states": list(n.states),
              "cpusAllocated": n.cpus_allocated, "memoryAllocated": n.memory_allocated,

@@ -4,8 +4,17 @@ The window is [lastRun - slurmWindowOverlap, now], cut to slurmQueryMaxSpan (wit
 jobs older than that are not looked for). The overlap (120 s by default, 1 s in
 cc-slurm-adapter) is there because slurmdbd receives job records late: a test here lost a
 job that ran for one second when records lagged three seconds behind a 1 s overlap.
-lastRun moves to the window's end only after every event of the window is committed to the
-outbox, so a crash at any moment repeats a window, never skips one.
+
+Cost follows what changed: the window is first *listed* (one short line per run that ran in
+it; pending jobs are not listed), the listing is compared with what the outbox holds, and only
+the runs new to it (a start not stored, an end whose stop is not stored) are read in detail,
+in batches. In steady state, with the Prolog/Epilog hook delivering every start and end as it
+happens, a cycle is one listing and nothing else.
+
+A long window (a catch-up after an outage, or the first cycle after days of downtime) is read
+in slices of :data:`SLICE` seconds, and lastRun moves to each slice's end once its events are
+committed to the outbox: memory is bounded by a slice, progress is logged per slice, and a
+crash repeats at most one slice, never skips one.
 
 slurmdbd learns of jobs from slurmctld, which queues its messages while slurmdbd is away and
 sends them once it is back: the records of jobs that ran during an outage arrive after sacct
@@ -19,53 +28,78 @@ before the first window this outbox ever ran (a new installation does not resend
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from ccadapter.config import Config
 from ccadapter.errors import CcAdapterError
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.events import events_for, hosts_ignored
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
 _OUTAGE, _RECOVERED = "slurm-window.outage_since", "slurm-window.recovered_at"
 _ORIGIN = "slurm-window.origin"
+SLICE = 3600.0  # seconds of Slurm history per listing in a long window
+
+
+@dataclass(frozen=True)
+class WindowSettings:
+    """What the window depends on, from the config."""
+
+    cluster: str
+    poll_interval: float = 60
+    max_span: float = 7 * 86400
+    overlap: float = 120
+    ignore: re.Pattern[str] | None = None
+
+
+@dataclass
+class _Tally:
+    listed: int = 0
+    read: int = 0
+    events: int = 0
+    new: int = 0
+    skipped: int = 0
 
 
 class SlurmWindow:
-    def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun, config: Config,
-                 clock: Callable[[], float] = time.time, *, lookback: float | None = None,
-                 outage_grace: float = 600.0) -> None:
+    def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun,
+                 settings: WindowSettings, clock: Callable[[], float] = time.time, *,
+                 lookback: float | None = None, outage_grace: float = 600.0) -> None:
         self.collector = collector
         self.outbox = outbox
         self.last_run = last_run
-        self.config = config
+        self.settings = settings
         self.clock = clock
         self.lookback = lookback
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
-        self._ignore = config.ignore_hosts_pattern()
 
     def window_start(self, now: float) -> float:
+        cfg = self.settings
         if self.lookback:
             origin = self.outbox.get_state(_ORIGIN)
-            span = min(self.lookback, self.config.slurm_query_max_span)
+            span = min(self.lookback, cfg.max_span)
             return max(now - span, float(origin)) if origin else now
         last = self.last_run.get()
-        earliest = now - self.config.slurm_query_max_span
+        earliest = now - cfg.max_span
         if last is None:
-            log.info("no lastRun yet: looking back %d s", self.config.slurm_poll_interval)
-            return now - self.config.slurm_poll_interval
+            log.info("first start (no lastRun at %s): the first window reaches back "
+                     "slurmPollInterval (%d s) only, plus every run still running; runs that "
+                     "ended before are not sent (send them with `ccadapter backfill --since "
+                     "7d`)", self.last_run.path, cfg.poll_interval)
+            return now - cfg.poll_interval
         if last - 1 < earliest:
             log.warning("lastRun is %.0f s ago, more than slurmQueryMaxSpan (%d s): jobs that "
-                        "ended before %s are not looked for", now - last,
-                        self.config.slurm_query_max_span, time.ctime(earliest))
+                        "ended before %s are not looked for (`ccadapter backfill` sends them)",
+                        now - last, cfg.max_span, time.ctime(earliest))
             return earliest
-        since = max(last - self.config.slurm_window_overlap, earliest)
+        since = max(last - cfg.overlap, earliest)
         outage = self.outbox.get_state(_OUTAGE)
         return min(since, float(outage)) if outage else since
 
@@ -74,23 +108,47 @@ class SlurmWindow:
         since = self.window_start(now)
         if self.lookback and since >= now:
             return {"skipped": "no window has run yet"}
-        try:
-            # phase 1: what Slurm says (no script fetched again for a run already stored)
-            result = self.collector.window(since, None, known=self.outbox.known_starts)
-        except CcAdapterError:
-            if not self.lookback and self.outbox.get_state(_OUTAGE) is None:
-                self.outbox.set_state(_OUTAGE, repr(since))
-            self.outbox.del_state(_RECOVERED)
-            raise
-        events = [ev for job in result.jobs for ev in events_for(job, self._ignore)]
-        added = self.outbox.enqueue(events)  # phase 2: one transaction
+        spans = slices(since, now, SLICE)
+        tally = _Tally()
+        for number, (lo, hi) in enumerate(spans, 1):
+            last = number == len(spans)
+            try:
+                self._slice(lo, None if last else hi, tally)
+            except CcAdapterError:
+                if not self.lookback and self.outbox.get_state(_OUTAGE) is None:
+                    self.outbox.set_state(_OUTAGE, repr(lo))
+                self.outbox.del_state(_RECOVERED)
+                raise
+            if not self.lookback:
+                if self.outbox.get_state(_ORIGIN) is None:
+                    self.outbox.set_state(_ORIGIN, repr(since))
+                self.last_run.set(hi)
+            if len(spans) > 1:
+                log.info("%s: slice %d/%d (%s .. %s) done: %d runs listed, %d read, %d new "
+                         "events", self.name, number, len(spans), time.ctime(lo),
+                         time.ctime(hi), tally.listed, tally.read, tally.new)
         if not self.lookback:
-            if self.outbox.get_state(_ORIGIN) is None:
-                self.outbox.set_state(_ORIGIN, repr(since))
-            self.last_run.set(now)
             self._after_outage(now)
-        return {"since": since, "until": now, "jobs": len(result.jobs), "events": len(events),
-                "new_events": added, "skipped_records": len(result.errors)}
+        return {"since": since, "until": now, "slices": len(spans), "runs": tally.listed,
+                "read": tally.read, "events": tally.events, "new_events": tally.new,
+                "skipped_records": tally.skipped}
+
+    def _slice(self, since: float, until: float | None, tally: _Tally) -> None:
+        """List, compare with the outbox, read what is new, enqueue it batch by batch."""
+        cfg = self.settings
+        listing = self.collector.stamps(since, until)
+        tally.listed += len(listing.stamps)
+        tally.skipped += len(listing.errors)
+        runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
+                if s.started and not hosts_ignored(s.nodes, cfg.ignore)]
+        details, starts = self.outbox.needs(cfg.cluster, runs)
+        for result in self.collector.iter_jobs(details, starts=starts,
+                                               known=self.outbox.known_starts):
+            events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
+            tally.read += len(result.jobs)
+            tally.events += len(events)
+            tally.skipped += len(result.errors)
+            tally.new += self.outbox.enqueue(events)  # one transaction per batch
 
     def _after_outage(self, now: float) -> None:
         if self.outbox.get_state(_OUTAGE) is None:
@@ -103,3 +161,14 @@ class SlurmWindow:
         elif now - float(recovered) > self.outage_grace:
             self.outbox.del_state(_OUTAGE)
             self.outbox.del_state(_RECOVERED)
+
+
+def slices(since: float, until: float, size: float) -> list[tuple[float, float]]:
+    """[since, until] cut into consecutive spans of at most ``size`` seconds (at least one)."""
+    spans = []
+    start = since
+    while until - start > size:
+        spans.append((start, start + size))
+        start += size
+    spans.append((start, max(start, until)))
+    return spans

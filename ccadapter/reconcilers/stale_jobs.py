@@ -1,9 +1,14 @@
-"""stale-jobs: runs we told cc-backend are running, which slurmctld no longer runs.
+"""stale-jobs: runs we told cc-backend are running, which Slurm has ended since.
 
-A run missing from ``squeue`` on two consecutive cycles (one missing answer can be a
-requeue in flight or a controller restart) is looked up in sacct and stopped with Slurm's
-final state. This catches the ends a time window can miss: slurmdbd recording an end late,
-after the window that covered it had passed.
+Every cycle lists the runs of the jobs the outbox holds open (``sacct -j IDS``, one short
+line per run: a cost that follows how many jobs run, not how many wait in the queue, nor how
+many ever ran), and reads in detail only the runs that ended, to stop them with Slurm's final
+state. This catches the ends a time window can miss: slurmdbd recording an end late, after
+the window (and the hour of slurm-lookback) that covered it had passed.
+
+A run that slurmdbd does not list at all on two consecutive cycles is reported (once): the
+job may have been removed from the database by hand, and cc-backend keeps it running until
+an operator stops it there.
 """
 
 from __future__ import annotations
@@ -11,12 +16,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ccadapter.model import cc_state
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
+
 
 class StaleJobs:
     name = "stale-jobs"
@@ -25,35 +30,35 @@ class StaleJobs:
         self.collector = collector
         self.outbox = outbox
         self.cluster = cluster
-        self._suspects: set[tuple[int, int]] = set()
+        self._unlisted: set[tuple[int, int]] = set()
+        self._reported: set[tuple[int, int]] = set()
 
     def run_once(self) -> dict[str, Any]:
         open_runs = set(self.outbox.open_runs(self.cluster))
         if not open_runs:
-            self._suspects = set()
-            return {"open": 0, "stopped": 0}
-        active = self.collector.running_ids()
-        missing = {run for run in open_runs if run[0] not in active}
-        confirmed = missing & self._suspects
-        self._suspects = missing - confirmed
-        stopped = self._stop(confirmed) if confirmed else 0
-        return {"open": len(open_runs), "suspects": len(self._suspects),
-                "confirmed": len(confirmed), "stopped": stopped}
+            self._unlisted = set()
+            return {"open": 0, "ended": 0, "stopped": 0}
+        listing = self.collector.stamps_of({job_id for job_id, _ in open_runs})
+        listed = {s.run: s for s in listing.stamps}
+        ended = {run for run in open_runs if run in listed and listed[run].finished}
+        self._note_unlisted(open_runs - set(listed))
+        stopped = self._stop(ended) if ended else 0
+        return {"open": len(open_runs), "ended": len(ended), "unlisted": len(self._unlisted),
+                "stopped": stopped}
 
     def _stop(self, runs: set[tuple[int, int]]) -> int:
-        result = self.collector.jobs_by_id({job_id for job_id, _ in runs})
-        events = []
-        for job in result.jobs:
-            if (job.job_id, job.start_time) not in runs:
-                continue
-            if job.finished:
-                events.extend(events_for(job))
-            else:  # slurmdbd has not caught up yet: ask again next cycle
-                self._suspects.add((job.job_id, job.start_time))
-                log.info("job %d gone from squeue, sacct still says %s", job.job_id,
-                         cc_state(job.state))
-        found = {(j.job_id, j.start_time) for j in result.jobs}
-        for job_id, start in sorted(runs - found):
-            log.warning("job %d (start %d) is open in cc-backend but sacct has no such run",
-                        job_id, start)
-        return self.outbox.enqueue(events)
+        stopped = 0
+        for result in self.collector.iter_jobs({job_id for job_id, _ in runs}, starts=()):
+            events = [ev for job in result.jobs
+                      if (job.job_id, job.start_time) in runs and job.finished
+                      for ev in events_for(job)]
+            stopped += self.outbox.enqueue(events)
+        return stopped
+
+    def _note_unlisted(self, unlisted: set[tuple[int, int]]) -> None:
+        for job_id, start in sorted((unlisted & self._unlisted) - self._reported):
+            log.warning("job %d (start %d) is open in cc-backend but slurmdbd lists no such "
+                        "run; stop it in cc-backend if the job is gone", job_id, start)
+            self._reported.add((job_id, start))
+        self._unlisted = unlisted
+        self._reported &= unlisted

@@ -1,13 +1,24 @@
-"""Queries Slurm and turns its answers into :class:`~ccadapter.model.Job` runs.
+"""Queries Slurm and turns its answers into :class:`~ccadapter.model.Job` runs, at a cost that
+follows what changed, not what Slurm holds.
 
-Cost is fixed per query, not per job: one ``sacct`` for a time window or a list of ids,
-one ``scontrol show job -d`` for the allocations of every job slurmctld still holds, and
-(24.11+) one ``sacct -B -j IDS`` for the batch scripts slurmdbd stored. Only scripts that
-slurmdbd does not have take one call per job (``scontrol write batch_script``), with bounded
-parallelism, and only for jobs slurmctld still has.
+A busy site keeps 10,000 to 100,000 jobs queued; none of them matters until it runs. So:
 
-A record that cannot be read is reported with its job id and skipped; it never costs the
-rest of the window.
+- *Which runs exist* comes from the listing (``sacct -X -P -s R,S``, one short line per run
+  that ran during a window, see :mod:`.formats.listing`). Pending jobs are not in it; in an
+  unfiltered sacct window every eligible pending job is, in every poll.
+- *Details* are asked only for the runs a caller names (``sacct --json -X -j IDS``), at most
+  :data:`DETAIL_BATCH` ids per call, and handed over batch by batch (:meth:`Collector.iter_jobs`),
+  so memory is bounded by a batch, never by a window or a 60,000-run catch-up.
+- *Allocation details* (exact CPU ids, GPU indices: ``scontrol show job -d``) only for runs that
+  may need a start and that slurmctld still holds, by the cheaper of two routes
+  (:class:`RouteCosts`): single-job requests answered by one ``scontrol`` process, or, when
+  many are needed, a dump of every job filtered by id while it is read.
+- *Batch scripts* from slurmdbd in the same sacct call (``-B``, 24.11+), else from slurmctld in
+  the same scontrol process (``write batch_script ID -``): a fixed number of processes per
+  cycle on every version, not one per job.
+
+A record that cannot be read is reported with its job id and skipped; it never costs the rest
+of the answer.
 """
 
 from __future__ import annotations
@@ -15,17 +26,15 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import tzinfo
+from typing import TYPE_CHECKING
 
-from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError, SlurmParseError
-from ccadapter.model import Job, JobState, Resource, Shared, cc_state
+from ccadapter.model import Job
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats._common import (
     ControllerJob,
@@ -33,16 +42,19 @@ from ccadapter.slurm.formats._common import (
     ParseContext,
     SacctRecord,
     SlurmVersion,
-    expand_hostlist,
     parse_cluster_name,
     parse_nodes,
-    parse_scontrol_jobs,
-    parse_squeue,
     version_from_meta,
     version_from_text,
 )
-from ccadapter.slurm.runner import CommandRunner
+from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
+from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
+from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
 from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
+
+if TYPE_CHECKING:
+    from ccadapter.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +62,68 @@ log = logging.getLogger(__name__)
 KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
 
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
-# settings without asking slurmctld about windows far in the past.
-_CONTROLLER_MEMORY = 3600
-# squeue states of jobs that have not ended (still on nodes, or queued again)
-ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED",
-                           "RESIZING", "SIGNALING", "STAGE_OUT", "PENDING", "REQUEUED",
-                           "REQUEUE_HOLD", "REQUEUE_FED"})
-# stale-jobs and nodestate run back to back: within this many seconds, one squeue serves both
-_SQUEUE_TTL = 0.5
+# settings without asking slurmctld about runs far in the past.
+CONTROLLER_MEMORY = 3600
+# Runs that ran during a window: RUNNING matches every run with a start before the window's
+# end and an end after its start (or none yet), whatever its state now; SUSPENDED adds the
+# runs suspended then (their state is not RUNNING). See slurmdbd's _state_time_string().
+RAN = "RUNNING,SUSPENDED"
+DETAIL_BATCH = 200  # ids per `sacct --json -j`: about 1 MB of JSON, 10 MB decoded
+LISTING_BATCH = 1000  # ids per `sacct -P -j` listing
+CONTROLLER_BATCH = 500  # commands per scontrol process
 
 
 @dataclass
 class QueryResult:
     jobs: list[Job]
-    version: SlurmVersion
+    version: SlurmVersion | None
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Listing:
+    stamps: list[RunStamp]
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    """What the collector depends on, from the config."""
+
+    gpu_patterns: GpuPatterns = field(default_factory=list)
+    fetch_job_scripts: bool = True
+
+    @classmethod
+    def from_config(cls, config: Config) -> CollectorSettings:
+        return cls(config.gpu_pci_patterns(), config.slurm_fetch_job_scripts)
+
+
+@dataclass
+class RouteCosts:
+    """Which way to ask slurmctld about ``n`` jobs: single-job requests in one process cost
+    about ``per_job`` seconds each; a dump of every job costs ``dump`` seconds whatever ``n``
+    (it grows with the queue instead). Both are measured as the daemon runs, so the choice
+    follows the site: a dump of 50,000 queued jobs is never taken for a handful of jobs, and
+    a thousand jobs on a small cluster are read in one dump."""
+
+    per_job: float = 0.005
+    dump: float | None = None
+    min_dump: int = 64  # below this, single requests always (a dump is never that cheap)
+    first_dump: int = 500  # before any dump was measured
+
+    def prefer_dump(self, n: int) -> bool:
+        if n < self.min_dump:
+            return False
+        if self.dump is None:
+            return n >= self.first_dump
+        return n * self.per_job > self.dump
+
+    def saw_singles(self, n: int, seconds: float) -> None:
+        if n:
+            self.per_job = 0.7 * self.per_job + 0.3 * (seconds / n)
+
+    def saw_dump(self, seconds: float) -> None:
+        self.dump = seconds
 
 
 class Collector:
@@ -73,39 +132,228 @@ class Collector:
     def __init__(
         self,
         runner: CommandRunner,
-        config: Config,
+        settings: CollectorSettings | Config | None = None,
         clock: Callable[[], float] = time.time,
         tz: tzinfo | None = None,
-        squeue_ttl: float = _SQUEUE_TTL,
+        costs: RouteCosts | None = None,
     ) -> None:
         self.runner = runner
-        self.config = config
+        if settings is None:
+            settings = CollectorSettings()
+        elif not isinstance(settings, CollectorSettings):
+            settings = CollectorSettings.from_config(settings)
+        self.settings = settings
         self.clock = clock
         self.tz = tz or local_zone()
-        self._gpu_patterns = config.gpu_pci_patterns()
+        self.costs = costs or RouteCosts()
         self._known_version: str | None = None  # for error messages only
         self._cluster: str | None = None
-        self._squeue_ttl = squeue_ttl
-        self._squeue_lock = threading.Lock()
-        self._squeue_cache: tuple[str | None, float, dict[int, tuple[str, str]]] | None = None
 
-    # --- public queries --------------------------------------------------------------------
+    # --- which runs exist -----------------------------------------------------------------
 
-    def window(self, since: float, until: float | None = None,
-               cluster: str | None = None, known: KnownRuns | None = None) -> QueryResult:
-        """Every run active in [since, until]; ``until=None`` means now. ``known`` names
-        the runs (jobId, startTime) whose start was captured already: their batch scripts
-        are not fetched again (on 22.05 that is one ``scontrol`` call per job and cycle)."""
+    def stamps(self, since: float, until: float | None = None, cluster: str | None = None,
+               ran_only: bool = True) -> Listing:
+        """Every run that ran during [since, until] (``until=None``: now), one line each;
+        with ``ran_only=False`` also the jobs that were pending or eligible then (sacct's
+        unfiltered window: every queued job of a busy site)."""
         end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
-        args = ["--starttime", sacct_bound(since, self.tz, is_start=True), "--endtime", end]
-        return self._query(args, cluster, wanted=None, known=known)
+        states = ["-s", RAN] if ran_only else []
+        return self._listing([*states, "--starttime", sacct_bound(since, self.tz, is_start=True),
+                              "--endtime", end], cluster)
 
-    def jobs_by_id(self, job_ids: Iterable[int], cluster: str | None = None) -> QueryResult:
-        """The runs of the given job ids (raw ids, as in SLURM_JOB_ID)."""
+    def stamps_of(self, job_ids: Iterable[int], cluster: str | None = None) -> Listing:
+        """Every run of these job ids, whenever it ran (requeued jobs have several)."""
+        out = Listing([])
         ids = sorted(set(job_ids))
-        if not ids:
-            return QueryResult([], self.version())
-        return self._query(["--jobs", ",".join(map(str, ids))], cluster, wanted=set(ids))
+        for i in range(0, len(ids), LISTING_BATCH):
+            part = self._listing(["--jobs", ",".join(map(str, ids[i:i + LISTING_BATCH]))],
+                                 cluster)
+            out.stamps += part.stamps
+            out.errors += part.errors
+        return out
+
+    def _listing(self, args: list[str], cluster: str | None) -> Listing:
+        argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", *args,
+                "-o", FIELDS, *_clusters(cluster)]
+        out = self.runner.run(argv, env=TIME_FORMAT_ENV)
+        stamps, errors = parse_listing(out, ParseContext(self._known_version or "", "sacct -P"))
+        if errors and not self._known_version:  # errors name the version: ask it now
+            stamps, errors = parse_listing(out, ParseContext(self._version_text(), "sacct -P"))
+        for err in errors:
+            log.error("skipped: %s", err)
+        return Listing(stamps, errors)
+
+    # --- details of named runs ------------------------------------------------------------
+
+    def iter_jobs(self, job_ids: Iterable[int], cluster: str | None = None,
+                  starts: Collection[int] | None = None,
+                  known: KnownRuns | None = None) -> Iterator[QueryResult]:
+        """The runs of these job ids, :data:`DETAIL_BATCH` ids at a time. ``starts``: the ids
+        whose start may still be needed (allocation details and scripts are asked for those
+        only); None means all. ``known`` names the runs whose start is stored already."""
+        ids = sorted(set(job_ids))
+        for i in range(0, len(ids), DETAIL_BATCH):
+            chunk = ids[i:i + DETAIL_BATCH]
+            want = set(chunk) if starts is None else set(chunk) & set(starts)
+            yield self._details(chunk, cluster, want, known)
+
+    def jobs_by_id(self, job_ids: Iterable[int], cluster: str | None = None,
+                   starts: Collection[int] | None = None) -> QueryResult:
+        """All runs of these job ids in one result (for small sets)."""
+        return _merged(self.iter_jobs(job_ids, cluster, starts))
+
+    def iter_window(self, since: float, until: float | None = None,
+                    cluster: str | None = None, known: KnownRuns | None = None,
+                    ran_only: bool = True) -> Iterator[QueryResult]:
+        """Every run that ran during [since, until], batch by batch (``backfill``); with
+        ``ran_only=False`` also the jobs pending then, as never-started runs (``jobs``)."""
+        listing = self.stamps(since, until, cluster, ran_only)
+        ids = [s.job_id for s in listing.stamps if s.started or not ran_only]
+        first = True
+        for result in self.iter_jobs(ids, cluster, known=known):
+            if first:
+                result.errors[:0] = listing.errors
+                first = False
+            yield result
+        if first:
+            yield QueryResult([], None, listing.errors)
+
+    def window(self, since: float, until: float | None = None, cluster: str | None = None,
+               known: KnownRuns | None = None, ran_only: bool = False) -> QueryResult:
+        """Every job active during [since, until] in one result, pending ones included
+        (the administrator's view of ``ccadapter jobs``)."""
+        return _merged(self.iter_window(since, until, cluster, known, ran_only))
+
+    def _details(self, ids: list[int], cluster: str | None, starts: set[int],
+                 known: KnownRuns | None) -> QueryResult:
+        scripts_wanted = self.settings.fetch_job_scripts and bool(starts)
+        argv = ["sacct", "--json", "-X", "--allusers", "--duplicates",
+                *(["-B"] if scripts_wanted else []),
+                "--jobs", ",".join(map(str, ids)), *_clusters(cluster)]
+        with _gc_paused():
+            doc = self._json(argv)
+            command = " ".join(argv[:2])
+            version = version_from_meta(doc, command)
+            self._known_version = str(version)
+            parser = format_for(version, command)
+            records, errors = _parse_records(doc, parser, ParseContext(str(version), command),
+                                             set(ids))
+            del doc
+        have = _known_runs(records, known)
+        fresh = [r for r in records if r.job_id in starts and (r.job_id, r.start_time) not in have
+                 and r.start_time and r.nodes]
+        horizon = self.clock() - CONTROLLER_MEMORY
+        held = sorted({r.job_id for r in fresh if r.end_time == 0 or r.end_time >= horizon})
+        no_script = {r.job_id for r in fresh if not r.script} if scripts_wanted else set()
+        try:
+            controller, scripts, ctl_errors = self._controller(
+                held, [i for i in held if i in no_script], cluster, str(version))
+        except SlurmCommandError as exc:
+            # Allocation details are an improvement, not a precondition: without them the
+            # runs still carry their hostnames, and the next cycle tries again.
+            controller, scripts, ctl_errors = {}, {}, [f"allocation details unavailable: {exc}"]
+        errors += ctl_errors
+        jobs = []
+        for rec in records:
+            ctl = controller.get(rec.job_id)
+            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
+                ctl = None  # another run of a requeued job
+            script = scripts.get(rec.job_id, "") if ctl is not None and ctl.batch else ""
+            jobs.append(build_job(rec, ctl, script, self.settings.gpu_patterns))
+        for err in errors:
+            log.error("skipped: %s", err)
+        return QueryResult(jobs, version, errors)
+
+    # --- slurmctld --------------------------------------------------------------------------
+
+    def controller_jobs(self, job_ids: Iterable[int], cluster: str | None = None,
+                        scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
+        """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
+        Batch scripts are fetched for the ids in ``scripts_for`` (starts). Returns the jobs
+        and the ids it could not build (unknown, or a start time that falls in the repeated
+        hour of a clock change): those are left to the poll."""
+        ids = sorted(set(job_ids))
+        wanted_scripts = [i for i in ids if i in set(scripts_for)] \
+            if self.settings.fetch_job_scripts else []
+        held, scripts, errors = self._controller(ids, wanted_scripts, cluster,
+                                                 self._known_version or "unknown")
+        for err in errors:
+            log.error("skipped: %s", err)
+        name = cluster or self.cluster_name_cached()
+        jobs, missing = [], []
+        for job_id in ids:
+            ctl = held.get(job_id)
+            job = controller_job(ctl, name, self.tz, self.settings.gpu_patterns) if ctl else None
+            if job and job.started and ctl and ctl.batch and job_id in scripts:
+                job = replace(job, job_script=scripts[job_id])
+            if job:
+                jobs.append(job)
+            else:
+                missing.append(job_id)
+        return jobs, missing
+
+    def _controller(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
+                    version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+        """Allocation details of ``ids`` and batch scripts of ``script_ids`` from slurmctld,
+        by the cheaper route (:class:`RouteCosts`). Records that cannot be read are error
+        strings; raises SlurmCommandError when slurmctld cannot be asked at all."""
+        if not ids and not script_ids:
+            return {}, {}, []
+        ctx = ParseContext(version, "scontrol show job -d")
+        held: dict[int, ControllerJob] = {}
+        scripts: dict[int, str] = {}
+        errors: list[str] = []
+        singles = list(ids)
+        if self.costs.prefer_dump(len(ids)):
+            held, errors = self._dump(ids, cluster, ctx)
+            singles = []
+        for i in range(0, max(len(singles), len(script_ids)), CONTROLLER_BATCH):
+            part, found, errs = self._singles(singles[i:i + CONTROLLER_BATCH],
+                                              script_ids[i:i + CONTROLLER_BATCH], cluster, ctx)
+            held.update(part)
+            scripts.update(found)
+            errors += errs
+        return held, scripts, errors
+
+    def _singles(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
+                 ctx: ParseContext) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+        """One scontrol process: ``show job ID`` for each id, then ``write batch_script``."""
+        if not ids and not script_ids:
+            return {}, {}, []
+        batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
+        started = time.monotonic()
+        done = self.runner.unchecked(["scontrol", *_clusters(cluster), "-d"],
+                                     stdin=batch.stdin())
+        self.costs.saw_singles(len(ids), time.monotonic() - started)
+        answers = batch.answers(done.stdout)
+        if done.transient and not any(answers):
+            raise TransientSlurmError(["scontrol", "-d"], "slurmctld could not be reached",
+                                      done.stderr)
+        held, errors = parse_scontrol_jobs(
+            (line for a in answers[:len(ids)] if a for line in a.splitlines()), ctx, set(ids))
+        scripts = {job_id: text for job_id, text in zip(script_ids, answers[len(ids):],
+                                                        strict=True) if text}
+        return held, scripts, errors
+
+    def _dump(self, ids: Sequence[int], cluster: str | None,
+              ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
+        """Every job slurmctld holds, read line by line and filtered by id as it streams."""
+        started = time.monotonic()
+        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"])
+        held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
+        self.costs.saw_dump(time.monotonic() - started)
+        return held, errors
+
+    def nodes(self, cluster: str | None = None) -> list[NodeState]:
+        """Node states (``scontrol -o show node``: one call, one line per node)."""
+        out = self.runner.run(["scontrol", *_clusters(cluster), "-o", "show", "node"])
+        nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
+                                                      "scontrol -o show node"))
+        for err in errors:
+            log.error("skipped: %s", err)
+        return nodes
+
+    # --- the installation -----------------------------------------------------------------
 
     def cluster_name(self) -> str:
         """The local cluster's name, as jobs carry it."""
@@ -116,77 +364,6 @@ class Collector:
                                   "no ClusterName line")
         return name
 
-    def active_jobs(self, cluster: str | None = None) -> dict[int, str]:
-        """Raw job id -> state of every job slurmctld holds (one squeue call)."""
-        return {job_id: state for job_id, (state, _) in self._squeue(cluster).items()}
-
-    def running_ids(self, cluster: str | None = None) -> set[int]:
-        """Jobs slurmctld still has on nodes or queued (for cc-backend: not ended)."""
-        return {job_id for job_id, state in self.active_jobs(cluster).items()
-                if state in ACTIVE_STATES}
-
-    def _squeue(self, cluster: str | None) -> dict[int, tuple[str, str]]:
-        """One ``squeue`` answer serves every reconciler of a cycle (stale-jobs and nodestate
-        run within a second of each other): a cycle costs one call, not one per user."""
-        with self._squeue_lock:
-            cached = self._squeue_cache
-            if cached and cached[0] == cluster and time.monotonic() - cached[1] < self._squeue_ttl:
-                return cached[2]
-            out = self.runner.run(["squeue", *_clusters(cluster), "-h", "-t", "all",
-                                   "-o", "%A %T %N"])
-            jobs = parse_squeue(out)
-            self._squeue_cache = (cluster, time.monotonic(), jobs)
-            return jobs
-
-    def nodes(self, cluster: str | None = None) -> tuple[list[NodeState], dict[str, int]]:
-        """Node states and, per host, how many jobs run there."""
-        out = self.runner.run(["scontrol", *_clusters(cluster), "-o", "show", "node"])
-        nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
-                                                      "scontrol -o show node"))
-        for err in errors:
-            log.error("skipped: %s", err)
-        counts: dict[str, int] = {}
-        ctx = ParseContext(self._known_version or "unknown", "squeue")
-        for job_id, (state, nodelist) in self._squeue(cluster).items():
-            if state in ("RUNNING", "COMPLETING", "SUSPENDED"):
-                try:
-                    hosts = expand_hostlist(nodelist, ctx.for_job(job_id))
-                except SlurmParseError as exc:  # one bad line costs its job's count only
-                    log.error("skipped: %s", exc)
-                    continue
-                for host in hosts:
-                    counts[host] = counts.get(host, 0) + 1
-        return nodes, counts
-
-    def controller_jobs(self, job_ids: Iterable[int],
-                        cluster: str | None = None) -> tuple[list[Job], list[int]]:
-        """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
-        One call: ``scontrol show job -d ID`` for one job, all jobs for several. Returns
-        the jobs and the ids it could not build (unknown, or a start time that falls in
-        the repeated hour of a clock change): those are left to the poll."""
-        ids = sorted(set(job_ids))
-        target = [str(ids[0])] if len(ids) == 1 else []
-        argv = ["scontrol", *_clusters(cluster), "show", "job", "-d", *target]
-        out = self.runner.run(argv)
-        out = "\n".join(ln for ln in out.splitlines() if not ln.startswith("CLUSTER:"))
-        held, errors = parse_scontrol_jobs(out, ParseContext(self._known_version or "unknown",
-                                                             "scontrol show job -d"))
-        for err in errors:
-            log.error("skipped: %s", err)
-        name = cluster or self.cluster_name_cached()
-        jobs, missing = [], []
-        for job_id in ids:
-            ctl = held.get(job_id)
-            job = controller_job(ctl, name, self.tz, self._gpu_patterns) if ctl else None
-            if job:
-                jobs.append(job)
-            else:
-                missing.append(job_id)
-        scripts = self._controller_scripts(
-            [j.job_id for j in jobs if j.started and held[j.job_id].batch], cluster)
-        jobs = [replace(j, job_script=scripts.get(j.job_id, "")) for j in jobs]
-        return jobs, missing
-
     def cluster_name_cached(self) -> str:
         if self._cluster is None:
             self._cluster = self.cluster_name()
@@ -195,35 +372,6 @@ class Collector:
     def version(self) -> SlurmVersion:
         out = self.runner.run(["sacct", "-V"])
         return version_from_text(out, "sacct -V")
-
-    # --- steps -----------------------------------------------------------------------------
-
-    def _query(self, args: list[str], cluster: str | None, wanted: set[int] | None,
-               known: KnownRuns | None = None) -> QueryResult:
-        argv = ["sacct", "--json", "--allusers", "--duplicates", *args, *_clusters(cluster)]
-        with _gc_paused():
-            doc = self._json(argv)
-            command = " ".join(argv[:2])
-            version = version_from_meta(doc, command)
-            self._known_version = str(version)
-            parser = format_for(version, command)
-            ctx = ParseContext(str(version), command)
-            records, errors = _parse_records(doc, parser, ctx, wanted)
-            del doc
-        controller: dict[int, ControllerJob] = {}
-        if self._needs_controller(records):
-            controller, ctl_errors = self._controller(cluster, str(version))
-            errors.extend(ctl_errors)
-        scripts = self._scripts(records, controller, cluster, parser, ctx, known)
-        jobs = []
-        for rec in records:
-            ctl = controller.get(rec.job_id)
-            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
-                ctl = None  # another run of a requeued job
-            jobs.append(build_job(rec, ctl, scripts.get(rec.job_id, ""), self._gpu_patterns))
-        for err in errors:
-            log.error("skipped: %s", err)
-        return QueryResult(jobs, version, errors)
 
     def _json(self, argv: list[str]) -> dict:
         out = self.runner.run(argv)
@@ -243,73 +391,17 @@ class Collector:
         if self._known_version:
             return self._known_version
         try:
-            return str(self.version())
+            self._known_version = str(self.version())
         except (SlurmCommandError, SlurmParseError):
             return "unknown"
-
-    def _needs_controller(self, records: Sequence[SacctRecord]) -> bool:
-        horizon = self.clock() - _CONTROLLER_MEMORY
-        return any(r.start_time and r.nodes and (r.end_time == 0 or r.end_time >= horizon)
-                   for r in records)
-
-    def _controller(self, cluster: str | None, version: str) -> tuple[dict, list[str]]:
-        argv = ["scontrol", *_clusters(cluster), "show", "job", "-d"]
-        try:
-            out = self.runner.run(argv)
-        except SlurmCommandError as exc:
-            # Allocation details are an improvement, not a precondition: without them the
-            # jobs still carry their hostnames, and the next cycle tries again.
-            return {}, [f"allocation details unavailable: {exc}"]
-        out = "\n".join(ln for ln in out.splitlines() if not ln.startswith("CLUSTER:"))
-        return parse_scontrol_jobs(out, ParseContext(version, "scontrol show job -d"))
-
-    def _scripts(self, records: Sequence[SacctRecord], controller: dict[int, ControllerJob],
-                 cluster: str | None, parser, ctx: ParseContext,
-                 known: KnownRuns | None = None) -> dict[int, str]:
-        if not self.config.slurm_fetch_job_scripts:
-            return {}
-        started = [r for r in records if r.start_time and r.nodes and not r.script]
-        have = known([(r.job_id, r.start_time) for r in started]) if known and started else set()
-        todo = [r.job_id for r in started if (r.job_id, r.start_time) not in have]
-        scripts: dict[int, str] = {}
-        if todo and parser.SACCT_HAS_SCRIPTS:
-            scripts = self._stored_scripts(todo, cluster, parser, ctx)
-        held = [i for i in todo
-                if i not in scripts and i in controller and controller[i].batch]
-        if held:
-            scripts.update(self._controller_scripts(held, cluster))
-        return scripts
-
-    def _stored_scripts(self, ids: list[int], cluster: str | None, parser,
-                        ctx: ParseContext) -> dict[int, str]:
-        """Scripts slurmdbd stored (AccountingStoreFlags=job_script): one call for all."""
-        argv = ["sacct", "--json", "--allusers", "--duplicates", "-B",
-                "--jobs", ",".join(map(str, ids)), *_clusters(cluster)]
-        try:
-            records, _ = _parse_records(self._json(argv), parser, ctx, set(ids))
-        except (SlurmCommandError, SlurmParseError) as exc:
-            log.warning("batch scripts from slurmdbd unavailable: %s", exc)
-            return {}
-        return {r.job_id: r.script for r in records if r.script}
-
-    def _controller_scripts(self, ids: list[int], cluster: str | None) -> dict[int, str]:
-        def fetch(job_id: int) -> tuple[int, str]:
-            argv = ["scontrol", *_clusters(cluster), "write", "batch_script", str(job_id), "-"]
-            try:
-                return job_id, self.runner.run(argv, retry=False)
-            except SlurmCommandError as exc:
-                log.debug("no batch script for job %d: %s", job_id, exc)
-                return job_id, ""
-
-        with ThreadPoolExecutor(max_workers=self.config.slurm_script_parallelism) as pool:
-            return {i: text for i, text in pool.map(fetch, ids) if text}
+        return self._known_version
 
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Decoding a large sacct answer creates millions of acyclic objects; the cyclic garbage
-    collector would scan them again and again (it doubles the decode time of a 10k-job
-    window). Nothing created here forms cycles, so collection waits until the end."""
+    """Decoding a large sacct answer creates many acyclic objects; the cyclic garbage
+    collector would scan them again and again (it doubles the decode time of a large answer).
+    Nothing created here forms cycles, so collection waits until the end."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -321,6 +413,21 @@ def _gc_paused() -> Iterator[None]:
 
 def _clusters(cluster: str | None) -> list[str]:
     return ["--clusters", cluster] if cluster else []
+
+
+def _merged(results: Iterable[QueryResult]) -> QueryResult:
+    out = QueryResult([], None)
+    for result in results:
+        out.jobs += result.jobs
+        out.errors += result.errors
+        out.version = out.version or result.version
+    return out
+
+
+def _known_runs(records: Sequence[SacctRecord], known: KnownRuns | None
+                ) -> set[tuple[int, int]]:
+    started = [(r.job_id, r.start_time) for r in records if r.start_time and r.nodes]
+    return known(started) if known and started else set()
 
 
 def _parse_records(doc: dict, parser, ctx: ParseContext,
@@ -339,88 +446,3 @@ def _parse_records(doc: dict, parser, ctx: ParseContext,
         if wanted is None or rec.job_id in wanted:
             records.append(rec)
     return records, errors
-
-
-def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
-              gpu_patterns: list) -> Job:
-    """Join what slurmdbd and slurmctld know of one run. Pure."""
-    if ctl is not None and ctl.nodes:
-        resources = tuple(
-            Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
-            for n in ctl.nodes
-        )
-    else:
-        resources = tuple(Resource(h) for h in rec.nodes) if rec.start_time else ()
-    gpus = sum(len(n.gpu_indices) for n in ctl.nodes) if ctl else 0
-    shared = rec.shared or (ctl.shared if ctl else Shared.MULTI_USER)
-    return Job(
-        job_id=rec.job_id,
-        cluster=rec.cluster,
-        partition=rec.partition,
-        account=rec.account,
-        user=rec.user,
-        group=rec.group,
-        name=rec.name,
-        state=rec.state.upper(),
-        submit_time=rec.submit_time,
-        start_time=rec.start_time,
-        end_time=rec.end_time,
-        time_limit=rec.time_limit,
-        num_nodes=max(rec.num_nodes, len(resources)),
-        num_hwthreads=rec.num_hwthreads,
-        num_acc=rec.num_gpus if rec.num_gpus is not None else gpus,
-        shared=shared,
-        resources=resources,
-        array_job_id=rec.array_job_id,
-        array_task_id=rec.array_task_id,
-        exit_code=rec.exit_code,
-        slurm_info=ctl.text if ctl else "",
-        job_script=rec.script or script,
-        allocation_known=bool(ctl and ctl.nodes),
-    )
-
-
-def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
-                   gpu_patterns: list) -> Job | None:
-    """A Job from slurmctld's view alone; None when a time is not exactly known. Pure."""
-    times = []
-    for text in (ctl.submit_time, ctl.start_time, ctl.end_time):
-        readings = wall_readings(text, tz)
-        if len(readings) > 1:
-            return None  # the repeated hour of a clock change: let sacct decide
-        times.append(readings[0] if readings else 0)
-    submit, start, end = times
-    state = ctl.state.upper()
-    running = cc_state(state) in (None, JobState.RUNNING)
-    resources = tuple(
-        Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
-        for n in ctl.nodes)
-    return Job(
-        job_id=ctl.job_id, cluster=cluster, partition=ctl.partition, account=ctl.account,
-        user=ctl.user, group=ctl.group, name=ctl.name, state=state,
-        submit_time=submit, start_time=start if resources else 0,
-        end_time=0 if running else end, time_limit=ctl.time_limit,
-        num_nodes=len(resources), num_hwthreads=ctl.num_cpus,
-        num_acc=ctl.gpus if ctl.gpus is not None else sum(len(n.gpu_indices) for n in ctl.nodes),
-        shared=ctl.shared, resources=resources, array_job_id=ctl.array_job_id,
-        array_task_id=ctl.array_task_id, exit_code=ctl.exit_code, slurm_info=ctl.text,
-        allocation_known=bool(ctl.nodes),
-    )
-
-
-def _accelerators(host: str, indices: tuple[int, ...], patterns: list) -> tuple[str, ...]:
-    """PCI addresses from gpuPciAddrs (first matching host regex wins), else the index."""
-    if not indices:
-        return ()
-    for pattern, addrs in patterns:
-        if pattern.search(host):
-            out = []
-            for idx in indices:
-                if idx < len(addrs):
-                    out.append(addrs[idx])
-                else:
-                    log.warning("gpuPciAddrs for %s lists %d GPUs, job uses index %d; "
-                                "sending the index", host, len(addrs), idx)
-                    out.append(str(idx))
-            return tuple(out)
-    return tuple(str(i) for i in indices)

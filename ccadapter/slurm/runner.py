@@ -4,6 +4,13 @@ Slurm's clients fail transiently while slurmctld or slurmdbd restarts ("Unable t
 slurm controller", "Socket timed out"); those are retried with exponential backoff. Anything
 else (bad option, permission denied) fails at once, with stderr kept for the message.
 Output is decoded as UTF-8 with replacement: job names and scripts may hold any bytes.
+
+Three ways to run: :meth:`SlurmRunner.run` (stdout, or an error), :meth:`~SlurmRunner.unchecked`
+(one scontrol process answering many commands, where one unknown job makes the exit status
+non-zero without spoiling the other answers) and :meth:`~SlurmRunner.lines` (a large answer
+read line by line, so that a dump of every job slurmctld holds never sits in memory whole).
+Environment settings for the Slurm client (``SLURM_TIME_FORMAT``) go through ``env NAME=VALUE``
+after the prefix, so they reach the client in a chroot or over ssh too.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +37,7 @@ from ccadapter.errors import SlurmCommandError
 
 log = logging.getLogger(__name__)
 
-# stderr fragments that mean "try again later", seen from sacct/squeue/scontrol/sinfo.
+# stderr fragments that mean "try again later", seen from sacct and scontrol.
 _TRANSIENT = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
     r"slurmdbd|Problem talking to the database|Connection timed out|"
@@ -48,11 +56,30 @@ class RetryPolicy:
     max_wait: float = 5.0
 
 
+@dataclass(frozen=True)
+class Completed:
+    """A command's answer whatever its exit status (:meth:`SlurmRunner.unchecked`)."""
+
+    stdout: str
+    stderr: str
+    returncode: int
+
+    @property
+    def transient(self) -> bool:
+        """stderr says slurmctld or slurmdbd could not be reached (try again later)."""
+        return bool(_TRANSIENT.search(self.stderr))
+
+
 class CommandRunner(Protocol):
     """What the collector needs of a runner; tests replay recorded outputs through it."""
 
-    def run(self, argv: Sequence[str], *, retry: bool = True,
-            timeout: float | None = None) -> str: ...
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str: ...
+
+    def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
+                  timeout: float | None = None) -> Completed: ...
+
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]: ...
 
 
 class TransientSlurmError(SlurmCommandError):
@@ -79,10 +106,12 @@ class SlurmRunner:
         self.calls: Counter[str] = Counter()
         self.on_command = on_command
 
-    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None) -> str:
-        """Run ``argv`` (e.g. ``["sacct", "--json"]``) and return its stdout."""
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        """Run ``argv`` (e.g. ``["sacct", "--json"]``) and return its stdout; ``env`` is
+        set for the Slurm client only."""
         if not retry:
-            return self._run_once(argv, timeout)
+            return self._run_once(argv, timeout, env)
         retrying = Retrying(
             stop=stop_after_attempt(self.retry.attempts),
             wait=wait_random_exponential(
@@ -92,32 +121,92 @@ class SlurmRunner:
             before_sleep=_log_retry,
             reraise=True,
         )
-        return retrying(self._run_once, argv, timeout)
+        return retrying(self._run_once, argv, timeout, env)
 
-    def _run_once(self, argv: Sequence[str], timeout: float | None) -> str:
+    def _run_once(self, argv: Sequence[str], timeout: float | None,
+                  env: Mapping[str, str] | None = None) -> str:
+        done = self._counted(argv, lambda: self._execute(argv, timeout, None, env))
+        if done.returncode != 0:
+            cls = TransientSlurmError if done.transient else SlurmCommandError
+            raise cls(argv, f"exit code {done.returncode}", done.stderr)
+        return done.stdout
+
+    def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
+                  timeout: float | None = None) -> Completed:
+        """Run once, without retries, and return the answer whatever the exit status;
+        raises only when the command cannot be run or times out."""
+        return self._counted(argv, lambda: self._execute(argv, timeout, stdin, None))
+
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+        """stdout line by line while the command runs; raises at the end when it failed.
+        The caller must read to the end (or close the generator) to reap the process."""
+        self.calls[argv[0]] += 1
+        started = time.monotonic()
+        limit = timeout or self.timeout
+        try:
+            proc = subprocess.Popen([*self.prefix, *argv], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    env=self.env)
+        except OSError as exc:
+            self._report(argv, started, False)
+            raise SlurmCommandError(argv, f"cannot run {self._program(argv)}: "
+                                          f"{exc.strerror}") from None
+        killer = threading.Timer(limit, proc.kill)
+        killer.start()
+        ok = False
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            for raw in proc.stdout:
+                yield raw.decode("utf-8", "replace")
+            stderr = proc.stderr.read().decode("utf-8", "replace")
+            code = proc.wait()
+            if not killer.is_alive() and code != 0:
+                raise TransientSlurmError(argv, f"no answer within {limit:g} s (killed)")
+            if code != 0:
+                cls = TransientSlurmError if _TRANSIENT.search(stderr) else SlurmCommandError
+                raise cls(argv, f"exit code {code}", stderr)
+            ok = True
+        finally:
+            killer.cancel()
+            if proc.poll() is None:  # the reader stopped early
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
+            proc.stderr.close()  # type: ignore[union-attr]
+            self._report(argv, started, ok)
+
+    def _counted(self, argv: Sequence[str], execute: Callable[[], Completed]) -> Completed:
         self.calls[argv[0]] += 1
         started = time.monotonic()
         ok = False
         try:
-            out = self._execute(argv, timeout)
-            ok = True
-            return out
+            done = execute()
+            ok = done.returncode == 0
+            return done
         finally:
-            elapsed = time.monotonic() - started
-            log.debug("%s: %s in %.3f s", " ".join(argv[:3]), "ok" if ok else "failed",
-                      elapsed)
-            if self.on_command:
-                self.on_command(argv[0], elapsed, ok)
+            self._report(argv, started, ok)
 
-    def _execute(self, argv: Sequence[str], timeout: float | None) -> str:
-        full = [*self.prefix, *argv]
+    def _report(self, argv: Sequence[str], started: float, ok: bool) -> None:
+        elapsed = time.monotonic() - started
+        log.debug("%s: %s in %.3f s", " ".join(argv[:3]), "ok" if ok else "failed", elapsed)
+        if self.on_command:
+            self.on_command(argv[0], elapsed, ok)
+
+    def _program(self, argv: Sequence[str]) -> str:
+        return [*self.prefix, *argv][0]
+
+    def _execute(self, argv: Sequence[str], timeout: float | None, stdin: str | None,
+                 env: Mapping[str, str] | None) -> Completed:
+        setenv = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+        full = [*self.prefix, *setenv, *argv]
         try:
             proc = subprocess.run(
                 full,
                 capture_output=True,
                 timeout=timeout or self.timeout,
                 env=self.env,
-                stdin=subprocess.DEVNULL,
+                input=stdin.encode() if stdin is not None else None,
+                stdin=subprocess.DEVNULL if stdin is None else None,
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -126,11 +215,8 @@ class SlurmRunner:
             ) from None
         except OSError as exc:
             raise SlurmCommandError(argv, f"cannot run {full[0]}: {exc.strerror}") from None
-        stderr = proc.stderr.decode("utf-8", "replace")
-        if proc.returncode != 0:
-            cls = TransientSlurmError if _TRANSIENT.search(stderr) else SlurmCommandError
-            raise cls(argv, f"exit code {proc.returncode}", stderr)
-        return proc.stdout.decode("utf-8", "replace")
+        return Completed(proc.stdout.decode("utf-8", "replace"),
+                         proc.stderr.decode("utf-8", "replace"), proc.returncode)
 
 
 def _log_retry(state: RetryCallState) -> None:

@@ -23,7 +23,8 @@ from zoneinfo import ZoneInfo
 from ccadapter.config import Config
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
-from tests.conftest import VERSIONS, ReplayRunner, fixture_json
+from tests.conftest import VERSIONS, fixture_json
+from tests.fakeslurm import RecordedSlurm
 
 
 def synthetic_window(version: str, n: int) -> str:
@@ -41,9 +42,9 @@ def synthetic_window(version: str, n: int) -> str:
 def parse_times(version: str, n: int, runs: int) -> tuple[list[float], int]:
     """Seconds to collect a recorded ``n``-job window, per run; and the JSON's size."""
     text = synthetic_window(version, n)
-    runner = ReplayRunner(lambda argv: text)
-    config = Config(slurmFetchJobScripts=False)
     # clock far after the records: slurmctld would hold none of them, as for an old window
+    runner = RecordedSlurm(version, text, clock=lambda: 4e9)
+    config = Config(slurmFetchJobScripts=False)
     collector = Collector(runner, config, clock=lambda: 4e9, tz=ZoneInfo("UTC"))
     times = []
     for _ in range(runs):

@@ -39,19 +39,17 @@ BENCH_CLUSTER = "cluster24"
 def real_jobs():
     """Started jobs of the 24.11 test-bed recording, with allocations (busy snapshot)."""
     from ccadapter.slurm.collector import Collector
-    from tests.conftest import FIXTURES, ReplayRunner
+    from tests.conftest import FIXTURES
+    from tests.fakeslurm import RecordedSlurm
 
     base = FIXTURES / "24.11" / "testbed"
     window = (base / "sacct-window.json").read_text()
     busy = (base / "scontrol-d-busy.txt").read_text()
     meta = json.loads((base / "workload.json").read_text())
-
-    def answer(argv):
-        return busy if argv[0] == "scontrol" else window
-
+    clock = lambda: meta["since"] + 60  # noqa: E731
     config = Config(slurmFetchJobScripts=False)
-    collector = Collector(ReplayRunner(answer), config, clock=lambda: meta["since"] + 60,
-                          tz=ZoneInfo("UTC"))
+    collector = Collector(RecordedSlurm("24.11", window, busy, clock=clock), config,
+                          clock=clock, tz=ZoneInfo("UTC"))
     return [j for j in collector.window(meta["since"]).jobs if j.started and j.finished]
 
 

@@ -9,6 +9,10 @@ Writes tests/fixtures/<version>/testbed/:
   scontrol-d-final.txt scontrol show job -d (all jobs) after all ended (no GPU indices left)
   sacct-scripts.json   sacct --json -B -j IDS (24.11 and later only)
   sinfo.json           sinfo --json
+  commands-busy.json   every command the collector runs, with its answer (tests/recorded.py),
+  commands-final.json  while most of the workload runs / after all ended: the window as
+                       `ccadapter jobs` reads it, the reconcilers' run listings, the fast
+                       path's scontrol process (and the dump route), the node states
 """
 
 from __future__ import annotations
@@ -18,9 +22,33 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ccadapter.slurm.collector import Collector, CollectorSettings, RouteCosts
+from ccadapter.slurm.runner import SlurmRunner
 from tests.integration.workload import Cluster, Submitted, drive, submit, testbed_clusters
+from tests.recorded import RecordingRunner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+UNKNOWN_JOB = 999_999  # asked for on purpose: slurmctld's answer to a job it does not hold
+
+
+def record_commands(cluster: Cluster, sub: Submitted, path: Path) -> None:
+    """The collector's own commands against the cluster, as they run in the product."""
+    now = time.time()
+    runner = RecordingRunner(SlurmRunner(cluster.prefix))
+    settings = CollectorSettings()
+    collector = Collector(runner, settings, clock=lambda: now)
+    since = sub.submitted_at - 5
+    ids = sub.all_ids()
+    collector.window(since)  # `ccadapter jobs`: every job of the window, pending ones too
+    collector.stamps(since)  # slurm-window and backfill: the runs that ran
+    collector.stamps_of(ids)  # stale-jobs: the runs of given jobs
+    collector.controller_jobs([*ids, UNKNOWN_JOB], scripts_for=ids)  # the fast path
+    dump = Collector(runner, settings, clock=lambda: now, costs=RouteCosts(min_dump=1,
+                                                                           first_dump=1))
+    dump.controller_jobs(ids)  # many jobs at once: the filtered dump
+    collector.nodes()
+    runner.save(path, cluster=cluster.name, version=cluster.version, now=now, since=since,
+                tz=time.tzname[0], ids=sub.ids)
 
 
 def record(cluster: Cluster) -> Path:
@@ -30,6 +58,7 @@ def record(cluster: Cluster) -> Path:
     def snapshot(sub: Submitted) -> None:
         (out / "squeue-busy.json").write_text(cluster.run("squeue", "--json"))
         (out / "scontrol-d-busy.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
+        record_commands(cluster, sub, out / "commands-busy.json")
 
     sub = submit(cluster)
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(sub.submitted_at - 5))
@@ -43,6 +72,7 @@ def record(cluster: Cluster) -> Path:
             "sacct", "--json", "--allusers", "--duplicates", "-B", "--jobs", ids))
     (out / "scontrol-d-final.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
     (out / "sinfo.json").write_text(cluster.run("sinfo", "--json"))
+    record_commands(cluster, sub, out / "commands-final.json")
     (out / "workload.json").write_text(json.dumps(
         {"cluster": cluster.name, "version": cluster.version, "since": sub.submitted_at - 5,
          "ids": sub.ids}, indent=1) + "\n")

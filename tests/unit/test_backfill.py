@@ -8,7 +8,8 @@ from ccadapter.backfill import Backfill, chunks
 from ccadapter.config import Config
 from ccadapter.outbox import DELIVERED, Outbox, Result
 from ccadapter.slurm.collector import Collector
-from tests.conftest import ReplayRunner, fixture_json, fixture_text
+from tests.conftest import fixture_json, fixture_text
+from tests.fakeslurm import RecordedSlurm
 
 
 def test_chunks_cover_the_range_without_gaps():
@@ -22,27 +23,25 @@ def test_chunks_cover_the_range_without_gaps():
 
 @pytest.fixture
 def backfill(tmp_path):
-    window = fixture_text("24.11", "testbed/sacct-window.json")
-    final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
-
-    def answer(argv):
-        if argv[0] == "sacct":
-            return window
-        return final if argv[-3:] == ["show", "job", "-d"] else ""
-
-    runner = ReplayRunner(answer)
-    collector = Collector(runner, Config(slurmFetchJobScripts=False), tz=ZoneInfo("UTC"))
+    since = fixture_json("24.11", "testbed/workload.json")["since"]
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
+                           fixture_text("24.11", "testbed/scontrol-d-final.txt"),
+                           clock=lambda: since + 3600)
+    collector = Collector(runner, Config(slurmFetchJobScripts=False), tz=ZoneInfo("UTC"),
+                          clock=lambda: since + 3600)
     box = Outbox(tmp_path / "o.sqlite")
     yield runner, collector, box
     box.close()
 
 
-def test_a_chunk_is_one_query_and_enqueues_once(backfill):
+def test_a_chunk_is_a_listing_and_its_runs_read_and_enqueued_once(backfill):
     runner, collector, box = backfill
     since = fixture_json("24.11", "testbed/workload.json")["since"]
     job = Backfill(collector, box, None)
     first = job.run_chunk(since, since + 3600)
-    assert runner.calls["sacct"] == 1
+    assert runner.calls["sacct"] == 2  # the listing, and the JSON of its runs
+    listing = runner.argvs[0]
+    assert listing[listing.index("-s") + 1] == "RUNNING,SUSPENDED"  # never pending jobs
     assert first.jobs > 5 and first.new == first.events > 10 and first.resent == 0
     again = job.run_chunk(since, since + 3600)
     assert (again.events, again.new, again.resent) == (first.events, 0, 0)

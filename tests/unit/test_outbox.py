@@ -205,14 +205,31 @@ def test_redelivered_start_is_announced_once(tmp_path, clock):
 
 def test_compaction_keeps_events_whose_notification_is_owed(tmp_path, clock):
     box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
-    box.enqueue([start(1), start(2)])
-    evs = box.due()
-    box.record([Result(e.id, DELIVERED) for e in evs])
-    box.notifications().record([Result(evs[0].id, DELIVERED)])
+    box.enqueue([start(1), start(2), stop(1), stop(2)])
+    while evs := box.due():
+        box.record([Result(e.id, DELIVERED) for e in evs])
+    owed = {e.id for e in box.notifications().due()}
+    box.notifications().record([Result(i, DELIVERED) for i in sorted(owed)[:1]])
     clock.now += 100_000
-    assert box.compact(keep_seconds=3600) == 1  # job 1: delivered and announced
+    assert box.compact(keep_seconds=3600) == 1  # job 1's start: delivered and announced
     owed = box.notifications().due()
-    assert [(e.job_id, e.payload["jobId"]) for e in owed] == [(2, 2)]
+    # job 2: its stop waits behind its start, as in the outbox
+    assert sorted((e.job_id, e.kind) for e in owed) == [(1, "stop"), (2, "start")]
+    box.close()
+
+
+def test_compaction_never_forgets_the_start_of_a_run_still_open(tmp_path, clock):
+    """A job running longer than slurmQueryMaxSpan keeps its start: its stop, a week later,
+    embeds it (a stop answered 404 delivers the start first), and stale-jobs watches it."""
+    box = Outbox(tmp_path / "n.sqlite", clock=clock)
+    box.enqueue([start(1)])
+    box.record([Result(e.id, DELIVERED) for e in box.due()])
+    clock.now += 30 * 86400
+    assert box.compact(keep_seconds=7 * 86400) == 0
+    assert box.open_runs("c") == [(1, 100)]
+    box.enqueue([stop(1)])
+    (ev,) = box.due()
+    assert ev.payload["start"]["jobId"] == 1
     box.close()
 
 
@@ -260,3 +277,54 @@ def test_due_reads_pending_rows_in_id_order_without_sorting_the_backlog(box):
                                                                 {"now": 0, "limit": 1})):
         plan = " ".join(r[3] for r in box._db.execute("EXPLAIN QUERY PLAN " + query, params))
         assert "TEMP B-TREE" not in plan and "_pending" in plan, plan
+
+
+def test_needs_names_only_what_the_outbox_cannot_answer(box):
+    box.enqueue([start(1), start(2, rich=True), stop(2), start(3, rich=True)])
+    listed = [(1, 100, False),   # start pending without allocation: a richer one may come
+              (2, 100, True),    # start and stop stored
+              (3, 100, True),    # ended: its stop is missing
+              (3, 50, True),     # an earlier run of job 3 (requeued): nothing stored
+              (4, 100, False)]   # new
+    details, starts = box.needs("c", listed)
+    assert details == {1, 3, 4} and starts == {1, 3, 4}
+    deliver_all(box)
+    details, starts = box.needs("c", [(1, 100, False), (3, 100, True)])
+    assert details == {3} and starts == set()  # delivered starts are never replaced
+
+
+def test_open_runs_and_hosts_follow_starts_and_stops(box):
+    box.enqueue([start(1, host="n1"), start(2, host="n2")])
+    box.enqueue([NewEvent("c", 3, 100, "start",
+                          {"resources": [{"hostname": "n1"}, {"hostname": "n3"}]})])
+    assert box.open_runs("c") == [(1, 100), (2, 100), (3, 100)]
+    box.enqueue([stop(2)])
+    assert box.open_runs("c") == [(1, 100), (3, 100)] and box.open_runs("other") == []
+    assert box.open_hosts("c") == {"n1": 1, "n3": 1}  # start(1)'s payload has no resources
+
+
+def test_an_outbox_from_before_the_runs_table_is_filled_once(tmp_path, clock):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    box = Outbox(path, clock=clock)
+    box.enqueue([NewEvent("c", 1, 100, "start", {"resources": [{"hostname": "n1"}]}),
+                 NewEvent("c", 2, 100, "start", {"resources": [{"hostname": "n2"}]}),
+                 stop(2)])
+    box.close()
+    db = sqlite3.connect(path)  # as an outbox written by the previous release
+    db.execute("DROP TABLE runs")
+    db.execute("DELETE FROM state WHERE key = 'schema.runs'")
+    db.commit()
+    db.close()
+    box = Outbox(path, clock=clock)
+    assert box.open_runs("c") == [(1, 100)] and box.open_hosts("c") == {"n1": 1}
+    box.close()
+
+
+def test_start_deliveries(box, clock):
+    box.enqueue([start(1), start(2)])
+    (first, _) = box.due()
+    box.record([Result(first.id, DELIVERED)])
+    got = box.start_deliveries("c", [(1, 100), (2, 100), (2, 999)])
+    assert got == {(1, 100): (DELIVERED, clock.now), (2, 100): (PENDING, None)}

@@ -10,7 +10,7 @@ from ccadapter.config import Config
 from ccadapter.model import Job, Shared, cc_state
 from ccadapter.slurm.collector import Collector
 from tests.conftest import FIXTURES, WORKLOAD_IDS
-from tests.unit.slurm.test_collector import make_runner
+from tests.unit.slurm.test_collector import make_slurm
 
 SCHEMA = json.loads((FIXTURES / "cc-backend-v1.5-swagger.json").read_text())["definitions"]
 JOB_FIELDS = set(SCHEMA["schema.Job"]["properties"])
@@ -19,7 +19,7 @@ STATES = set(SCHEMA["schema.Job"]["properties"]["jobState"]["enum"]) | {"out_of_
 
 
 def jobs(version):
-    runner = make_runner(version)
+    runner = make_slurm(version)
     return Collector(runner, Config(), clock=lambda: 1795303300,
                      tz=ZoneInfo("UTC")).window(0).jobs
 

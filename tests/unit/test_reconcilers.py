@@ -1,17 +1,28 @@
-"""Reconcilers over a replayed Slurm and a real outbox."""
+"""Reconcilers over a recorded Slurm and a real outbox: what each cycle asks, what it
+enqueues, and that a cycle with nothing new reads nothing but its listing."""
 
+import logging
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import Outbox
-from ccadapter.reconcilers.slurm_window import SlurmWindow
+from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result
+from ccadapter.reconcilers.cc_cache import CcCache
+from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.nodestate import NodeStates
+from ccadapter.reconcilers.slurm_window import SLICE, SlurmWindow, WindowSettings, slices
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.slurm.collector import Collector
-from tests.conftest import ReplayRunner, fixture_json, fixture_text
+from tests.conftest import fixture_json, fixture_text
+from tests.fakeslurm import RecordedSlurm
+from tests.standin.ccbackend import CcBackendStandin
+
+CLUSTER = "cluster24"
+UTC = ZoneInfo("UTC")
 
 
 class Clock:
@@ -26,95 +37,220 @@ class Clock:
 def env(tmp_path):
     meta = fixture_json("24.11", "testbed/workload.json")
     clock = Clock(meta["since"] + 300)
-    state = {"sacct_down": False, "squeue": ""}
-    window = fixture_text("24.11", "testbed/sacct-window.json")
-
-    def answer(argv):
-        if argv[0] == "sacct" and state["sacct_down"]:
-            raise SlurmCommandError(argv, "exit code 1", "slurmdbd: Connection refused")
-        if argv[0] == "sacct":
-            return window
-        if argv[0] == "squeue":
-            return state["squeue"]
-        if argv[-3:] == ["show", "job", "-d"]:
-            return fixture_text("24.11", "testbed/scontrol-d-final.txt")
-        return ""
-
-    runner = ReplayRunner(answer)
-    collector = Collector(runner, Config(slurmFetchJobScripts=False), clock=clock,
-                          tz=ZoneInfo("UTC"), squeue_ttl=0)
+    slurm = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
+                          fixture_text("24.11", "testbed/scontrol-d-final.txt"), clock=clock)
+    collector = Collector(slurm, Config(slurmFetchJobScripts=False), clock=clock, tz=UTC)
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     last = LastRun(tmp_path / "lastrun")
-    yield meta, clock, state, runner, collector, box, last
+    yield meta, clock, slurm, collector, box, last
     box.close()
 
 
-def windows(runner):
-    return [a[a.index("--starttime") + 1] for a in runner.argvs if "--starttime" in a]
+def settings(**kw):
+    return WindowSettings(CLUSTER, **kw)
+
+
+def windows(slurm):
+    return [a[a.index("--starttime") + 1] for a in slurm.argvs if "--starttime" in a]
 
 
 def test_window_enqueues_and_advances_last_run(env):
-    meta, clock, _, _, collector, box, last = env
+    meta, clock, slurm, collector, box, last = env
     last.set(meta["since"])
-    rec = SlurmWindow(collector, box, last, Config(), clock)
+    rec = SlurmWindow(collector, box, last, settings(), clock)
     summary = rec.run_once()
     assert summary["new_events"] > 10 and last.get() == clock.now
-    assert rec.run_once()["new_events"] == 0  # idempotent
+    assert summary["read"] == summary["runs"]  # everything is new to an empty outbox
+    calls = sum(slurm.calls.values())
+    again = rec.run_once()
+    assert again["new_events"] == 0 and again["read"] == 0
+    assert sum(slurm.calls.values()) == calls + 1  # nothing new: the listing alone
+
+
+def test_pending_jobs_are_never_listed_nor_read(env):
+    """The listing asks for runs that ran (-s RUNNING,SUSPENDED); a queue of pending jobs
+    costs the window nothing."""
+    meta, clock, slurm, collector, box, last = env
+    last.set(meta["since"])
+    SlurmWindow(collector, box, last, settings(), clock).run_once()
+    listing = next(a for a in slurm.argvs if "-P" in a)
+    assert listing[listing.index("-s") + 1] == "RUNNING,SUSPENDED"
+    cancelpend = meta["ids"]["cancelpend"][0]
+    assert all(str(cancelpend) not in a for a in slurm.argvs if "--jobs" in a)
 
 
 def test_windows_hold_at_outage_start_until_grace_passes(env):
-    meta, clock, state, runner, collector, box, last = env
+    meta, clock, slurm, collector, box, last = env
     last.set(meta["since"])
-    rec = SlurmWindow(collector, box, last, Config(), clock, outage_grace=600)
-    state["sacct_down"] = True
+    rec = SlurmWindow(collector, box, last, settings(), clock, outage_grace=600)
+    slurm.sacct_down = True
     for _ in range(3):
         with pytest.raises(SlurmCommandError):
             rec.run_once()
         clock.now += 60
-    state["sacct_down"] = False
-    first = windows(runner)[0]
+    slurm.sacct_down = False
+    first = windows(slurm)[0]
     for _ in range(12):  # sacct answers again: 11 minutes of windows from the outage start
         rec.run_once()
         clock.now += 60
-    assert all(w == first for w in windows(runner)[3:15])
+    assert all(w == first for w in windows(slurm)[3:15])
     rec.run_once()
-    assert windows(runner)[-1] > first  # after the grace: from lastRun again
+    assert windows(slurm)[-1] > first  # after the grace: from lastRun again
+
+
+def test_a_long_window_is_read_in_slices_and_last_run_moves_per_slice(env):
+    meta, clock, slurm, collector, box, last = env
+    last.set(meta["since"] - 3 * SLICE)
+    clock.now = meta["since"] + 300
+    rec = SlurmWindow(collector, box, last, settings(max_span=86400), clock)
+    seen = []
+    real = box.enqueue
+
+    def enqueue(events):
+        seen.append(last.get())
+        return real(events)
+    box.enqueue = enqueue
+    summary = rec.run_once()
+    assert summary["slices"] == 4 and len(windows(slurm)) == 4
+    assert last.get() == clock.now and summary["new_events"] > 10
+    assert seen and seen[-1] < clock.now  # the last slice was enqueued before lastRun moved
+
+
+def test_slices():
+    assert slices(0, 10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert slices(5, 5, 4) == [(5, 5)]
 
 
 def test_lookback_never_moves_last_run_nor_reaches_before_the_first_window(env):
-    meta, clock, _, _, collector, box, last = env
+    meta, clock, _, collector, box, last = env
     last.set(meta["since"])
-    lookback = SlurmWindow(collector, box, last, Config(), clock, lookback=86400)
+    lookback = SlurmWindow(collector, box, last, settings(), clock, lookback=86400)
     assert lookback.run_once() == {"skipped": "no window has run yet"}
-    first = SlurmWindow(collector, box, last, Config(), clock).run_once()["since"]
+    first = SlurmWindow(collector, box, last, settings(), clock).run_once()["since"]
     clock.now += 600
     assert lookback.run_once()["since"] == first
     assert last.get() == clock.now - 600
 
 
-def test_stale_jobs_confirmed_on_two_cycles(env):
-    meta, _, state, _, collector, box, _ = env
-    from ccadapter.outbox import NewEvent
+def test_first_start_says_what_it_sends(env, caplog):
+    _, clock, _, collector, box, last = env
+    caplog.set_level(logging.INFO)
+    SlurmWindow(collector, box, last, settings(poll_interval=60), clock).run_once()
+    assert "first start" in caplog.text and "ccadapter backfill" in caplog.text
 
-    gone = meta["ids"]["complete"][0]
+
+def _open(box, meta, name):
+    job_id = meta["ids"][name][0]
     window = fixture_json("24.11", "testbed/sacct-window.json")
-    start = next(j["time"]["start"] for j in window["jobs"] if j["job_id"] == gone)
-    box.enqueue([NewEvent("cluster24", gone, start, "start", {"jobId": gone})])
-    stale = StaleJobs(collector, box, "cluster24")
-    state["squeue"] = f"{gone} RUNNING\n"
-    assert stale.run_once()["confirmed"] == 0
-    state["squeue"] = ""  # slurmctld no longer has it
-    assert stale.run_once()["confirmed"] == 0  # first miss: only a suspect
+    start = next(j["time"]["start"] for j in window["jobs"] if j["job_id"] == job_id)
+    box.enqueue([NewEvent(CLUSTER, job_id, start, "start",
+                          {"jobId": job_id, "resources": [{"hostname": "m1"}]})])
+    return job_id, start
+
+
+def test_stale_jobs_stops_what_slurm_ended_and_reads_only_that(env):
+    meta, _, slurm, collector, box, _ = env
+    job_id, _ = _open(box, meta, "complete")
+    stale = StaleJobs(collector, box, CLUSTER)
     summary = stale.run_once()
-    assert summary["confirmed"] == 1 and summary["stopped"] == 1
-    assert box.open_runs("cluster24") == []
+    assert summary["ended"] == 1 and summary["stopped"] == 1
+    assert box.open_runs(CLUSTER) == []
+    listing = next(a for a in slurm.argvs if "-P" in a)
+    assert listing[listing.index("--jobs") + 1] == str(job_id)  # the open jobs only
+    assert stale.run_once() == {"open": 0, "ended": 0, "stopped": 0}
 
 
-def test_one_squeue_serves_stale_jobs_and_nodestate(env):
-    _, _, state, runner, _, _, _ = env
-    shared = Collector(runner, Config(), tz=ZoneInfo("UTC"))
-    state["squeue"] = "5 RUNNING n[1-2]\n6 PENDING \n7 COMPLETING n1\n"
-    assert shared.active_jobs() == {5: "RUNNING", 6: "PENDING", 7: "COMPLETING"}
-    _, per_host = shared.nodes()
-    assert per_host == {"n1": 2, "n2": 1}
-    assert runner.calls["squeue"] == 1
+def test_stale_jobs_reports_a_run_slurmdbd_never_lists_once(env, caplog):
+    _, _, _, collector, box, _ = env
+    box.enqueue([NewEvent(CLUSTER, 999_999, 1, "start", {"jobId": 999_999})])
+    stale = StaleJobs(collector, box, CLUSTER)
+    assert stale.run_once()["unlisted"] == 1 and "no such run" not in caplog.text
+    stale.run_once()
+    stale.run_once()
+    assert caplog.text.count("slurmdbd lists no such run") == 1
+    assert box.open_runs(CLUSTER) == [(999_999, 1)]  # never stopped on a guess
+
+
+def test_nodestate_counts_open_runs_per_host(env):
+    _, clock, slurm, collector, box, _ = env
+    slurm.nodes = ("NodeName=m1 CPUAlloc=3 AllocMem=500 State=MIXED AllocTRES=gres/gpu=1\n"
+                   "NodeName=m2 CPUAlloc=0 AllocMem=0 State=IDLE+DRAIN Reason=x y=z\n")
+    box.enqueue([NewEvent(CLUSTER, 1, 10, "start", {"resources": [{"hostname": "m1"},
+                                                                   {"hostname": "m2"}]}),
+                 NewEvent(CLUSTER, 2, 10, "start", {"resources": [{"hostname": "m1"}]}),
+                 NewEvent(CLUSTER, 3, 10, "start", {"resources": [{"hostname": "m1"}]}),
+                 NewEvent(CLUSTER, 3, 10, "stop", {"stop": {}})])
+    NodeStates(collector, box, CLUSTER, None, clock).run_once()
+    (event,) = [e for e in box.due() if e.kind == "nodestate"]
+    nodes = {n["hostname"]: n for n in event.payload["nodes"]}
+    assert nodes["m1"]["jobsRunning"] == 2 and nodes["m2"]["jobsRunning"] == 1
+    assert nodes["m1"]["gpusAllocated"] == 1 and nodes["m2"]["states"] == ["idle", "drain"]
+    assert slurm.calls == {"scontrol": 1}  # no squeue: queued jobs cost nothing
+
+
+@pytest.fixture
+def standin():
+    with CcBackendStandin("t", clusters=[CLUSTER]) as s:
+        yield s
+
+
+@pytest.fixture
+def client(standin):
+    c = CcClient(standin.url, "t")
+    yield c
+    c.close()
+
+
+def _deliver(box, standin):
+    client = CcClient(standin.url, "t")
+    for ev in box.due():
+        answer = client.send(ev.kind, ev.payload if ev.kind != "stop" else ev.payload["stop"])
+        assert answer.status in (200, 201), answer
+        box.record([Result(ev.id, DELIVERED)])
+    client.close()
+
+
+def test_cc_cache_sends_the_stop_cc_backend_missed(env, standin, client):
+    meta, clock, _, collector, box, _ = env
+    jobs = {j.job_id: j for j in collector.window(meta["since"]).jobs}
+    done = jobs[meta["ids"]["complete"][0]]
+    running_id = meta["ids"]["timeout"][0]
+    # cc-backend shows a run running that Slurm ended (the stop was lost)
+    _deliver_start_only(box, standin, done)
+    clock.now = max(j.end_time for j in jobs.values()) + 60
+    cache = CcCache(client, collector, box, CLUSTER, commit_interval=300, clock=clock)
+    summary = cache.run_once()
+    assert summary["cc_running"] == 1 and summary["ended"] == 1  # its stop (start: known)
+    assert [e.kind for e in box.due()] == ["stop"]
+    assert running_id  # the recorded runs all ended: nothing is missing on cc-backend's side
+    assert summary["reopened"] == 0 and summary["new_events"] == 0
+
+
+def _deliver_start_only(box, standin, job):
+    box.enqueue(events_for(job)[:1])
+    _deliver(box, standin)
+
+
+def test_cc_cache_resends_a_lost_start_only_after_the_commit_interval(env, client):
+    meta, clock, slurm, collector, box, _ = env
+    # a run Slurm lists as running now, whose start we delivered and cc-backend lost
+    window = slurm.doc
+    rec = next(r for r in window["jobs"] if r["job_id"] == meta["ids"]["complete"][0])
+    start = rec["time"]["start"]["number"] if isinstance(rec["time"]["start"], dict) \
+        else rec["time"]["start"]
+    clock.now = start + 1  # the recorded job is running at this moment
+    slurm.doc = {**window, "jobs": [{**rec, "time": {**rec["time"], "end": 0},
+                                     "state": {**rec["state"], "current": ["RUNNING"]}}]}
+    slurm.listed = slurm.doc
+    job_id = rec["job_id"]
+    box.enqueue([NewEvent(CLUSTER, job_id, start, "start",
+                          {"jobId": job_id, "resources": [{"hostname": "m1"}]})])
+    (ev,) = box.due()
+    box.record([Result(ev.id, DELIVERED)])  # delivered just now: in cc-backend's job cache
+    cache = CcCache(client, collector, box, CLUSTER, commit_interval=120, clock=clock)
+    summary = cache.run_once()
+    assert summary["slurm_running"] == 1 and summary["in_cc_job_cache"] == 1
+    assert box.due() == []  # not sent again: cc-backend 1.5 would answer 500
+    clock.now += 121
+    summary = cache.run_once()
+    assert summary["reopened"] == 1 and [e.job_id for e in box.due()] == [job_id]

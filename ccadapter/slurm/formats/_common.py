@@ -1,10 +1,6 @@
-"""What every Slurm generation shares: value decoders, version detection, text parsers.
-
-The ``scontrol show job -d`` text is the same from 22.05 to 26.05 in the parts we read (the
-``Nodes=.. CPU_IDs=.. Mem=.. GRES=..`` detail lines, ``JobState``, ``StartTime``,
-``OverSubscribe``); 26.05 adds ``Exclusive=`` beside ``OverSubscribe=`` and ``SLUID=``.
-It is the one source of exact CPU ids on every version (22.05's scontrol has no --json, and
-the JSON core bitmaps lose hyper-threads), so it is parsed here, once.
+"""What every Slurm generation shares: value decoders, version detection, sacct records,
+the node and config text. ``scontrol show job`` text lives in :mod:`.scontrol`, the cheap run
+listing in :mod:`.listing`.
 """
 
 from __future__ import annotations
@@ -265,27 +261,6 @@ def gpu_indices(gres: str) -> tuple[int, ...]:
     return tuple(sorted(set(out)))
 
 
-# --- scontrol show job -d (text) -----------------------------------------------------------
-
-_DETAIL = re.compile(
-    r"^\s+Nodes=(?P<nodes>\S+) CPU_IDs=(?P<cpus>\S*) Mem=\S* GRES=(?P<gres>\S*)", re.M
-)
-_KV = {
-    key: re.compile(rf"(?:^|\s){key}=(\S*)", re.M)
-    for key in ("JobId", "JobState", "StartTime", "BatchFlag", "OverSubscribe", "Exclusive",
-                "UserId", "GroupId", "Account", "Partition", "SubmitTime", "EndTime",
-                "TimeLimit", "NumCPUs", "ArrayJobId", "ArrayTaskId", "ExitCode", "TRES",
-                "AllocTRES")
-}
-_NAME = re.compile(r"^JobId=\d+ JobName=(.*)$", re.M)
-_TRES_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-
-
-def _kv(record: str, key: str) -> str | None:
-    m = _KV[key].search(record)
-    return m[1] if m else None
-
-
 def shared_from_flags(oversubscribe: str | None, exclusive: str | None) -> Shared:
     """26.05 prints ``Exclusive=NODE|USER|MCS|NO``; before, ``OverSubscribe=NO`` meant an
     exclusive node and ``OverSubscribe=USER`` an exclusive user."""
@@ -302,70 +277,6 @@ def shared_from_flags(oversubscribe: str | None, exclusive: str | None) -> Share
     if value == "USER":
         return Shared.SINGLE_USER
     return Shared.MULTI_USER
-
-
-def parse_scontrol_jobs(out: str, ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
-    """Parse ``scontrol show job -d`` for all jobs; a bad record is an error string, not a
-    failure of the whole answer."""
-    jobs: dict[int, ControllerJob] = {}
-    errors: list[str] = []
-    for record in re.split(r"\n\s*\n", out):
-        if not record.strip():
-            continue
-        record = record.strip("\n")
-        job_id = decimal(_kv(record, "JobId") or "")
-        if job_id is None:
-            if "No jobs in the system" not in record:
-                errors.append(str(ctx.error(f"record without JobId: {record[:80]!r}")))
-            continue
-        try:
-            jobs[job_id] = _controller_job(job_id, record, ctx.for_job(job_id))
-        except SlurmParseError as exc:  # already names version, command and job
-            errors.append(str(exc))
-        except ValueError as exc:
-            errors.append(str(ctx.for_job(job_id).error(str(exc))))
-    return jobs, errors
-
-
-def _controller_job(job_id: int, record: str, ctx: ParseContext) -> ControllerJob:
-    nodes: list[NodeAlloc] = []
-    for m in _DETAIL.finditer(record):
-        cpus = int_ranges(m["cpus"]) if m["cpus"] else ()
-        gpus = gpu_indices(m["gres"])
-        for host in expand_hostlist(m["nodes"], ctx):
-            nodes.append(NodeAlloc(host, cpus, gpus))
-    name = _NAME.search(record)
-    tres = _kv(record, "AllocTRES") or _kv(record, "TRES") or ""
-    gpu = _TRES_GPU.search(tres)
-    task = _kv(record, "ArrayTaskId") or ""
-    exit_code = (_kv(record, "ExitCode") or "").split(":")[0]
-    return ControllerJob(
-        job_id=job_id,
-        state=_kv(record, "JobState") or "",
-        start_time=_kv(record, "StartTime") or "",
-        batch=_kv(record, "BatchFlag") == "1",
-        shared=shared_from_flags(_kv(record, "OverSubscribe"), _kv(record, "Exclusive")),
-        nodes=tuple(nodes),
-        text=record.strip(),
-        name=name[1] if name else "",
-        user=_owner(_kv(record, "UserId")),
-        group=_owner(_kv(record, "GroupId")),
-        account=_kv(record, "Account") or "",
-        partition=_kv(record, "Partition") or "",
-        submit_time=_kv(record, "SubmitTime") or "",
-        end_time=_kv(record, "EndTime") or "",
-        time_limit=slurm_duration(_kv(record, "TimeLimit") or ""),
-        num_cpus=int(_kv(record, "NumCPUs") or 0),
-        array_job_id=int(_kv(record, "ArrayJobId") or 0),
-        array_task_id=decimal(task),
-        exit_code=decimal(exit_code),
-        gpus=int(gpu[1]) if gpu else None,
-    )
-
-
-def _owner(value: str | None) -> str:
-    """``root(0)`` -> ``root``."""
-    return (value or "").split("(", 1)[0]
 
 
 def slurm_duration(text: str) -> int:
@@ -451,18 +362,7 @@ def job_id_of(record: Any, ctx: ParseContext) -> int:
     return job_id
 
 
-# --- squeue / scontrol show node (text, same on every generation) --------------------------
-
-
-def parse_squeue(out: str) -> dict[int, tuple[str, str]]:
-    """``squeue -h -t all -o "%A %T %N"`` -> {raw job id: (state, node list)}."""
-    jobs: dict[int, tuple[str, str]] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        job_id = decimal(parts[0]) if len(parts) in (2, 3) else None
-        if job_id is not None:
-            jobs[job_id] = (parts[1].upper(), parts[2] if len(parts) == 3 else "")
-    return jobs
+# --- scontrol -o show node, scontrol show config (text, same on every generation) ------
 
 
 @dataclass(frozen=True)
@@ -474,18 +374,24 @@ class NodeState:
     gpus_allocated: int
 
 
-_NODE_KV = {key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in
-            ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")}
+_NODE_KEYS = ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")
 
 
 def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]]:
-    """``scontrol -o show node``: one line per node."""
+    """``scontrol -o show node``: one line per node, read in one pass (the first
+    occurrence of a key wins: free text such as ``Reason=`` comes after the keys we read)."""
     nodes: list[NodeState] = []
     errors: list[str] = []
     for line in out.splitlines():
         if not line.startswith("NodeName="):
             continue
-        vals = {k: (m[1] if (m := rx.search(line)) else "") for k, rx in _NODE_KV.items()}
+        vals = dict.fromkeys(_NODE_KEYS, "")
+        seen: set[str] = set()
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep and key in vals and key not in seen:
+                vals[key] = value
+                seen.add(key)
         try:
             tres = dict(kv.split("=", 1) for kv in vals["AllocTRES"].split(",") if "=" in kv)
             nodes.append(NodeState(

@@ -1,7 +1,7 @@
-"""The collector over recorded outputs: joins, costs, isolation of bad records."""
+"""The collector over recorded outputs: joins, costs that follow what changed, isolation of
+bad records."""
 
 import copy
-import json
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -9,62 +9,57 @@ import pytest
 from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
-from ccadapter.slurm.collector import Collector
-from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, fixture_json
+from ccadapter.slurm.collector import DETAIL_BATCH, Collector, RouteCosts
+from tests.conftest import FIXTURES, WORKLOAD_IDS, fixture_json
+from tests.fakeslurm import RecordedSlurm
 
 UTC = ZoneInfo("UTC")  # the recordings were made on machines running in UTC
-RELEASE = {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}
+STORED = "#!/bin/sh\nstored in slurmdbd\n"
 
 
 def controller_text(version):
     return "\n\n".join(p.read_text() for p in sorted((FIXTURES / version).glob("scontrol-d-*.txt")))
 
 
-def make_runner(version, sacct_doc=None, scontrol=None):
+def newest(doc):
+    return max(j["time"]["end"] for j in doc["jobs"]
+               if isinstance(j, dict) and isinstance(j.get("time"), dict)
+               and isinstance(j["time"]["end"], int))
+
+
+def make_slurm(version, sacct_doc=None, **kw):
     doc = sacct_doc if sacct_doc is not None else fixture_json(version, "sacct-window.json")
-
-    def answer(argv):
-        if argv[:2] == ["sacct", "-V"]:
-            return f"slurm {RELEASE[version]}\n"
-        if argv[0] == "sacct" and "-B" in argv:  # scripts slurmdbd stored: only job 3's
-            stored = copy.deepcopy(doc)
-            for rec in stored["jobs"]:
-                if rec.get("job_id") == 3:
-                    rec["script"] = "#!/bin/sh\nstored in slurmdbd\n"
-            return json.dumps(stored)
-        if argv[0] == "sacct":
-            return doc if isinstance(doc, str) else json.dumps(doc)
-        if argv[-3:] == ["show", "job", "-d"]:
-            return scontrol if scontrol is not None else controller_text(version)
-        if "batch_script" in argv:
-            return f"#!/bin/sh\n# job {argv[-2]} \"quoted\", \xe9\n"
-        raise AssertionError(argv)
-
-    return ReplayRunner(answer)
+    base = fixture_json(version, "sacct-window.json")
+    scripts = {} if version == "22.05" else {3: STORED}  # 22.05's JSON carries no scripts
+    kw.setdefault("listing", doc if sacct_doc is None else base)
+    return RecordedSlurm(version, doc, controller_text(version), scripts=scripts,
+                         controller_script=lambda i: f"#!/bin/sh\n# job {i} \"quoted\", \xe9\n",
+                         clock=lambda: newest(base) + 60, **kw)
 
 
 def collect(version, config=None, **kw):
-    runner = make_runner(version, **kw)
-    doc = fixture_json(version, "sacct-window.json")
-    newest = max(j["time"]["end"] for j in doc["jobs"] if isinstance(j["time"]["end"], int))
-    col = Collector(runner, config or Config(), clock=lambda: newest + 60, tz=UTC)
-    return col.window(newest - 3600), runner
+    slurm = make_slurm(version, **kw)
+    now = newest(fixture_json(version, "sacct-window.json")) + 60
+    col = Collector(slurm, config or Config(), clock=lambda: now, tz=UTC)
+    return col.window(now - 3660), slurm
 
 
-def test_window_costs_fixed_calls_plus_scripts(version):
-    result, runner = collect(version)
-    # 24.11+: a second sacct (-B -j IDS) fetches every stored script at once.
-    assert runner.calls["sacct"] == (1 if version == "22.05" else 2)
-    shows = [a for a in runner.argvs if a[-3:] == ["show", "job", "-d"]]
-    scripts = [a for a in runner.argvs if "batch_script" in a]
-    assert len(shows) == 1
+def test_window_costs_a_listing_a_detail_read_and_one_scontrol(version):
+    result, slurm = collect(version)
+    # the listing, then the JSON of the listed jobs (with -B: slurmdbd's scripts at once)
+    assert slurm.calls["sacct"] == 2
+    assert "-B" in slurm.argvs[1]
+    # one scontrol process for the allocations and scripts of every held job
+    assert slurm.calls["scontrol"] == 1 and len(slurm.stdins) == 1
     jobs = {j.job_id: j for j in result.jobs}
     if version != "22.05":
-        assert jobs[3].job_script == "#!/bin/sh\nstored in slurmdbd\n"
-        assert "3" not in [a[-2] for a in scripts]
-    # Scripts only for jobs slurmctld still holds (the recorded scontrol-d files).
+        assert jobs[3].job_script == STORED
+        assert "write batch_script 3 -" not in slurm.stdins[0]
     held = {int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / version).glob("scontrol-d-*.txt")}
-    assert {int(a[-2]) for a in scripts} <= held
+    asked = {int(line.split()[2]) for line in slurm.stdins[0].splitlines()
+             if line.startswith("show job")}
+    assert {i for i in held if jobs[i].started} <= asked
+    assert all(jobs[i].started for i in asked)  # never-started runs need no allocation
     assert result.errors == []
 
 
@@ -120,7 +115,7 @@ def test_requeued_runs_are_distinct(version):
     earlier["time"]["end"] = first["time"]["start"] - 50
     earlier["state"]["current"] = "REQUEUED" if version == "22.05" else ["REQUEUED"]
     doc["jobs"].append(earlier)
-    result, _ = collect(version, sacct_doc=doc)
+    result, _ = collect(version, sacct_doc=doc, listing=doc)
     runs = [j for j in result.jobs if j.job_id == ids["multinode"]]
     assert len(runs) == 2 and len({r.key for r in runs}) == 2
     old = next(r for r in runs if r.state == "REQUEUED")
@@ -131,7 +126,7 @@ def test_requeued_runs_are_distinct(version):
 
 def test_not_json_names_version_and_command():
     with pytest.raises(SlurmParseError) as err:
-        collect("24.11", sacct_doc="sacct: error: something\n")
+        collect("24.11", json_text="sacct: error: something\n")
     assert "24.11.5" in str(err.value) and "sacct --json" in str(err.value)
 
 
@@ -141,86 +136,84 @@ def test_undecodable_json_names_version_and_command(out):
     """Found in review while fuzzing: only JSONDecodeError was caught, so a 4,301-digit
     number (ValueError) or deep nesting (RecursionError) escaped the collector untyped."""
     with pytest.raises(SlurmParseError, match=r"Slurm 24\.11\.5, `sacct --json`: output is not"):
-        collect("24.11", sacct_doc=out)
+        collect("24.11", json_text=out)
 
 
 def test_controller_unreachable_keeps_hostnames(version):
-    from ccadapter.errors import SlurmCommandError
-
-    runner = make_runner(version)
-    inner = runner.answer
-
-    def failing(argv):
-        if argv[0] == "scontrol":
-            raise SlurmCommandError(argv, "exit code 1", "Unable to contact slurm controller")
-        return inner(argv)
-
-    runner.answer = failing
-    doc = fixture_json(version, "sacct-window.json")
-    newest = max(j["time"]["end"] for j in doc["jobs"] if isinstance(j["time"]["end"], int))
-    result = Collector(runner, Config(), clock=lambda: newest, tz=UTC).window(0)
+    slurm = make_slurm(version)
+    slurm.controller_down = True
+    now = newest(slurm.doc) + 60
+    result = Collector(slurm, Config(), clock=lambda: now, tz=UTC).window(0)
     assert any("allocation details unavailable" in e for e in result.errors)
     multi = {j.job_id: j for j in result.jobs}[WORKLOAD_IDS[version]["multinode"]]
     assert len(multi.resources) == 2 and not multi.allocation_known
 
 
-def test_calls_do_not_grow_with_jobs():
-    """10,000 jobs built from real records cost the same two calls as ten."""
+def many_runs(n):
     doc = fixture_json("24.11", "sacct-window.json")
-    base = doc["jobs"]
+    base = [r for r in doc["jobs"] if r["nodes"] != "None assigned"]
     doc["jobs"] = []
-    for i in range(10_000):
+    for i in range(n):
         rec = copy.deepcopy(base[i % len(base)])
         rec["job_id"] = 1000 + i
         doc["jobs"].append(rec)
-    cfg = Config(slurmFetchJobScripts=False)
-    result, runner = collect("24.11", config=cfg, sacct_doc=doc)
-    assert len(result.jobs) == 10_000
-    assert sum(runner.calls.values()) == 2
-    cfg = Config()
-    result, runner = collect("24.11", config=cfg, sacct_doc=doc)
-    assert runner.calls["sacct"] == 2  # scripts of all 10,000 in one more call
+    return doc
+
+
+def test_details_are_read_in_bounded_batches():
+    """10,000 runs built from real records: one listing, then the JSON of DETAIL_BATCH ids
+    at a time, each batch handed over before the next is asked (memory follows a batch)."""
+    doc = many_runs(10_000)
+    slurm = make_slurm("24.11", sacct_doc=doc, listing=doc)
+    col = Collector(slurm, Config(slurmFetchJobScripts=False), clock=lambda: 4e9, tz=UTC)
+    listing = col.stamps(0)
+    assert len(listing.stamps) == 10_000 and slurm.calls["sacct"] == 1
+    batches = col.iter_jobs([s.job_id for s in listing.stamps], starts=())
+    first = next(batches)
+    assert len(first.jobs) == DETAIL_BATCH and slurm.calls["sacct"] == 2
+    rest = sum(len(b.jobs) for b in batches)
+    assert DETAIL_BATCH + rest == 10_000
+    assert slurm.calls["sacct"] == 1 + 10_000 // DETAIL_BATCH
+    assert slurm.calls["scontrol"] == 0  # no start wanted: no allocation asked
+
+
+def test_route_by_count_single_requests_or_a_filtered_dump():
+    slurm = make_slurm("24.11")
+    costs = RouteCosts(per_job=0.005, dump=None, min_dump=64, first_dump=500)
+    col = Collector(slurm, Config(), clock=lambda: 0, tz=UTC, costs=costs)
+    held = [int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / "24.11").glob("scontrol-d-*.txt")]
+    jobs, missing = col.controller_jobs(held)
+    assert not missing and len(slurm.stdins) == 1  # one process (besides `show config`)
+    # many jobs: one dump read line by line, the unwanted records skipped unread
+    jobs, missing = col.controller_jobs(held + list(range(100_000, 100_600)))
+    assert sorted(j.job_id for j in jobs) == sorted(held) and len(missing) == 600
+    assert [a for a in slurm.argvs if a[-2:] == ["show", "job"]]
+    assert costs.dump is not None  # measured: the next choice uses it
+    costs.dump, costs.per_job = 10.0, 0.001
+    assert not costs.prefer_dump(600)  # 0.6 s of single requests beat a 10 s dump
+    assert costs.prefer_dump(20_000)
 
 
 def test_jobs_by_id_filters_array_siblings():
-    runner = make_runner("24.11")
-    result = Collector(runner, Config(), clock=lambda: 0, tz=UTC).jobs_by_id([10, 11])
+    slurm = make_slurm("24.11")
+    result = Collector(slurm, Config(), clock=lambda: 0, tz=UTC).jobs_by_id([10, 11])
     assert sorted(j.job_id for j in result.jobs) == [10, 11]
-    assert "--jobs" in runner.argvs[0] and "10,11" in runner.argvs[0]
+    assert "--jobs" in slurm.argvs[0] and "10,11" in slurm.argvs[0]
 
 
-def test_bad_squeue_node_list_fails_alone(caplog):
-    """Found by fuzzing (shrunk: "97 RUNNING m["): one bad node list in squeue raised out
-    of nodes(), so no node state was sent that cycle; and the error named no version."""
-    def answer(argv):
-        if argv[0] == "squeue":
-            return "97 RUNNING m[\n98 RUNNING m1\n99 RUNNING m[1-2]\n"
-        if argv[-2:] == ["show", "node"]:
-            return "NodeName=m1 CPUAlloc=1 AllocMem=0 State=MIXED\n"
-        raise AssertionError(argv)
-
-    nodes, counts = Collector(ReplayRunner(answer), Config(), tz=UTC).nodes()
+def test_bad_node_line_fails_alone(caplog):
+    slurm = make_slurm("24.11", nodes="NodeName=m1 CPUAlloc=1 AllocMem=0 State=MIXED\n"
+                                      "NodeName=m2 CPUAlloc=x AllocMem=0 State=IDLE\n")
+    nodes = Collector(slurm, Config(), tz=UTC).nodes()
     assert [n.hostname for n in nodes] == ["m1"]
-    assert counts == {"m1": 2, "m2": 1}
-    assert "`squeue`: job 97: bad hostlist 'm['" in caplog.text
+    assert "node m2" in caplog.text
 
 
-def test_scripts_of_known_runs_are_not_fetched_again(version):
-    """The window re-reads its overlap every cycle: a run whose start is stored already
-    needs no script (on 22.05 that was one scontrol call per job and cycle)."""
-    first, runner = collect(version)
-    fetched = [a for a in runner.argvs if "batch_script" in a or "-B" in a]
-    assert fetched  # the recorded window has started jobs whose scripts are fetched
-    runs = {(j.job_id, j.start_time) for j in first.jobs if j.started}
-    runner = make_runner(version)
-    doc = fixture_json(version, "sacct-window.json")
-    newest = max(j["time"]["end"] for j in doc["jobs"] if isinstance(j["time"]["end"], int))
-    col = Collector(runner, Config(), clock=lambda: newest + 60, tz=UTC)
-    asked: list[list[tuple[int, int]]] = []
-
-    def known(candidates):
-        asked.append(candidates)
-        return set(candidates) & runs
-    again = col.window(newest - 3600, known=known)
-    assert asked and not [a for a in runner.argvs if "batch_script" in a or "-B" in a]
-    assert len(again.jobs) == len(first.jobs)
+def test_starts_not_wanted_cost_no_controller(version):
+    """Details read for a stop only (stale-jobs, cc-cache) never ask slurmctld."""
+    slurm = make_slurm(version)
+    now = newest(slurm.doc) + 60
+    col = Collector(slurm, Config(), clock=lambda: now, tz=UTC)
+    ids = [r["job_id"] for r in slurm.doc["jobs"]]
+    result = col.jobs_by_id(ids, starts=())
+    assert result.jobs and slurm.calls["scontrol"] == 0 and "-B" not in slurm.argvs[-1]

@@ -12,11 +12,10 @@ from ccadapter.slurm.formats._common import (
     SlurmVersion,
     gpu_indices,
     int_ranges,
-    parse_scontrol_jobs,
-    parse_squeue,
     version_from_meta,
     version_from_text,
 )
+from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
 
 
@@ -212,7 +211,6 @@ def test_ids_are_ascii_decimals(job_id):
     assert list(jobs) == [8] and len(errors) == 1 and "record without JobId" in errors[0]
     jobs, _ = parse_scontrol_jobs("JobId=7 JobName=a\n   ArrayTaskId=² ExitCode=١:0", ctx)
     assert (jobs[7].array_task_id, jobs[7].exit_code) == (None, None)
-    assert parse_squeue(f"{job_id} RUNNING n1\n8 PENDING") == {8: ("PENDING", "")}
 
 
 def test_scontrol_error_is_not_prefixed_twice():

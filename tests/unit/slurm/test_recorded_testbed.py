@@ -2,42 +2,32 @@
 sacct after all jobs ended, slurmctld's view while most of them ran."""
 
 import json
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from ccadapter.config import Config
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import Collector
-from tests.conftest import FIXTURES, ReplayRunner, fixture_json, fixture_text
+from tests.conftest import FIXTURES, fixture_json, fixture_text
+from tests.fakeslurm import RecordedSlurm
 
 pytestmark = pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 
 
 def collect(version, controller="final"):
     base = "testbed/"
-    window = fixture_text(version, base + "sacct-window.json")
-    scripts = FIXTURES / version / base / "sacct-scripts.json"
-    scontrol = fixture_text(version, base + f"scontrol-d-{controller}.txt")
-
-    def answer(argv):
-        if argv[0] == "sacct" and "-B" in argv:
-            return scripts.read_text()
-        if argv[0] == "sacct":
-            return window
-        if argv[-3:] == ["show", "job", "-d"]:
-            return scontrol
-        if "batch_script" in argv:
-            return "#!/bin/sh\n# from slurmctld\n"
-        raise AssertionError(argv)
-
+    window = fixture_json(version, base + "sacct-window.json")
+    stored = FIXTURES / version / base / "sacct-scripts.json"
+    scripts = {r["job_id"]: r["script"] for r in json.loads(stored.read_text())["jobs"]
+               if r.get("script")} if stored.exists() else {}
     meta = fixture_json(version, base + "workload.json")
-    runner = ReplayRunner(answer)
     # Recorded on a machine running in UTC; the clock is the end of the recording.
-    from zoneinfo import ZoneInfo
-
-    collector = Collector(runner, Config(), clock=lambda: meta["since"] + 600,
-                          tz=ZoneInfo("UTC"))
-    return collector.window(meta["since"]), meta, runner
+    now = meta["since"] + 600
+    held = fixture_text(version, base + f"scontrol-d-{controller}.txt")
+    slurm = RecordedSlurm(version, window, held, scripts=scripts, clock=lambda: now)
+    collector = Collector(slurm, Config(), clock=lambda: now, tz=ZoneInfo("UTC"))
+    return collector.window(meta["since"]), meta, slurm
 
 
 def test_recorded_workload(version):
@@ -60,9 +50,11 @@ def test_recorded_workload(version):
         if job.started and job.allocation_known:
             assert job.job_script.startswith("#!/bin/sh")
             assert len(job.resources) == job.num_nodes
-    if version != "22.05":  # scripts come from slurmdbd, in one call
-        assert runner.calls["sacct"] == 2
-        assert not any("batch_script" in a for a in runner.argvs)
+    # the listing and one detail read; scripts from slurmdbd in that read (24.11+) or from
+    # slurmctld in the one scontrol process (22.05, whose sacct --json carries none)
+    assert runner.calls["sacct"] == 2 and len(runner.stdins) == 1
+    if version != "22.05":
+        assert "write batch_script" not in runner.stdins[0]
         assert "sleep" in gpu.job_script
 
 

@@ -1,0 +1,107 @@
+"""Join what slurmdbd and slurmctld know of one run into a :class:`~ccadapter.model.Job`.
+
+Pure functions, kept apart from the collector (which decides what to ask Slurm) so that the
+joining rules are tested on recorded outputs alone: slurmdbd's record gives the run's identity,
+times and counts; slurmctld's ``scontrol show job -d`` adds the exact CPU ids and GPU indices
+while it still holds the job; ``gpuPciAddrs`` turns GPU indices into PCI addresses.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import tzinfo
+
+from ccadapter.model import Job, JobState, Resource, Shared, cc_state
+from ccadapter.slurm.formats._common import ControllerJob, SacctRecord
+from ccadapter.slurm.timefmt import wall_readings
+
+log = logging.getLogger(__name__)
+
+GpuPatterns = list[tuple[re.Pattern[str], list[str]]]
+
+
+def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
+              gpu_patterns: GpuPatterns) -> Job:
+    """Join what slurmdbd and slurmctld know of one run. Pure."""
+    if ctl is not None and ctl.nodes:
+        resources = tuple(
+            Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
+            for n in ctl.nodes
+        )
+    else:
+        resources = tuple(Resource(h) for h in rec.nodes) if rec.start_time else ()
+    gpus = sum(len(n.gpu_indices) for n in ctl.nodes) if ctl else 0
+    shared = rec.shared or (ctl.shared if ctl else Shared.MULTI_USER)
+    return Job(
+        job_id=rec.job_id,
+        cluster=rec.cluster,
+        partition=rec.partition,
+        account=rec.account,
+        user=rec.user,
+        group=rec.group,
+        name=rec.name,
+        state=rec.state.upper(),
+        submit_time=rec.submit_time,
+        start_time=rec.start_time,
+        end_time=rec.end_time,
+        time_limit=rec.time_limit,
+        num_nodes=max(rec.num_nodes, len(resources)),
+        num_hwthreads=rec.num_hwthreads,
+        num_acc=rec.num_gpus if rec.num_gpus is not None else gpus,
+        shared=shared,
+        resources=resources,
+        array_job_id=rec.array_job_id,
+        array_task_id=rec.array_task_id,
+        exit_code=rec.exit_code,
+        slurm_info=ctl.text if ctl else "",
+        job_script=rec.script or script,
+        allocation_known=bool(ctl and ctl.nodes),
+    )
+
+
+def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
+                   gpu_patterns: GpuPatterns) -> Job | None:
+    """A Job from slurmctld's view alone; None when a time is not exactly known. Pure."""
+    times = []
+    for text in (ctl.submit_time, ctl.start_time, ctl.end_time):
+        readings = wall_readings(text, tz)
+        if len(readings) > 1:
+            return None  # the repeated hour of a clock change: let sacct decide
+        times.append(readings[0] if readings else 0)
+    submit, start, end = times
+    state = ctl.state.upper()
+    running = cc_state(state) in (None, JobState.RUNNING)
+    resources = tuple(
+        Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
+        for n in ctl.nodes)
+    return Job(
+        job_id=ctl.job_id, cluster=cluster, partition=ctl.partition, account=ctl.account,
+        user=ctl.user, group=ctl.group, name=ctl.name, state=state,
+        submit_time=submit, start_time=start if resources else 0,
+        end_time=0 if running else end, time_limit=ctl.time_limit,
+        num_nodes=len(resources), num_hwthreads=ctl.num_cpus,
+        num_acc=ctl.gpus if ctl.gpus is not None else sum(len(n.gpu_indices) for n in ctl.nodes),
+        shared=ctl.shared, resources=resources, array_job_id=ctl.array_job_id,
+        array_task_id=ctl.array_task_id, exit_code=ctl.exit_code, slurm_info=ctl.text,
+        allocation_known=bool(ctl.nodes),
+    )
+
+
+def _accelerators(host: str, indices: tuple[int, ...], patterns: GpuPatterns
+                  ) -> tuple[str, ...]:
+    """PCI addresses from gpuPciAddrs (first matching host regex wins), else the index."""
+    if not indices:
+        return ()
+    for pattern, addrs in patterns:
+        if pattern.search(host):
+            out = []
+            for idx in indices:
+                if idx < len(addrs):
+                    out.append(addrs[idx])
+                else:
+                    log.warning("gpuPciAddrs for %s lists %d GPUs, job uses index %d; "
+                                "sending the index", host, len(addrs), idx)
+                    out.append(str(idx))
+            return tuple(out)
+    return tuple(str(i) for i in indices)

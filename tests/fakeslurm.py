@@ -1,0 +1,213 @@
+"""A Slurm cluster for unit tests, answering the collector's commands from recorded outputs.
+
+What is recorded (``tests/fixtures/<version>/``, captured from the real test bed) is the JSON
+of every run of a workload (``sacct --json``), slurmctld's ``scontrol show job -d`` text of the
+jobs it held, and the node list. The collector asks narrower questions than those recordings
+(the run listing of a window, the JSON of a few job ids, one scontrol process answering many
+commands); :class:`RecordedSlurm` answers each the way the real commands select and print:
+
+- the listing (``sacct -X -n -P ... -o JobIDRaw,Start,End,State,NodeList``) writes one line per
+  recorded run that matches slurmdbd's rule for the window (``-s RUNNING,SUSPENDED``: started
+  before the window's end, ended after its start or not yet; without ``-s``: eligible before
+  its end and not ended before its start) or the id list (``--jobs``), with epoch times as
+  ``SLURM_TIME_FORMAT=%s`` prints them. The listing's text form itself is tested on real
+  recorded listings (``tests/fixtures/*/sacct-listing-*.txt``).
+- ``sacct --json -j IDS``: the recorded document with the records of those ids;
+- ``scontrol -d`` reading commands: the recorded record of each ``show job ID`` (an error on
+  stderr for jobs it does not hold), the script of each ``write batch_script ID -``, the
+  argument of ``show hostnames``, each command echoed as scontrol echoes it;
+- ``scontrol -d show job``: the whole recorded text, line by line.
+
+Switches: ``sacct_down``/``controller_down`` (the daemons unreachable), ``controller``
+(the scontrol text, e.g. busy or final), ``scripts`` (slurmdbd's stored scripts, by id).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ccadapter.slurm.runner import Completed, TransientSlurmError
+
+RELEASE = {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}
+_NO_VAL = 0xFFFFFFFE
+
+
+def _num(value: Any) -> int:
+    if isinstance(value, Mapping):
+        return int(value.get("number") or 0) if value.get("set") else 0
+    return int(value or 0)
+
+
+def _epoch(value: Any) -> int:
+    num = _num(value)
+    return 0 if num <= 0 or num >= _NO_VAL else num
+
+
+def _state(record: Mapping[str, Any]) -> str:
+    current = record.get("state", {}).get("current", "")
+    return current[0] if isinstance(current, list) and current else str(current)
+
+
+class RecordedSlurm:
+    """A CommandRunner over recorded outputs of one cluster (see the module docstring)."""
+
+    def __init__(self, version: str, sacct: str | dict, controller: str = "", *,
+                 scripts: Mapping[int, str] | None = None,
+                 controller_script: Callable[[int], str] | None = None,
+                 nodes: str = "", clock: Callable[[], float] | None = None,
+                 listing: dict | None = None, json_text: str | None = None) -> None:
+        """``listing``: the runs slurmdbd holds, when the JSON it prints (``sacct``) is
+        deliberately broken; ``json_text``: a raw answer to every ``--json`` query."""
+        self.version = version
+        self.doc = json.loads(sacct) if isinstance(sacct, str) else sacct
+        self.listed = listing if listing is not None else self.doc
+        self.json_text = json_text
+        self.controller = controller
+        self.scripts = dict(scripts or {})
+        self.controller_script = controller_script or (lambda job_id: "#!/bin/sh\n# from "
+                                                       "slurmctld\n")
+        self.nodes = nodes
+        self.clock = clock or (lambda: 4e9)
+        self.sacct_down = False
+        self.controller_down = False
+        self.calls: Counter[str] = Counter()
+        self.argvs: list[list[str]] = []
+        self.stdins: list[str] = []
+
+    # --- the CommandRunner protocol ---------------------------------------------------------
+
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        argv = list(argv)
+        self._count(argv)
+        if argv[0] == "sacct":
+            if self.sacct_down:
+                raise TransientSlurmError(argv, "exit code 1",
+                                          "sacct: error: Problem talking to the database: "
+                                          "Connection refused")
+            if argv[1:] == ["-V"]:
+                return f"slurm {RELEASE[self.version]}\n"
+            if "-P" in argv:
+                assert env == {"SLURM_TIME_FORMAT": "%s"}, env
+                return self._listing(argv)
+            return self._json(argv)
+        if argv[0] == "scontrol":
+            if self.controller_down:
+                raise TransientSlurmError(argv, "exit code 1",
+                                          "Unable to contact slurm controller")
+            if argv[-2:] == ["show", "config"]:
+                return f"ClusterName             = {self.cluster}\n"
+            if argv[-3:] == ["-o", "show", "node"]:
+                return self.nodes
+        raise AssertionError(f"unexpected command {argv}")
+
+    def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
+                  timeout: float | None = None) -> Completed:
+        argv = list(argv)
+        self._count(argv)
+        assert argv[0] == "scontrol" and argv[-1] == "-d" and stdin is not None, argv
+        self.stdins.append(stdin)
+        out, err = [], []
+        for command in stdin.splitlines():
+            out.append(f"scontrol: {command}\n")
+            words = command.split()
+            if words[:2] == ["show", "hostnames"]:  # answered without slurmctld
+                out.append(words[2] + "\n")
+            elif self.controller_down:
+                err.append("slurm_load_jobs error: Unable to contact slurm controller "
+                           "(connect failure)\n")
+            elif words[:2] == ["show", "job"]:
+                record = self._held().get(int(words[2]))
+                if record is None:
+                    err.append("slurm_load_jobs error: Invalid job id specified\n")
+                else:
+                    out.append(record + "\n\n")
+            elif words[:2] == ["write", "batch_script"]:
+                record = self._held().get(int(words[2]))
+                if record is None or "BatchFlag=1" not in record:
+                    err.append("job script retrieval failed: Invalid job id specified\n")
+                else:
+                    out.append(self.controller_script(int(words[2])))
+            else:
+                raise AssertionError(f"unexpected scontrol command {command!r}")
+        out.append("scontrol: ")
+        return Completed("".join(out), "".join(err), 1 if err else 0)
+
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+        argv = list(argv)
+        self._count(argv)
+        assert argv[0] == "scontrol" and argv[-3:] == ["-d", "show", "job"], argv
+        if self.controller_down:
+            raise TransientSlurmError(argv, "exit code 1", "Unable to contact slurm controller")
+        yield from (line + "\n" for line in self.controller.splitlines())
+
+    # --- answers ------------------------------------------------------------------------------
+
+    @property
+    def cluster(self) -> str:
+        return self.doc["jobs"][0].get("cluster", "cluster") if self.doc["jobs"] else "cluster"
+
+    def _count(self, argv: list[str]) -> None:
+        self.calls[argv[0]] += 1
+        self.argvs.append(argv)
+
+    def _held(self) -> dict[int, str]:
+        held = {}
+        for record in self.controller.split("\n\n"):
+            record = record.strip("\n")
+            if record.startswith("JobId="):
+                held[int(record[6:].split(" ", 1)[0])] = record
+        return held
+
+    def _records(self, argv: list[str], doc: dict) -> list[dict]:
+        if "--jobs" in argv:
+            ids = {int(i) for i in argv[argv.index("--jobs") + 1].split(",")}
+            # records without a readable id (broken on purpose) are printed in any answer
+            return [r for r in doc["jobs"] if not isinstance(r, Mapping)
+                    or not isinstance(r.get("job_id"), int) or r["job_id"] in ids]
+        start, end = self._bound(argv, "--starttime"), self._bound(argv, "--endtime")
+        out = []
+        for r in doc["jobs"]:
+            t = r.get("time", {})
+            t_start, t_end = _epoch(t.get("start")), _epoch(t.get("end"))
+            if "-s" in argv:  # slurmdbd's RUNNING rule (as_mysql_jobacct_process.c)
+                hit = t_start and (start < t_end or (not t_end and _state(r) == "RUNNING")) \
+                    and end > t_start
+            else:
+                eligible = _epoch(t.get("eligible"))
+                hit = eligible and eligible < end and (t_end >= start or not t_end)
+            if hit:
+                out.append(r)
+        return out
+
+    def _bound(self, argv: list[str], flag: str) -> float:
+        text = argv[argv.index(flag) + 1]
+        if text == "now":
+            return self.clock()
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+
+    def _listing(self, argv: list[str]) -> str:
+        lines = []
+        for r in self._records(argv, self.listed):
+            t = r.get("time", {})
+            start, end = _epoch(t.get("start")), _epoch(t.get("end"))
+            nodes = r.get("nodes") or "None assigned"
+            lines.append(f"{r.get('job_id')}|{start or 'Unknown'}|{end or 'Unknown'}|"
+                         f"{_state(r)}|{nodes}")
+        return "".join(line + "\n" for line in lines)
+
+    def _json(self, argv: list[str]) -> str:
+        if self.json_text is not None:
+            return self.json_text
+        doc = copy.copy(self.doc)
+        records = self._records(argv, self.doc)
+        if "-B" in argv and self.scripts:
+            records = [dict(r, script=self.scripts[_num(r.get("job_id"))])
+                       if _num(r.get("job_id")) in self.scripts else r for r in records]
+        doc["jobs"] = records
+        return json.dumps(doc)

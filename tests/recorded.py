@@ -1,0 +1,96 @@
+"""Slurm commands recorded exactly as the collector ran them, and replayed to it.
+
+:class:`RecordingRunner` wraps the real :class:`~ccadapter.slurm.runner.SlurmRunner` on the
+test bed (``tests/testbed/record_fixtures.py``) and keeps every command the collector runs:
+its argv, the environment it set, what it wrote to scontrol's standard input, and the
+answer. :class:`Replay` answers the same commands from such a recording, so unit tests
+read the real text of every form the collector parses (the run listing, ``sacct --json -j``,
+one scontrol process answering many commands, ``scontrol -o show node``), nothing rendered.
+
+The only thing that differs between two runs of the same questions is the random marker
+that cuts a scontrol process's output into answers; it is stored as ``@MARKER@`` and put
+back on replay.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ccadapter.slurm.runner import Completed, SlurmRunner
+
+_MARKER = re.compile(r"ccadapter-[0-9a-f]{16}")
+PLACEHOLDER = "@MARKER@"
+
+
+class RecordingRunner:
+    """A SlurmRunner that keeps every command and its answer."""
+
+    def __init__(self, inner: SlurmRunner) -> None:
+        self.inner = inner
+        self.commands: list[dict[str, Any]] = []
+
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        out = self.inner.run(argv, retry=retry, timeout=timeout, env=env)
+        self.commands.append({"argv": list(argv), "env": dict(env or {}), "stdout": out})
+        return out
+
+    def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
+                  timeout: float | None = None) -> Completed:
+        done = self.inner.unchecked(argv, stdin=stdin, timeout=timeout)
+        marker = _MARKER.search(stdin or "")
+        strip = (lambda text: text.replace(marker[0], PLACEHOLDER)) if marker else str
+        self.commands.append({"argv": list(argv), "stdin": strip(stdin or ""),
+                              "stdout": strip(done.stdout), "stderr": done.stderr,
+                              "returncode": done.returncode})
+        return done
+
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+        lines = list(self.inner.lines(argv, timeout=timeout))
+        self.commands.append({"argv": list(argv), "stdout": "".join(lines), "lines": True})
+        yield from lines
+
+    def save(self, path: Path, **meta: Any) -> None:
+        path.write_text(json.dumps({**meta, "commands": self.commands}, indent=1,
+                                   ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+class Replay:
+    """Answers the commands of a recording; an unrecorded command is a test failure."""
+
+    def __init__(self, recording: Mapping[str, Any]) -> None:
+        self.recording = recording
+        self.calls: Counter[str] = Counter()
+        self.argvs: list[list[str]] = []
+
+    def _find(self, argv: Sequence[str], **match: Any) -> dict[str, Any]:
+        self.calls[argv[0]] += 1
+        self.argvs.append(list(argv))
+        for entry in self.recording["commands"]:
+            if entry["argv"] == list(argv) and all(entry.get(k) == v for k, v in match.items()):
+                return entry
+        raise AssertionError(f"not recorded: {list(argv)} {match or ''}")
+
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        return self._find(argv, env=dict(env or {}))["stdout"]
+
+    def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
+                  timeout: float | None = None) -> Completed:
+        marker = _MARKER.search(stdin or "")
+        assert marker, stdin
+        entry = self._find(argv, stdin=(stdin or "").replace(marker[0], PLACEHOLDER))
+        return Completed(entry["stdout"].replace(PLACEHOLDER, marker[0]), entry["stderr"],
+                         entry["returncode"])
+
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+        yield from self._find(argv, lines=True)["stdout"].splitlines(keepends=True)
+
+    def answers(self, program: str) -> list[dict[str, Any]]:
+        """The recorded commands of one program (for parser tests on their real text)."""
+        return [e for e in self.recording["commands"] if e["argv"][0] == program]
