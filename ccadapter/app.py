@@ -121,7 +121,7 @@ class App:
 
 
 def outbox_path(config: Config) -> Path:
-    return Path(config.state_directory) / OUTBOX_FILE
+    return config.state_dir() / OUTBOX_FILE
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
+from ccadapter.statelock import OutboxBusy, StateLock
 from ccadapter.status import CycleLog, render_events, render_table, scrub, secret_values
 from ccadapter.status import collect as collect_status
 
@@ -162,7 +163,8 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
 
 @contextmanager
 def _pid_lock(config: Config) -> Iterator[None]:
-    """One daemon (or manual sync) per config; a second one exits 1 naming the first."""
+    """The daemon's PID file (see :mod:`ccadapter.pidlock` for why it has a lock of its
+    own); a second daemon with the same pidFilePath exits 1 naming the first."""
     lock = PidLock(config.pid_file_path)
     try:
         lock.acquire()
@@ -173,6 +175,37 @@ def _pid_lock(config: Config) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+@contextmanager
+def _outbox_writer(config: Config, config_path: str | None, command: str) -> Iterator[None]:
+    """The outbox to ourselves for the whole command (:mod:`ccadapter.statelock`); when
+    another process has it, exit 1 naming that process, its config and what to do."""
+    lock = StateLock(config.state_dir())
+    config_file = _config_file(config_path)
+    try:
+        lock.acquire(command, config_file)
+    except OutboxBusy as exc:
+        click.echo(f"error: {_refusal(command, config_file, exc)}", err=True)
+        sys.exit(1)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _refusal(command: str, config_file: str | None, busy: OutboxBusy) -> str:
+    holder = busy.holder
+    if holder.command != "daemon":
+        what = "cannot start" if command == "daemon" else f"{command} refused"
+        return f"{what}: {busy}; wait until it has finished (or stop it), then run this again"
+    if command != "daemon":
+        return (f"{command} needs the daemon stopped: {busy}; stop it first (e.g. "
+                "`systemctl stop ccadapter`), then run this again")
+    if holder.config == (config_file or ""):
+        return f"cannot start: {busy}: this daemon runs already (see `ccadapter status`)"
+    return (f"cannot start: {busy}: one outbox serves one process; a daemon for another "
+            "cluster needs its own lastRunPath (or stateDirectory) in its config")
 
 
 class _ReadyAfterFirstWindow:
@@ -220,7 +253,7 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
     logging.getLogger().setLevel((log_level or "info").upper())
     config = _load(config_path)
     _require_delivery(config)
-    with _pid_lock(config):
+    with _outbox_writer(config, config_path, "daemon"), _pid_lock(config):
         for warning in startup_warnings(config, _config_file(config_path), deps.runner(config),
                                         Identity.current()):
             log.warning("%s", warning)
@@ -280,7 +313,7 @@ def sync_cmd(config_path: str | None, once: bool, dry_run: bool, only: str | Non
     config = _load(config_path)
     if not dry_run:
         _require_delivery(config)
-    with _pid_lock(config):
+    with nullcontext() if dry_run else _outbox_writer(config, config_path, "sync --once"):
         try:
             with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
                 _sync_once(config, dry_run, only, Path(tmp))
@@ -435,7 +468,8 @@ def queue_retry(config_path: str | None, ids: tuple[int, ...], all_rejected: boo
     config = _load(config_path)
     outbox = _existing_outbox(config)
     try:
-        done = outbox.requeue(None if all_rejected else ids)
+        with _outbox_writer(config, config_path, "queue retry"):
+            done = outbox.requeue(None if all_rejected else ids)
     finally:
         outbox.close()
     click.echo(f"{len(done)} event(s) due now" + (f": {_ids(done)}" if done else ""))
@@ -463,39 +497,32 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
     config = _load(config_path)
     outbox = _existing_outbox(config)
     try:
-        rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
-                else outbox.events_by_id(ids))
-        if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
-            click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
-                       err=True)
-            sys.exit(1)
-        if not rows:
-            click.echo("no rejected events: nothing to drop")
-            return
-        click.echo(render_events(scrub(rows, secret_values(config)), deps.clock()))
-        if not yes:
-            click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
-                          abort=True)
-        done = outbox.drop([r["id"] for r in rows])
+        with _outbox_writer(config, config_path, "queue drop"):
+            done = _drop_confirmed(outbox, ids, all_rejected, yes, secret_values(config),
+                                   deps.clock())
     finally:
         outbox.close()
-    click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
+    if done is not None:
+        click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
 
 
-@contextmanager
-def _exclusive(config: Config, what: str) -> Iterator[None]:
-    """The daemon's lock for a command that must not run beside it."""
-    lock = PidLock(config.pid_file_path)
-    try:
-        lock.acquire()
-    except AlreadyRunning as exc:
-        click.echo(f"error: {what} needs the daemon stopped: {exc}; stop it first (e.g. "
-                   "`systemctl stop ccadapter`), then run this again", err=True)
+def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, yes: bool,
+                    secrets: list[str], now: float) -> list[int] | None:
+    """Show the events, ask, drop; None when there was nothing to drop."""
+    rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
+            else outbox.events_by_id(ids))
+    if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
+        click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
+                   err=True)
         sys.exit(1)
-    try:
-        yield
-    finally:
-        lock.release()
+    if not rows:
+        click.echo("no rejected events: nothing to drop")
+        return None
+    click.echo(render_events(scrub(rows, secrets), now))
+    if not yes:
+        click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
+                      abort=True)
+    return outbox.drop([r["id"] for r in rows])
 
 
 def _build(config: Config, deps: Deps) -> App:
@@ -534,7 +561,7 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
                        chunk_hours * 3600)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    with _exclusive(config, "backfill"):
+    with _outbox_writer(config, config_path, "backfill"):
         app = _build(config, deps)
         try:
             job = Backfill(app.collector, app.outbox, config.ignore_hosts_pattern(), resend)
@@ -608,18 +635,19 @@ def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
         click.echo(f"error: recover refused: {exc}", err=True)
         sys.exit(1)
     try:
-        actions += _clear_socket(config)
-        for line in actions or ["no stale PID file, no stale socket"]:
-            click.echo(line)
-        app = _build(config, deps)
-        try:
-            rebuild(app, stale_wait, deps.sleep,
-                    lambda step, summary: click.echo(f"{step}: {json.dumps(summary)}"))
-        except (CcAdapterError, CcBackendError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-        finally:
-            app.close()
+        with _outbox_writer(config, config_path, "recover"):
+            actions += _clear_socket(config)
+            for line in actions or ["no stale PID file, no stale socket"]:
+                click.echo(line)
+            app = _build(config, deps)
+            try:
+                rebuild(app, stale_wait, deps.sleep,
+                        lambda step, summary: click.echo(f"{step}: {json.dumps(summary)}"))
+            except (CcAdapterError, CcBackendError) as exc:
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(1)
+            finally:
+                app.close()
     finally:
         lock.release()
 

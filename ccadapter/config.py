@@ -85,8 +85,10 @@ class Config(BaseModel):
     prep_sock_group: str | None = Field(None, alias="prepSockGroup")
     # CA bundle for cc-backend's TLS certificate (default: the system's CA store).
     cc_rest_ca_bundle: str = Field("", alias="ccRestCaBundle")
-    # Where the outbox and other durable state live.
-    state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
+    # Where the outbox (and its lock) live. Empty: the directory of lastRunPath, so that two
+    # configs with their own lastRunPath (two clusters on one host) get their own outbox;
+    # cc-slurm-adapter's default lastRunPath keeps /var/lib/cc-slurm-adapter.
+    state_directory: str = Field("", alias="stateDirectory")
     # Publish to a JetStream stream (acknowledged, deduplicated by Nats-Msg-Id) instead of
     # core NATS (fire and forget). Needed for ccRestSubmitJobs=false: then NATS is the only
     # delivery path and must be durable.
@@ -167,6 +169,13 @@ class Config(BaseModel):
             host = f"[{host}]"
         tls = self.nats_tls_ca_file or self.nats_tls_cert_file
         return f"{'tls' if tls else 'nats'}://{host}:{self.nats_port}"
+
+    def state_dir(self) -> Path:
+        """The directory of the outbox and its lock: ``stateDirectory``, or when that is
+        empty the directory of ``lastRunPath``."""
+        if self.state_directory:
+            return Path(self.state_directory)
+        return Path(self.last_run_path).parent
 
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) to serve metrics on; None when metrics are off."""

@@ -91,10 +91,15 @@ def seed(env) -> dict[str, int]:
 
 @contextmanager
 def daemon_holding_lock(pid_file: Path) -> Iterator[subprocess.Popen]:
-    """A live process holding the daemon's PID lock, like a running daemon."""
-    code = (f"from ccadapter.pidlock import PidLock\nlock = PidLock({str(pid_file)!r})\n"
+    """A live process holding the daemon's locks, like a running daemon: the outbox's (in
+    the state directory beside ``run/``) and the PID file's."""
+    state = pid_file.parent.parent / "state"
+    config = pid_file.parent.parent / "config.json"
+    code = ("from ccadapter.pidlock import PidLock\nfrom ccadapter.statelock import StateLock\n"
+            f"state = StateLock({str(state)!r})\nstate.acquire('daemon', {str(config)!r})\n"
+            f"lock = PidLock({str(pid_file)!r})\n"
             "lock.acquire()\nprint('held', flush=True)\nimport sys; sys.stdin.read()\n"
-            "lock.release()")  # a clean stop, as the daemon's
+            "lock.release()\nstate.release()")  # a clean stop, as the daemon's
     with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout.readline() == "held\n"
@@ -197,6 +202,67 @@ def test_queue_drop_asks_and_refuses_mass_drops_without_ids(env):
     box = outbox(env)
     assert box.due() == [] and box.stats()["pending"] == 0
     box.close()
+
+
+# --- the outbox's lock --------------------------------------------------------------------------
+
+@contextmanager
+def dropping(cfg: Path, event_id: int) -> Iterator[subprocess.Popen]:
+    """An operator at ``queue drop``'s question: that process holds the outbox meanwhile."""
+    with subprocess.Popen([sys.executable, "-m", "ccadapter", "queue", "drop", str(event_id),
+                           "--config", str(cfg)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline().split()[:2] == ["ID", "KIND"], proc.stderr.read()
+        try:
+            yield proc
+        finally:
+            proc.stdin.write("n\n")  # the operator says no: nothing dropped
+            proc.stdin.close()
+            assert proc.wait(10) == 1
+
+
+def test_every_writer_is_refused_while_another_holds_the_outbox(env, standin):
+    ids = seed(env)
+    cfg = env[0]
+    with dropping(cfg, ids[3]) as proc:
+        holder = f"in use by PID {proc.pid} (ccadapter queue drop, config {cfg})"
+        for args in (["sync", "--once"], ["backfill", "--since", "1h"], ["recover"],
+                     ["queue", "retry", str(ids[3])], ["queue", "drop", str(ids[3]), "--yes"],
+                     ["daemon"]):
+            res = run(env, *args)
+            assert res.exit_code == 1, (args, res.output)
+            (line,) = res.output.splitlines()
+            assert holder in line and "wait until it has finished" in line, args
+        for args in (["status"], ["queue", "list"]):  # readers take no lock
+            assert run(env, *args).exit_code == 0, args
+    assert env[2].runner.calls == {}  # no refused command asked Slurm anything
+    assert [r for r in standin.requests() if r.method != "GET"] == []
+    box = outbox(env)
+    assert [e.job_id for e in box.due()] == [3]  # still pending: nothing was dropped
+    box.close()
+    assert run(env, "queue", "retry", str(ids[3])).exit_code == 0  # free again
+
+
+def test_configs_with_their_own_last_run_have_their_own_outbox(env, tmp_path):
+    """stateDirectory unset: two clusters' configs on one host do not share an outbox."""
+    configs = {}
+    for name in ("a", "b"):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({
+            "ccRestUrl": "http://127.0.0.1:9", "ccRestJwt": TOKEN,
+            "pidFilePath": str(tmp_path / name / "run" / "daemon.pid"),
+            "lastRunPath": str(tmp_path / name / "lib" / "lastrun")}))
+        box = Outbox(tmp_path / name / "lib" / "outbox.sqlite")
+        box.enqueue([NewEvent(CLUSTER, 1, 100, "start", {"jobId": 1})])
+        configs[name] = (cfg, box.due()[0].id)
+        box.close()
+    with dropping(*configs["a"]):
+        res = CliRunner().invoke(main, ["queue", "retry", str(configs["b"][1]), "--config",
+                                        str(configs["b"][0])])
+        assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(main, ["queue", "retry", str(configs["a"][1]), "--config",
+                                        str(configs["a"][0])])
+        assert res.exit_code == 1 and "in use by PID" in res.output
 
 
 # --- backfill --------------------------------------------------------------------------------
