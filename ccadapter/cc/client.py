@@ -14,8 +14,8 @@ any        other 4xx                   rejected: parked with the body, not retri
 =========  ==========================  ===============================================
 
 The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
-Transport: :mod:`ccadapter.cc.http` (keep-alive connections per worker; why not requests
-is said there).
+Transport: :mod:`ccadapter.cc.http` (requests, one pool of keep-alive connections sized to
+the delivery workers).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from ccadapter.cc.http import ConnectionPool, Reply, TransportError
+from ccadapter.cc.http import HttpSession, Reply, TransportError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class CcBackendError(Exception):
 
 
 class CcClient:
-    """A keep-alive connection per delivery worker, TLS verified."""
+    """cc-backend's REST API over keep-alive connections, TLS verified."""
 
     def __init__(
         self,
@@ -93,17 +93,21 @@ class CcClient:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         quick_retries: int = 2,
+        pool_size: int = 16,
         on_request: Callable[[str, int, float], None] | None = None,
     ) -> None:
-        """``on_request(endpoint, status, seconds)`` hears of every HTTP exchange, quick
-        retries included; status 0 when there was no answer (the daemon's metrics)."""
+        """``pool_size``: how many requests may be in flight at once (the delivery workers
+        and a reconciler). ``on_request(endpoint, status, seconds)`` hears of every HTTP
+        exchange, quick retries included; status 0 when there was no answer (the daemon's
+        metrics)."""
         self.url = url.rstrip("/")
         self.quick_retries = quick_retries
         self.on_request = on_request
-        self._headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
-                         "Accept": "application/json"}
-        self._http = ConnectionPool(self.url, connect_timeout=connect_timeout,
-                                    read_timeout=read_timeout, ca_bundle=ca_bundle)
+        headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
+                   "Accept": "application/json"}
+        self._http = HttpSession(self.url, headers, pool_size=pool_size,
+                                 connect_timeout=connect_timeout, read_timeout=read_timeout,
+                                 ca_bundle=ca_bundle)
 
     def __repr__(self) -> str:  # the headers hold the JWT: keep it out of reprs
         return f"CcClient({self.url!r})"
@@ -162,7 +166,8 @@ class CcClient:
         started = time.monotonic()
         status = 0
         try:
-            reply = self._http.request(method, path, body, self._headers)
+            reply = self._http.post(path, body or b"") if method == "POST" else \
+                self._http.get(path)
             status = reply.status
             return reply
         finally:
