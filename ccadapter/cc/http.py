@@ -42,8 +42,9 @@ from urllib3.util.retry import Retry
 
 
 class TransportError(Exception):
-    """No HTTP answer. ``kind`` is one of refused, timeout, tls, dns, lost, proxy, other;
-    the message is short, has no URL and never a request header."""
+    """No HTTP answer. ``kind`` is one of refused, timeout, untrusted (the certificate),
+    tls (the handshake), dns, lost, proxy, other; the message is short, has no URL and
+    never a request header."""
 
     def __init__(self, kind: str, text: str) -> None:
         super().__init__(text)
@@ -171,7 +172,7 @@ def _transport_error(exc: requests.RequestException,
         return TransportError("timeout", f"no answer within {timeout[1]:g} s")
     if isinstance(exc, requests.exceptions.SSLError):
         if isinstance(root, ssl.SSLCertVerificationError):
-            return TransportError("tls", "TLS: certificate not trusted "
+            return TransportError("untrusted", "TLS: certificate not trusted "
                                          f"({root.verify_message or root.reason})")
         reason = getattr(root, "reason", None) or type(root).__name__
         return TransportError("tls", f"TLS handshake failed ({reason})")
