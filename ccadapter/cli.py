@@ -353,29 +353,34 @@ def _sync_once(config: Config, deps: Deps, dry_run: bool, only: str | None,
     """One cycle; True if anything failed (already said on stderr)."""
     outbox = last_run = None
     if dry_run:  # work on copies: the real outbox and lastRun stay as they are
-        real = Outbox(outbox_path(config))
-        outbox = real.snapshot(tmp / "outbox.sqlite")
-        real.close()
+        outbox = _dry_run_outbox(config, tmp / "outbox.sqlite")
         last_run = LastRun(tmp / "lastrun")
         if (ts := LastRun(config.last_run_path).get()) is not None:
             last_run.set(ts)
     app = _build(config, deps, outbox=outbox, last_run=last_run)
     try:
-        before = {e.id for e in app.outbox.due(1_000_000)} if dry_run else set()
         failed = [name for name, rec in app.reconcilers.items()
                   if only in (None, name) and not _run_reconciler(name, rec, config)]
         if dry_run:
-            for ev in app.outbox.due(1_000_000):
-                if ev.id not in before:
-                    click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
-                                           "jobId": ev.job_id, "startTime": ev.start_time,
-                                           "body": ev.payload}, ensure_ascii=False))
+            for ev in app.outbox.changed():
+                click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
+                                       "jobId": ev.job_id, "startTime": ev.start_time,
+                                       "body": ev.payload}, ensure_ascii=False))
             return bool(failed)
         summary = app.deliver_once()
         click.echo(json.dumps(summary))
         return _report_undelivered(app, summary) or bool(failed)
     finally:
         app.close()
+
+
+def _dry_run_outbox(config: Config, target: Path) -> Outbox:
+    """A copy of the outbox (an empty one if there is none yet) that notes what the cycle
+    adds or changes: every one of those events is listed, stops of new runs included."""
+    real = outbox_path(config)
+    outbox = Outbox.copy_of(real, target) if real.exists() else Outbox(target)
+    outbox.track_changes()
+    return outbox
 
 
 def _run_reconciler(name: str, rec: Reconciler, config: Config) -> bool:

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from ccadapter.cli import Deps, main
 from ccadapter.config import Config
 from ccadapter.errors import OutboxError
+from ccadapter.lastrun import LastRun
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
@@ -270,6 +271,42 @@ def test_configs_with_their_own_last_run_have_their_own_outbox(env, tmp_path):
         res = CliRunner().invoke(main, ["queue", "retry", str(configs["a"][1]), "--config",
                                         str(configs["a"][0])])
         assert res.exit_code == 1 and "in use by PID" in res.output
+
+
+# --- sync --dry-run ----------------------------------------------------------------------------
+
+def listed(res) -> list[dict]:
+    assert res.exit_code == 0, res.output
+    return [json.loads(ln) for ln in res.output.splitlines() if ln.startswith('{"event"')]
+
+
+def test_dry_run_lists_every_event_the_cycle_enqueues_stops_included(env):
+    res = run(env, "sync", "--once", "--dry-run", "--only", "slurm-window")
+    events = listed(res)
+    assert not (env[0].parent / "state").exists()  # nothing stored, not even an outbox
+    assert LastRun(env[0].parent / "lastrun").get() is None
+    kinds = [e["event"] for e in events]
+    assert kinds.count("stop") > 0 and kinds.count("start") > kinds.count("stop") / 2
+    assert run(env, "sync", "--once", "--only", "slurm-window").exit_code == 0
+    box = outbox(env)
+    stored = box.list_events(None, None, 10_000)
+    box.close()
+    assert sorted((e["event"], e["jobId"], e["startTime"]) for e in events) == \
+        sorted((r["kind"], r["jobId"], r["startTime"]) for r in stored)
+
+
+def test_dry_run_reads_a_copy_beside_another_process_holding_the_outbox(env):
+    ids = seed(env)
+    box = outbox(env)
+    before = box.list_events(None, None, 10_000)
+    box.close()
+    with dropping(env[0], ids[3]):
+        events = listed(run(env, "sync", "--once", "--dry-run", "--only", "slurm-window"))
+    assert {e["event"] for e in events} == {"start", "stop"}
+    assert not {e["jobId"] for e in events} & {1, 2, 3}  # the seeded ones are not new
+    box = outbox(env)
+    assert box.list_events(None, None, 10_000) == before  # the real outbox is untouched
+    box.close()
 
 
 # --- backfill --------------------------------------------------------------------------------
