@@ -121,7 +121,7 @@ class App:
 
 
 def outbox_path(config: Config) -> Path:
-    return Path(config.state_directory) / OUTBOX_FILE
+    return config.state_dir() / OUTBOX_FILE
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
@@ -139,8 +139,9 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
     outbox.notify = nats_on and config.cc_rest_submit_jobs
     recorder.watch_outbox(outbox)
+    # one connection per delivery worker, and one for a reconciler's read beside them
     client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
-                      ca_bundle=config.cc_rest_ca_bundle or None,
+                      ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       on_request=recorder.cc_request) if config.cc_rest_url else None
     publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
     nats = NatsDelivery(publisher, socket.gethostname()) if publisher else None

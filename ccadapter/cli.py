@@ -1,7 +1,10 @@
 """Command line. The only module that exits the process or prints for humans.
 
-Exit codes: 0 success, 1 a runtime failure (Slurm unreachable, unreadable answer),
-2 bad usage or a bad config (the message names the key).
+Exit codes: 0 success, 1 a runtime failure (Slurm or cc-backend unreachable, an unreadable
+answer, a file that cannot be used, events left undelivered) or a refusal (another process
+holds the outbox), 2 bad usage or a bad config (the message names the key). A failure the
+environment causes is said on one line (:mod:`ccadapter.problems`), never as a traceback:
+every command runs inside :class:`_Commands`, which turns what escapes into that line.
 """
 
 from __future__ import annotations
@@ -14,33 +17,36 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from ccadapter import __version__
 from ccadapter.app import App, build, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
-from ccadapter.cc.client import CcBackendError
 from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
-from ccadapter.errors import CcAdapterError, ConfigError, OutboxError
+from ccadapter.errors import CcAdapterError, ConfigError, FileAccessError, OutboxError
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
+from ccadapter.notify.nats import safe_url
 from ccadapter.outbox import Outbox
 from ccadapter.pidlock import AlreadyRunning, PidLock
+from ccadapter.problems import describe, sqlite_advice
+from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.events import ignored as is_ignored
 from ccadapter.recover import claim, clear_socket, rebuild
 from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
+from ccadapter.statelock import OutboxBusy, StateLock
 from ccadapter.status import CycleLog, render_events, render_table, scrub, secret_values
 from ccadapter.status import collect as collect_status
 
@@ -63,17 +69,42 @@ def _setup_logging(level: str) -> None:
 
 
 def _load(config_path: str | None) -> Config:
-    """Explicit path: must load. Default path: optional, like cc-slurm-adapter."""
+    """Explicit path: must load. Default path: optional, like cc-slurm-adapter. The config
+    is also kept in the click context, for :class:`_Commands` to name keys and hide
+    secrets in what it reports."""
     try:
-        if config_path is None:
-            if not Path(DEFAULT_CONFIG_PATH).exists():
-                log.info("no %s, using built-in defaults", DEFAULT_CONFIG_PATH)
-                return Config()
-            config_path = DEFAULT_CONFIG_PATH
-        return load_config(config_path)
+        if config_path is None and not Path(DEFAULT_CONFIG_PATH).exists():
+            log.info("no %s, using built-in defaults", DEFAULT_CONFIG_PATH)
+            config = Config()
+        else:
+            config = load_config(config_path or DEFAULT_CONFIG_PATH)
     except ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    click.get_current_context().meta[_CONFIG_KEY] = config
+    return config
+
+
+_CONFIG_KEY = "ccadapter.config"
+
+
+def _fail(exc: BaseException, prefix: str = "") -> NoReturn:
+    """Say ``exc`` on one line (with what to do) and exit: 2 for a bad config, else 1."""
+    config = click.get_current_context().meta.get(_CONFIG_KEY)
+    click.echo(f"error: {prefix}{describe(exc, config)}", err=True)
+    sys.exit(2 if isinstance(exc, ConfigError) else 1)
+
+
+class _Commands(click.Group):
+    """The command group. What the environment makes a command fail with -- our errors, a
+    file the system refuses, the outbox's database -- ends here as one line and exit code
+    1 instead of a traceback. Anything else is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (CcAdapterError, OSError, sqlite3.Error) as exc:
+            _fail(exc)
 
 
 def _slurm_runner(config: Config) -> CommandRunner:
@@ -90,7 +121,7 @@ class Deps:
     clock: Callable[[], float] = time.time
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ccadapter")
 @click.option("--log-level", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
@@ -130,8 +161,9 @@ def check_config(path: str) -> None:
 @click.option("--cluster", default=None, help="Slurm cluster (default: the local one).")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json",
               show_default=True)
-def jobs(config_path: str | None, since: str, until: str | None, cluster: str | None,
-         fmt: str) -> None:
+@click.pass_obj
+def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
+         cluster: str | None, fmt: str) -> None:
     """Show the jobs of a time window as the cc-backend requests they would become.
 
     A dry run: nothing is sent anywhere.
@@ -143,13 +175,7 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
         end = parse_when(until, now) if until else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    collector = Collector(SlurmRunner(config.slurm_command_prefix,
-                                      config.slurm_command_timeout), config)
-    try:
-        result = collector.window(start, end, cluster)
-    except CcAdapterError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    result = Collector(deps.runner(config), config).window(start, end, cluster)
     ignore = config.ignore_hosts_pattern()
     views = [_job_view(job, ignore) for job in result.jobs]
     if fmt == "json":
@@ -162,7 +188,8 @@ def jobs(config_path: str | None, since: str, until: str | None, cluster: str | 
 
 @contextmanager
 def _pid_lock(config: Config) -> Iterator[None]:
-    """One daemon (or manual sync) per config; a second one exits 1 naming the first."""
+    """The daemon's PID file (see :mod:`ccadapter.pidlock` for why it has a lock of its
+    own); a second daemon with the same pidFilePath exits 1 naming the first."""
     lock = PidLock(config.pid_file_path)
     try:
         lock.acquire()
@@ -173,6 +200,37 @@ def _pid_lock(config: Config) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+@contextmanager
+def _outbox_writer(config: Config, config_path: str | None, command: str) -> Iterator[None]:
+    """The outbox to ourselves for the whole command (:mod:`ccadapter.statelock`); when
+    another process has it, exit 1 naming that process, its config and what to do."""
+    lock = StateLock(config.state_dir())
+    config_file = _config_file(config_path)
+    try:
+        lock.acquire(command, config_file)
+    except OutboxBusy as exc:
+        click.echo(f"error: {_refusal(command, config_file, exc)}", err=True)
+        sys.exit(1)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _refusal(command: str, config_file: str | None, busy: OutboxBusy) -> str:
+    holder = busy.holder
+    if holder.command != "daemon":
+        what = "cannot start" if command == "daemon" else f"{command} refused"
+        return f"{what}: {busy}; wait until it has finished (or stop it), then run this again"
+    if command != "daemon":
+        return (f"{command} needs the daemon stopped: {busy}; stop it first (e.g. "
+                "`systemctl stop ccadapter`), then run this again")
+    if holder.config == (config_file or ""):
+        return f"cannot start: {busy}: this daemon runs already (see `ccadapter status`)"
+    return (f"cannot start: {busy}: one outbox serves one process; a daemon for another "
+            "cluster needs its own lastRunPath (or stateDirectory) in its config")
 
 
 class _ReadyAfterFirstWindow:
@@ -220,15 +278,14 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
     logging.getLogger().setLevel((log_level or "info").upper())
     config = _load(config_path)
     _require_delivery(config)
-    with _pid_lock(config):
+    with _outbox_writer(config, config_path, "daemon"), _pid_lock(config):
         for warning in startup_warnings(config, _config_file(config_path), deps.runner(config),
                                         Identity.current()):
             log.warning("%s", warning)
         try:
             app = build(config, metrics=True)
         except CcAdapterError as exc:
-            click.echo(f"error: cannot start: {exc}", err=True)
-            sys.exit(1)
+            _fail(exc, "cannot start: ")
         exporter = _serve_metrics(app)
         daemon = app.daemon()
         daemon.heartbeat_interval = watchdog_interval()
@@ -273,45 +330,97 @@ def _serve_metrics(app: App) -> MetricsServer | None:
               help="Print the events a cycle would enqueue; store and send nothing.")
 @click.option("--only", type=click.Choice(RECONCILERS), default=None,
               help="Run just this reconciler.")
-def sync_cmd(config_path: str | None, once: bool, dry_run: bool, only: str | None) -> None:
-    """Run the reconcilers once, by hand (the daemon must not be running)."""
+@click.pass_obj
+def sync_cmd(deps: Deps, config_path: str | None, once: bool, dry_run: bool,
+             only: str | None) -> None:
+    """Run the reconcilers once, by hand (the daemon must not be running). A reconciler
+    that fails is said and the others run; exit 1 if one failed or events could not be
+    delivered now (they wait in the outbox)."""
     if not once:
         raise click.UsageError("only --once is supported; run `ccadapter daemon` to keep going")
     config = _load(config_path)
     if not dry_run:
         _require_delivery(config)
-    with _pid_lock(config):
-        try:
-            with tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
-                _sync_once(config, dry_run, only, Path(tmp))
-        except CcAdapterError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
+    with nullcontext() if dry_run else _outbox_writer(config, config_path, "sync --once"), \
+            tempfile.TemporaryDirectory(prefix="ccadapter-dry-") as tmp:
+        failed = _sync_once(config, deps, dry_run, only, Path(tmp))
+    if failed:
+        sys.exit(1)
 
 
-def _sync_once(config: Config, dry_run: bool, only: str | None, tmp: Path) -> None:
+def _sync_once(config: Config, deps: Deps, dry_run: bool, only: str | None,
+               tmp: Path) -> bool:
+    """One cycle; True if anything failed (already said on stderr)."""
     outbox = last_run = None
     if dry_run:  # work on copies: the real outbox and lastRun stay as they are
-        real = Outbox(outbox_path(config))
-        outbox = real.snapshot(tmp / "outbox.sqlite")
-        real.close()
+        outbox = _dry_run_outbox(config, tmp / "outbox.sqlite")
         last_run = LastRun(tmp / "lastrun")
         if (ts := LastRun(config.last_run_path).get()) is not None:
             last_run.set(ts)
-    app = build(config, outbox=outbox, last_run=last_run)
-    before = {e.id for e in app.outbox.due(1_000_000)} if dry_run else set()
-    for name, rec in app.reconcilers.items():
-        if only in (None, name):
-            click.echo(json.dumps({"reconciler": name, **rec.run_once()}))
-    if dry_run:
-        for ev in app.outbox.due(1_000_000):
-            if ev.id not in before:
+    app = _build(config, deps, outbox=outbox, last_run=last_run)
+    try:
+        failed = [name for name, rec in app.reconcilers.items()
+                  if only in (None, name) and not _run_reconciler(name, rec, config)]
+        if dry_run:
+            for ev in app.outbox.changed():
                 click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
                                        "jobId": ev.job_id, "startTime": ev.start_time,
                                        "body": ev.payload}, ensure_ascii=False))
-    else:
-        click.echo(json.dumps(app.deliver_once()))
-    app.close()
+            return bool(failed)
+        summary = app.deliver_once()
+        click.echo(json.dumps(summary))
+        return _report_undelivered(app, summary) or bool(failed)
+    finally:
+        app.close()
+
+
+def _dry_run_outbox(config: Config, target: Path) -> Outbox:
+    """A copy of the outbox (an empty one if there is none yet) that notes what the cycle
+    adds or changes: every one of those events is listed, stops of new runs included."""
+    real = outbox_path(config)
+    outbox = Outbox.copy_of(real, target) if real.exists() else Outbox(target)
+    outbox.track_changes()
+    return outbox
+
+
+def _run_reconciler(name: str, rec: Reconciler, config: Config) -> bool:
+    """One cycle of a reconciler, its summary (or error) as a JSON line; False: failed."""
+    try:
+        summary = rec.run_once()
+    except (CcAdapterError, OSError, sqlite3.Error) as exc:
+        line = f"{name}: {describe(exc, config)}"
+        click.echo(json.dumps({"reconciler": name, "error": line}, ensure_ascii=False))
+        click.echo(f"error: {line}", err=True)
+        return False
+    click.echo(json.dumps({"reconciler": name, **summary}))
+    return True
+
+
+def _report_undelivered(app: App, summary: dict[str, Any]) -> bool:
+    """After a one-shot delivery: say on one line each what could not be delivered now
+    and why; True if anything was left for later."""
+    lines = []
+    if summary["retry_later"]:
+        if app.config.cc_rest_submit_jobs and app.client is not None:
+            reason = app.client.last_problem or "see the messages above"
+        else:
+            reason = _nats_problem(app)
+        lines.append(f"events not delivered: {reason}; {app.outbox.stats()['pending']} "
+                     "event(s) wait in the outbox for the daemon (or the next run)")
+    if (nats := summary.get("nats")) and nats["retry_later"]:
+        lines.append(f"{nats['retry_later']} NATS notification(s) not published: "
+                     f"{_nats_problem(app)}; they wait in the outbox for the daemon (or the "
+                     "next run)")
+    for line in lines:
+        click.echo(f"error: {scrub(line, secret_values(app.config))}", err=True)
+    return bool(lines)
+
+
+def _nats_problem(app: App) -> str:
+    if app.publisher is None:
+        return "see the messages above"
+    return (f"NATS {safe_url(app.publisher.options.url)} (natsServer): "
+            f"{app.publisher.last_error or 'no acknowledgement in time'}")
 
 
 def _job_view(job: Job, ignore: Any) -> dict[str, Any]:
@@ -376,7 +485,8 @@ def status_cmd(deps: Deps, config_path: str | None, fmt: str) -> None:
     try:
         doc = collect_status(config, outbox_path(config), deps.clock)
     except (sqlite3.Error, OutboxError) as exc:
-        click.echo(f"error: cannot read the outbox {outbox_path(config)}: {exc}", err=True)
+        click.echo(f"error: cannot read the outbox {outbox_path(config)}: {exc}; "
+                   f"{sqlite_advice(str(exc))}", err=True)
         sys.exit(1)
     click.echo(json.dumps(doc, indent=2, ensure_ascii=False) if fmt == "json"
                else render_table(doc))
@@ -435,7 +545,8 @@ def queue_retry(config_path: str | None, ids: tuple[int, ...], all_rejected: boo
     config = _load(config_path)
     outbox = _existing_outbox(config)
     try:
-        done = outbox.requeue(None if all_rejected else ids)
+        with _outbox_writer(config, config_path, "queue retry"):
+            done = outbox.requeue(None if all_rejected else ids)
     finally:
         outbox.close()
     click.echo(f"{len(done)} event(s) due now" + (f": {_ids(done)}" if done else ""))
@@ -463,47 +574,39 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
     config = _load(config_path)
     outbox = _existing_outbox(config)
     try:
-        rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
-                else outbox.events_by_id(ids))
-        if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
-            click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
-                       err=True)
-            sys.exit(1)
-        if not rows:
-            click.echo("no rejected events: nothing to drop")
-            return
-        click.echo(render_events(scrub(rows, secret_values(config)), deps.clock()))
-        if not yes:
-            click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
-                          abort=True)
-        done = outbox.drop([r["id"] for r in rows])
+        with _outbox_writer(config, config_path, "queue drop"):
+            done = _drop_confirmed(outbox, ids, all_rejected, yes, secret_values(config),
+                                   deps.clock())
     finally:
         outbox.close()
-    click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
+    if done is not None:
+        click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
 
 
-@contextmanager
-def _exclusive(config: Config, what: str) -> Iterator[None]:
-    """The daemon's lock for a command that must not run beside it."""
-    lock = PidLock(config.pid_file_path)
-    try:
-        lock.acquire()
-    except AlreadyRunning as exc:
-        click.echo(f"error: {what} needs the daemon stopped: {exc}; stop it first (e.g. "
-                   "`systemctl stop ccadapter`), then run this again", err=True)
+def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, yes: bool,
+                    secrets: list[str], now: float) -> list[int] | None:
+    """Show the events, ask, drop; None when there was nothing to drop."""
+    rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
+            else outbox.events_by_id(ids))
+    if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
+        click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
+                   err=True)
         sys.exit(1)
-    try:
-        yield
-    finally:
-        lock.release()
+    if not rows:
+        click.echo("no rejected events: nothing to drop")
+        return None
+    click.echo(render_events(scrub(rows, secrets), now))
+    if not yes:
+        click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
+                      abort=True)
+    return outbox.drop([r["id"] for r in rows])
 
 
-def _build(config: Config, deps: Deps) -> App:
+def _build(config: Config, deps: Deps, **kwargs: Any) -> App:
     try:
-        return build(config, runner=deps.runner(config))
+        return build(config, runner=deps.runner(config), **kwargs)
     except CcAdapterError as exc:
-        click.echo(f"error: cannot start: {exc}", err=True)
-        sys.exit(1)
+        _fail(exc, "cannot start: ")
 
 
 def _iso(ts: float) -> str:
@@ -534,15 +637,16 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
                        chunk_hours * 3600)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    with _exclusive(config, "backfill"):
+    with _outbox_writer(config, config_path, "backfill"):
         app = _build(config, deps)
         try:
             job = Backfill(app.collector, app.outbox, config.ignore_hosts_pattern(), resend)
             _backfill_report(_run_chunks(job, spans))
-            if not no_deliver:
-                _deliver_and_report(app)
+            undelivered = not no_deliver and _deliver_and_report(app)
         finally:
             app.close()
+    if undelivered:
+        sys.exit(1)
 
 
 def _run_chunks(job: Backfill, spans: list[tuple[float, float]]) -> list[ChunkResult]:
@@ -553,9 +657,10 @@ def _run_chunks(job: Backfill, spans: list[tuple[float, float]]) -> list[ChunkRe
         try:
             result = job.run_chunk(since, until)
         except CcAdapterError as exc:
-            click.echo(f"error: chunk {_iso(since)} .. {_iso(until)}: {exc}\nthe chunks "
-                       f"before it are in the outbox; continue with --since @{since:.0f}",
-                       err=True)
+            config = click.get_current_context().meta.get(_CONFIG_KEY)
+            click.echo(f"error: chunk {_iso(since)} .. {_iso(until)}: "
+                       f"{describe(exc, config)}; the chunks before it are in the outbox: "
+                       f"continue with --since @{since:.0f}", err=True)
             sys.exit(1)
         done.append(result)
         return result
@@ -583,12 +688,14 @@ def _backfill_report(results: list[ChunkResult]) -> None:
                    err=True)
 
 
-def _deliver_and_report(app: App) -> None:
+def _deliver_and_report(app: App) -> bool:
+    """Deliver, say what happened; True if events were left for later (said on stderr)."""
     done = app.deliver_once()
     left = app.outbox.stats()["pending"]
     nats = (f", {done['nats']['published']} published on NATS" if "nats" in done else "")
     click.echo(f"delivered {done['delivered']}, rejected {done['rejected']}{nats}, "
                f"{left} pending (the daemon retries them)")
+    return _report_undelivered(app, done)
 
 
 @main.command("recover")
@@ -605,23 +712,28 @@ def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
     try:
         actions = claim(lock)
     except CcAdapterError as exc:
-        click.echo(f"error: recover refused: {exc}", err=True)
-        sys.exit(1)
+        _fail(exc, "recover refused: ")
     try:
-        actions += _clear_socket(config)
-        for line in actions or ["no stale PID file, no stale socket"]:
-            click.echo(line)
-        app = _build(config, deps)
-        try:
-            rebuild(app, stale_wait, deps.sleep,
-                    lambda step, summary: click.echo(f"{step}: {json.dumps(summary)}"))
-        except (CcAdapterError, CcBackendError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-        finally:
-            app.close()
+        with _outbox_writer(config, config_path, "recover"):
+            actions += _clear_socket(config)
+            for line in actions or ["no stale PID file, no stale socket"]:
+                click.echo(line)
+            app = _build(config, deps)
+            steps: dict[str, dict[str, Any]] = {}
+
+            def report(step: str, summary: dict[str, Any]) -> None:
+                steps[step] = summary
+                click.echo(f"{step}: {json.dumps(summary)}")
+
+            try:
+                rebuild(app, stale_wait, deps.sleep, report)
+                undelivered = _report_undelivered(app, steps["delivery"])
+            finally:
+                app.close()
     finally:
         lock.release()
+    if undelivered:
+        sys.exit(1)
 
 
 def _clear_socket(config: Config) -> list[str]:
@@ -631,6 +743,5 @@ def _clear_socket(config: Config) -> list[str]:
         click.echo(f"error: config key 'prepSockListenPath': {exc}", err=True)
         sys.exit(2)
     except OSError as exc:
-        click.echo(f"error: cannot remove {config.prep_sock_listen_path}: {exc.strerror}",
-                   err=True)
-        sys.exit(1)
+        _fail(FileAccessError("prepSockListenPath", "remove", config.prep_sock_listen_path,
+                              exc))

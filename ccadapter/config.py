@@ -87,8 +87,10 @@ class Config(BaseModel):
     # it (its commit-job-worker interval: 2 min by default, 1 min in its sample config).
     # cc-cache sends no start again that was delivered less than this long ago.
     cc_commit_job_interval: float = Field(300.0, alias="ccCommitJobInterval", ge=0)
-    # Where the outbox and other durable state live.
-    state_directory: str = Field("/var/lib/cc-slurm-adapter", alias="stateDirectory")
+    # Where the outbox (and its lock) live. Empty: the directory of lastRunPath, so that two
+    # configs with their own lastRunPath (two clusters on one host) get their own outbox;
+    # cc-slurm-adapter's default lastRunPath keeps /var/lib/cc-slurm-adapter.
+    state_directory: str = Field("", alias="stateDirectory")
     # Publish to a JetStream stream (acknowledged, deduplicated by Nats-Msg-Id) instead of
     # core NATS (fire and forget). Needed for ccRestSubmitJobs=false: then NATS is the only
     # delivery path and must be durable.
@@ -169,6 +171,13 @@ class Config(BaseModel):
             host = f"[{host}]"
         tls = self.nats_tls_ca_file or self.nats_tls_cert_file
         return f"{'tls' if tls else 'nats'}://{host}:{self.nats_port}"
+
+    def state_dir(self) -> Path:
+        """The directory of the outbox and its lock: ``stateDirectory``, or when that is
+        empty the directory of ``lastRunPath``."""
+        if self.state_directory:
+            return Path(self.state_directory)
+        return Path(self.last_run_path).parent
 
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) to serve metrics on; None when metrics are off."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ccadapter.cc.client import NODESTATE, START, STOP, Answer, Outcome
+from ccadapter.loggate import LogGate
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,13 @@ class Deliverer:
 
 
 class RestDelivery:
-    """One event to cc-backend, following its answers to a final result."""
+    """One event to cc-backend, following its answers to a final result. A failure that
+    repeats for every event (cc-backend down, the token refused) is logged once a minute,
+    not once per event: each event's own error is kept in the outbox (``queue list``)."""
 
     def __init__(self, sender: Sender) -> None:
         self.sender = sender
+        self._gate = LogGate()
 
     def __call__(self, event: Event) -> Result:
         if event.kind == STOP:
@@ -138,12 +142,14 @@ class RestDelivery:
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
             return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
-        if answer.outcome is Outcome.AUTH:
+        # the same problem for every event: keyed by the status (and the transport error)
+        said = self._gate.allow(f"{answer.status} {answer.detail if not answer.status else ''}")
+        if answer.outcome is Outcome.AUTH and said:
             log.error("cc-backend refused our token (HTTP %d) for %s: check ccRestJwt; "
                       "will retry", answer.status, what)
         elif event.kind == NODESTATE and answer.status == 0:
             log.debug("nodestate not delivered: %s", answer.detail)
-        else:
-            log.warning("%s not delivered, will retry: HTTP %d %s", what, answer.status,
-                        answer.detail)
+        elif said:
+            log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,
+                        answer.status, answer.detail)
         return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")

@@ -7,6 +7,7 @@ these messages: callers pass keys and commands, never values of secret settings.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 
@@ -55,3 +56,29 @@ class OutboxError(CcAdapterError):
     def __init__(self, path: str, detail: str) -> None:
         super().__init__(f"outbox {path}: {detail}")
         self.path = path
+
+
+class FileAccessError(CcAdapterError):
+    """A file or directory the config names cannot be used (permissions, a full disk, a
+    path through a file). Names the key, the path, the system's reason and what to do."""
+
+    def __init__(self, key: str, action: str, path: str, exc: OSError) -> None:
+        reason = exc.strerror or type(exc).__name__
+        super().__init__(f"config key {key!r}: cannot {action} {path}: {reason}; "
+                         f"{os_advice(exc)}")
+        self.key = key
+        self.path = path
+
+
+def os_advice(exc: OSError) -> str:
+    """What an operator does about a failed file operation, by its errno."""
+    advice = {
+        errno.EACCES: "run as the daemon's user (or root), or give that user access",
+        errno.EPERM: "run as the daemon's user (or root), or give that user access",
+        errno.ENOSPC: "free space on that file system",
+        errno.EDQUOT: "free space (the user's disk quota is used up)",
+        errno.EROFS: "the file system is read-only (under systemd: ReadWritePaths=)",
+        errno.ENOTDIR: "a part of the path is a file, not a directory: correct the path",
+        errno.ENOENT: "a part of the path does not exist: create it or correct the path",
+    }
+    return advice.get(exc.errno or 0, "check the path and its permissions")

@@ -14,7 +14,7 @@ class LastRun:
     def get(self) -> float | None:
         try:
             return self.path.stat().st_mtime
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # never written (or cannot be)
             return None
 
     def set(self, ts: float) -> None:

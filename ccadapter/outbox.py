@@ -324,13 +324,45 @@ class Outbox:
             db.execute("DELETE FROM notify WHERE event_id NOT IN (SELECT id FROM events)")
         return gone
 
-    def snapshot(self, target: str | Path) -> Outbox:
-        """A copy to experiment on (``sync --dry-run``): same state, separate file."""
-        with self._lock:
+    @classmethod
+    def copy_of(cls, source: str | Path, target: str | Path) -> Outbox:
+        """A copy to experiment on (``sync --dry-run``), made through a read-only
+        connection: the source is neither changed nor created (a missing one is an
+        error)."""
+        src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True)
+        try:
             dest = sqlite3.connect(target)
-            self._db.backup(dest)
+            src.backup(dest)
             dest.close()
-        return Outbox(target, self.clock, self.backoff)
+        finally:
+            src.close()
+        return cls(target)
+
+    def track_changes(self) -> None:
+        """From now on, note every event added or changed (a new event, a start replaced
+        by a richer one, a delivered start opened again), for :meth:`changed`. The notes
+        live in this connection only (TEMP), never in the file."""
+        with self._lock:
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS changed "
+                             "(id INTEGER PRIMARY KEY)")
+            self._db.execute("CREATE TEMP TRIGGER IF NOT EXISTS changed_added AFTER INSERT "
+                             "ON main.events BEGIN INSERT OR IGNORE INTO changed VALUES "
+                             "(new.id); END")
+            self._db.execute("CREATE TEMP TRIGGER IF NOT EXISTS changed_updated AFTER UPDATE "
+                             "OF payload, status ON main.events BEGIN INSERT OR IGNORE INTO "
+                             "changed VALUES (new.id); END")
+
+    def changed(self) -> list[Event]:
+        """The events added or changed since :meth:`track_changes` that wait to be sent,
+        in id order: what a delivery would send that it would not have sent before. Read
+        from the table, not through :meth:`due`, which holds a stop back while its start
+        waits."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at "
+                "FROM events WHERE status = 'pending' AND id IN (SELECT id FROM temp.changed) "
+                "ORDER BY id").fetchall()
+        return [Event(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7]) for r in rows]
 
     # --- readers -------------------------------------------------------------------------
 

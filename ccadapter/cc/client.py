@@ -14,8 +14,8 @@ any        other 4xx                   rejected: parked with the body, not retri
 =========  ==========================  ===============================================
 
 The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
-Transport: :mod:`ccadapter.cc.http` (keep-alive connections per worker; why not requests
-is said there).
+Transport: :mod:`ccadapter.cc.http` (requests, one pool of keep-alive connections sized to
+the delivery workers).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tenacity import (
     Retrying,
@@ -36,7 +36,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from ccadapter.cc.http import ConnectionPool, Reply, TransportError
+from ccadapter.cc.http import HttpSession, Reply, TransportError
+from ccadapter.errors import CcAdapterError
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +78,34 @@ def classify(kind: str, status: int) -> Outcome:
     return Outcome.REJECTED
 
 
-class CcBackendError(Exception):
-    """cc-backend could not be asked (or answered an error) for a read request."""
+class CcBackendError(CcAdapterError):
+    """cc-backend could not be asked (or answered an error) for a read request. The
+    message names the address, what failed and what to do."""
+
+
+# What an operator does when cc-backend gave no answer, by TransportError.kind.
+_TRANSPORT_ADVICE = {
+    "refused": "is cc-backend running there? check ccRestUrl",
+    "timeout": "cc-backend is overloaded or out of reach: check it and the network",
+    "untrusted": "set ccRestCaBundle to the CA that signed cc-backend's certificate",
+    "tls": "does that port speak TLS? (https:// needs it, http:// must not)",
+    "dns": "check the host name in ccRestUrl",
+    "proxy": "check HTTPS_PROXY, HTTP_PROXY and NO_PROXY",
+    "lost": "cc-backend closed the connection: see its log",
+    "other": "check cc-backend and the network",
+}
+
+
+def _status_advice(status: int) -> str:
+    if status in (401, 403):
+        return "cc-backend refused our token: check ccRestJwt (expired? no api role?)"
+    if status == 404:
+        return "no such API there: is ccRestUrl cc-backend's base URL?"
+    return "see cc-backend's log"
 
 
 class CcClient:
-    """A keep-alive connection per delivery worker, TLS verified."""
+    """cc-backend's REST API over keep-alive connections, TLS verified."""
 
     def __init__(
         self,
@@ -93,17 +116,24 @@ class CcClient:
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
         quick_retries: int = 2,
+        pool_size: int = 16,
         on_request: Callable[[str, int, float], None] | None = None,
     ) -> None:
-        """``on_request(endpoint, status, seconds)`` hears of every HTTP exchange, quick
-        retries included; status 0 when there was no answer (the daemon's metrics)."""
+        """``pool_size``: how many requests may be in flight at once (the delivery workers
+        and a reconciler). ``on_request(endpoint, status, seconds)`` hears of every HTTP
+        exchange, quick retries included; status 0 when there was no answer (the daemon's
+        metrics)."""
         self.url = url.rstrip("/")
         self.quick_retries = quick_retries
         self.on_request = on_request
-        self._headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
-                         "Accept": "application/json"}
-        self._http = ConnectionPool(self.url, connect_timeout=connect_timeout,
-                                    read_timeout=read_timeout, ca_bundle=ca_bundle)
+        # the latest request that got nowhere, said for an operator (one-shot commands
+        # report it after their delivery); None until one failed
+        self.last_problem: str | None = None
+        headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
+                   "Accept": "application/json"}
+        self._http = HttpSession(self.url, headers, pool_size=pool_size,
+                                 connect_timeout=connect_timeout, read_timeout=read_timeout,
+                                 ca_bundle=ca_bundle)
 
     def __repr__(self) -> str:  # the headers hold the JWT: keep it out of reprs
         return f"CcClient({self.url!r})"
@@ -127,9 +157,18 @@ class CcClient:
         try:
             resp = self._request("POST", _PATHS[kind], data)
         except TransportError as exc:
+            self.last_problem = self._problem(f"POST {_PATHS[kind]}", str(exc),
+                                              _TRANSPORT_ADVICE[exc.kind])
             return Answer(Outcome.RETRY, 0, str(exc))
         text = resp.data[:500].decode("utf-8", "replace").strip()
-        return Answer(classify(kind, resp.status), resp.status, text)
+        outcome = classify(kind, resp.status)
+        if outcome in (Outcome.RETRY, Outcome.AUTH):
+            self.last_problem = self._problem(f"POST {_PATHS[kind]}", f"HTTP {resp.status}",
+                                              _status_advice(resp.status))
+        return Answer(outcome, resp.status, text)
+
+    def _problem(self, what: str, reason: str, advice: str) -> str:
+        return f"cc-backend {_shown(self.url)} (ccRestUrl): {what}: {reason}; {advice}"
 
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
         """All running jobs of a cluster (every page in one list; for small clusters and
@@ -145,19 +184,23 @@ class CcClient:
         while True:
             query = urlencode({"state": "running", "cluster": cluster,
                                "items-per-page": per_page, "page": page})
+            what = f"GET /api/jobs/ page {page}"
             try:
                 resp = self._request("GET", f"/api/jobs/?{query}", None)
             except TransportError as exc:
-                raise CcBackendError(f"GET /api/jobs/: {exc}") from None
+                raise CcBackendError(self._problem(what, str(exc),
+                                                   _TRANSPORT_ADVICE[exc.kind])) from None
             if resp.status != 200:
-                raise CcBackendError(f"GET /api/jobs/ page {page}: HTTP {resp.status} "
-                                     f"{resp.data[:200].decode('utf-8', 'replace')}")
+                answer = " ".join(resp.data[:200].decode("utf-8", "replace").split())
+                raise CcBackendError(self._problem(what, f"HTTP {resp.status} {answer}",
+                                                   _status_advice(resp.status)))
             try:
                 batch = json.loads(resp.data)["jobs"]
             except (ValueError, KeyError, TypeError):
-                raise CcBackendError(f"GET /api/jobs/ page {page}: not a job list") from None
+                batch = None
             if not isinstance(batch, list):
-                raise CcBackendError(f"GET /api/jobs/ page {page}: 'jobs' is not a list")
+                raise CcBackendError(self._problem(what, "not a job list",
+                                                   "is ccRestUrl cc-backend's base URL?"))
             yield batch
             if len(batch) < per_page:
                 return
@@ -168,9 +211,18 @@ class CcClient:
         started = time.monotonic()
         status = 0
         try:
-            reply = self._http.request(method, path, body, self._headers)
+            reply = self._http.post(path, body or b"") if method == "POST" else \
+                self._http.get(path)
             status = reply.status
             return reply
         finally:
             if self.on_request:
                 self.on_request(path.partition("?")[0], status, time.monotonic() - started)
+
+
+def _shown(url: str) -> str:
+    """The URL without user:password@ (ccRestUrl may carry them)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

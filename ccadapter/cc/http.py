@@ -1,24 +1,54 @@
-"""A keep-alive HTTP/1.1 connection per worker thread, on the standard library.
+"""cc-backend's HTTP transport on requests: one Session, one HTTPAdapter whose connection
+pool is sized to the delivery workers.
 
-Why not requests or urllib3: measured on these nodes, requests costs about 1.5 ms of CPU per
-POST and urllib3 0.46 ms, against 0.25 ms here, mostly because http.client sends headers
-and body in one ``sendall`` when the body is bytes (urllib3 makes two system calls). With
-the GIL, per-request CPU is what limits delivery throughput on a 2-core controller node.
-TLS is verified with the system's CA store or the configured bundle.
+Settings are resolved once, when the session is made, by requests' own rules
+(``Session.merge_environment_settings``, ``trust_env``): proxies from ``HTTPS_PROXY``,
+``HTTP_PROXY`` and ``NO_PROXY``; the CA bundle from ``ccRestCaBundle``, else from
+``REQUESTS_CA_BUNDLE`` (or ``CURL_CA_BUNDLE``), else the system's store (OpenSSL's default
+paths -- not certifi's bundle, which a venv install would otherwise bring, and which knows
+no site CA). Verification is always on.
+
+The lean path, measured with ``tests/bench/delivery.py`` (see :meth:`HttpSession.post`):
+one prepared request per endpoint, copied with a new body for each event, and sent by the
+adapter itself: ``Session.request`` would merge environment settings, parse proxies and
+build a cookie jar for every request, ``Session.send`` would still run hooks, cookies and
+redirect handling we never want.
+
+A kept-alive connection that the server closed while idle is noticed by urllib3 before it
+is used; one the server closes while we send is retried once (:class:`_ResendOnce`), on
+another connection. Resending is harmless: cc-backend answers a repeated start or stop with
+422, which counts as delivered. A timeout is not retried here: the outbox's backoff is the
+answer to a slow cc-backend, not a second wait of ``read_timeout``.
+
+Errors are :class:`TransportError` with a short text of our own: requests' messages are long
+and carry the URL; none of ours carries a header (the JWT travels in one).
 """
 
 from __future__ import annotations
 
-import http.client
+import os
 import socket
 import ssl
-import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from types import TracebackType
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import ReadTimeoutError
+from urllib3.response import BaseHTTPResponse
+from urllib3.util.retry import Retry
 
 
 class TransportError(Exception):
-    """No HTTP answer. The message is short and never holds request headers."""
+    """No HTTP answer. ``kind`` is one of refused, timeout, untrusted (the certificate),
+    tls (the handshake), dns, lost, proxy, other; the message is short, has no URL and
+    never a request header."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -27,90 +57,141 @@ class Reply:
     data: bytes
 
 
-class ConnectionPool:
-    def __init__(self, base_url: str, *, connect_timeout: float, read_timeout: float,
+class _ResendOnce(Retry):
+    """urllib3's retry policy for our POSTs: once more when the connection dropped before
+    the answer came (a kept-alive connection the server closed meanwhile), never after a
+    refused connection, a TLS error or a timeout, and never for an HTTP status (5xx is
+    :class:`ccadapter.cc.client.CcClient`'s business)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # Retry.new() passes every field back in; first use: the policy above.
+        settings = {"total": 1, "connect": 0, "read": 1, "redirect": 0, "status": 0,
+                    "other": 0, "allowed_methods": None, "raise_on_status": False,
+                    "respect_retry_after_header": False, "backoff_factor": 0}
+        super().__init__(**{**settings, **kwargs})
+
+    def increment(self, method: str | None = None, url: str | None = None,
+                  response: BaseHTTPResponse | None = None, error: Exception | None = None,
+                  _pool: Any = None, _stacktrace: TracebackType | None = None) -> _ResendOnce:
+        if isinstance(error, ReadTimeoutError):  # urllib3 counts it as a read error
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
+def system_ca() -> str | bool:
+    """The system's CA store as requests' ``verify`` wants it: OpenSSL's default file, or
+    its directory; True (certifi) only where the system has neither."""
+    paths = ssl.get_default_verify_paths()
+    if paths.cafile and os.path.isfile(paths.cafile):
+        return paths.cafile
+    if paths.capath and os.path.isdir(paths.capath):
+        return paths.capath
+    return True
+
+
+class HttpSession:
+    def __init__(self, base_url: str, headers: Mapping[str, str], *, pool_size: int,
+                 connect_timeout: float, read_timeout: float,
                  ca_bundle: str | None = None) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
-        self.https = parts.scheme == "https"
-        self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
-        self.prefix = parts.path.rstrip("/")
-        self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
-        self._ssl = ssl.create_default_context(cafile=ca_bundle) if self.https else None
-        self._local = threading.local()
-        self._all: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
+        """``pool_size``: the most requests in flight at once (the delivery workers, plus
+        one for a reconciler's read); more would wait for a free connection, never open
+        another one."""
+        self.base_url = base_url.rstrip("/")
+        self._headers = dict(headers)
+        self._timeout = (connect_timeout, read_timeout)
+        self._session = requests.Session()
+        self._session.verify = system_ca()
+        self._adapter = HTTPAdapter(pool_connections=1, pool_maxsize=pool_size,
+                                    pool_block=True, max_retries=_ResendOnce())
+        for prefix in ("http://", "https://"):
+            self._session.mount(prefix, self._adapter)
+        env = self._session.merge_environment_settings(self.base_url, {}, False,
+                                                       ca_bundle or None, None)
+        self._proxies: dict[str, str] = env["proxies"]
+        self._verify: str | bool = env["verify"]
+        self._templates: dict[str, requests.PreparedRequest] = {}
 
-    def request(self, method: str, path: str, body: bytes | None,
-                headers: dict[str, str]) -> Reply:
-        conn, reused = self._conn()
+    def __repr__(self) -> str:  # the headers hold the JWT
+        return f"HttpSession({self.base_url!r})"
+
+    def post(self, path: str, body: bytes) -> Reply:
+        """POST a JSON body (already encoded). The request is a copy of one prepared per
+        path: preparing it anew (URL parsing, header merging) costs more than the copy."""
+        template = self._templates.get(path)
+        if template is None:
+            template = requests.Request("POST", self.base_url + path,
+                                        headers=self._headers).prepare()
+            self._templates[path] = template
+        request = template.copy()
+        request.body = body
+        request.headers["Content-Length"] = str(len(body))
+        return self._send(request)
+
+    def get(self, path: str) -> Reply:
+        """GET ``path`` (with its query string)."""
+        return self._send(requests.Request("GET", self.base_url + path,
+                                           headers=self._headers).prepare())
+
+    def _send(self, request: requests.PreparedRequest) -> Reply:
         try:
-            return self._exchange(conn, method, path, body, headers)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop(conn)
-            if not reused or isinstance(exc, TimeoutError | socket.timeout):
-                raise TransportError(_describe(exc)) from None
-        # A kept-alive connection the server had closed meanwhile: once more, fresh.
-        # (Resending is safe: cc-backend answers a repeated start or stop with 422.)
-        conn, _ = self._conn()
-        try:
-            return self._exchange(conn, method, path, body, headers)
-        except (OSError, http.client.HTTPException) as exc:
-            self._drop(conn)
-            raise TransportError(_describe(exc)) from None
-
-    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str,
-                  body: bytes | None, headers: dict[str, str]) -> Reply:
-        if conn.sock is None:
-            conn.connect()
-            conn.sock.settimeout(self.read_timeout)
-        conn.request(method, self.prefix + path, body=body, headers=headers)
-        resp = conn.getresponse()
-        data = resp.read()
-        if resp.will_close:
-            self._drop(conn)
-        return Reply(resp.status, data)
-
-    def _conn(self) -> tuple[http.client.HTTPConnection, bool]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, conn.sock is not None
-        if self.https:
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self._ssl,
-                                               timeout=self.connect_timeout)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port,
-                                              timeout=self.connect_timeout)
-        self._local.conn = conn
-        with self._lock:
-            self._all.append(conn)
-        return conn, False
-
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
-        conn.close()
-        if getattr(self._local, "conn", None) is conn:
-            self._local.conn = None
-        with self._lock:
-            if conn in self._all:
-                self._all.remove(conn)
+            response = self._adapter.send(request, stream=False, timeout=self._timeout,
+                                          verify=self._verify, cert=None,
+                                          proxies=self._proxies)
+            return Reply(response.status_code, response.content)
+        except requests.RequestException as exc:
+            raise _transport_error(exc, self._timeout) from None
+        except OSError as exc:  # e.g. the CA bundle vanished: requests checks it per request
+            raise TransportError("other", f"{type(exc).__name__}: {exc.strerror or exc}") \
+                from None
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
+        self._session.close()
 
 
-def _describe(exc: BaseException) -> str:
-    kind = type(exc).__name__
-    if isinstance(exc, ssl.SSLError):
-        return f"{kind}: TLS verification failed" if isinstance(
-            exc, ssl.SSLCertVerificationError) else f"{kind}: TLS error"
-    if isinstance(exc, TimeoutError | socket.timeout):
-        return f"{kind}: no answer in time"
-    if isinstance(exc, ConnectionRefusedError | socket.gaierror):
-        return f"{kind}: cannot connect"
-    return f"{kind}: connection lost"
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause of a requests exception: requests wraps urllib3's MaxRetryError,
+    which wraps urllib3's error, which wraps the socket's or ssl's."""
+    seen = {id(exc)}
+    while True:
+        inner = getattr(exc, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) \
+                else exc.__context__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
+def _transport_error(exc: requests.RequestException,
+                     timeout: tuple[float, float]) -> TransportError:
+    root = _root(exc)
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return TransportError("timeout", f"no connection within {timeout[0]:g} s")
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return TransportError("timeout", f"no answer within {timeout[1]:g} s")
+    if isinstance(exc, requests.exceptions.SSLError):
+        if isinstance(root, ssl.SSLCertVerificationError):
+            return TransportError("untrusted", "TLS: certificate not trusted "
+                                         f"({root.verify_message or root.reason})")
+        reason = getattr(root, "reason", None) or type(root).__name__
+        return TransportError("tls", f"TLS handshake failed ({reason})")
+    if isinstance(exc, requests.exceptions.ProxyError):
+        return TransportError("proxy", f"the proxy failed ({_os_text(root)})")
+    if isinstance(root, socket.gaierror):
+        return TransportError("dns", "host name not found")
+    if isinstance(root, ConnectionRefusedError):
+        return TransportError("refused", "connection refused")
+    if isinstance(exc, requests.exceptions.ConnectionError) and not isinstance(
+            root, ConnectionResetError | BrokenPipeError) and isinstance(root, OSError) \
+            and root.errno is not None:
+        return TransportError("refused", f"cannot connect ({_os_text(root)})")
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return TransportError("lost", "connection closed without an answer")
+    return TransportError("other", type(exc).__name__)
+
+
+def _os_text(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__

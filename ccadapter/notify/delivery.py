@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from ccadapter.loggate import LogGate
 from ccadapter.notify.lineproto import LineProtocolError
 from ccadapter.notify.message import Message, job_message
-from ccadapter.notify.nats import LogGate, Published
+from ccadapter.notify.nats import Published
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ import asyncio
 import logging
 import ssl
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ import nats.errors
 import nats.js.errors
 
 from ccadapter.config import Config
+from ccadapter.loggate import LogGate
 from ccadapter.notify.message import Message
 
 log = logging.getLogger(__name__)
@@ -78,24 +78,6 @@ class Published:
     error: str = ""
     permanent: bool = False  # retrying cannot help (the message is too large)
     duplicate: bool = False  # JetStream had it already (a resend)
-
-
-class LogGate:
-    """Says each distinct problem at once, then at most once per ``every`` seconds: a
-    server that refuses us for a day must not write a line every two seconds."""
-
-    def __init__(self, every: float = 60.0) -> None:
-        self.every = every
-        self._last: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, key: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            if now - self._last.get(key, -1e9) < self.every:
-                return False
-            self._last[key] = now
-            return True
 
 
 def describe(exc: BaseException) -> str:
@@ -160,7 +142,7 @@ class NatsPublisher:
                 raise
             except Exception as exc:
                 self.last_error = describe(exc)
-                log.error("NATS: cannot connect to %s: %s", _safe_url(self.options.url),
+                log.error("NATS: cannot connect to %s: %s", safe_url(self.options.url),
                           self.last_error)
                 await asyncio.sleep(60)
                 continue
@@ -168,7 +150,7 @@ class NatsPublisher:
                 if self.options.jetstream else None
             self._nc = nc
             self.last_error = ""
-            log.info("NATS: connected to %s (%s)", _safe_url(self.options.url),
+            log.info("NATS: connected to %s (%s)", safe_url(self.options.url),
                      "JetStream" if self.options.jetstream else "core NATS")
             return
 
@@ -206,18 +188,18 @@ class NatsPublisher:
         self.last_error = describe(exc)
         if self._gate.allow(self.last_error):
             log.error("NATS %s: %s (retrying every %.0f s; events wait in the outbox)",
-                      _safe_url(self.options.url), self.last_error,
+                      safe_url(self.options.url), self.last_error,
                       self.options.reconnect_wait)
 
     async def _on_disconnected(self) -> None:
         if not self._stopping:
             self.last_error = "disconnected, reconnecting"
             log.warning("NATS: disconnected from %s; reconnecting (events wait in the "
-                        "outbox)", _safe_url(self.options.url))
+                        "outbox)", safe_url(self.options.url))
 
     async def _on_reconnected(self) -> None:
         self.last_error = ""
-        log.info("NATS: reconnected to %s", _safe_url(self.options.url))
+        log.info("NATS: reconnected to %s", safe_url(self.options.url))
 
     async def _on_closed(self) -> None:
         if not self._stopping:  # nats-py gave up on this connection: make a new one
@@ -262,7 +244,7 @@ class NatsPublisher:
             return Published(False, describe(exc))
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The server URL without any user:password@ part."""
     scheme, sep, rest = url.rpartition("://")
     return f"{scheme}{sep}{rest.rpartition('@')[2]}"

@@ -81,7 +81,7 @@ def test_workload_specifics(workload):
 
 
 def test_calls_per_window_do_not_scale(workload):
-    sub, runner = workload.sub, workload.runner
+    runner = workload.runner
     # the listing, then one `sacct --json -j IDS` for its jobs (-B: slurmdbd's scripts too)
     assert runner.calls["sacct"] == 2
     # one scontrol process answers the allocation of every job slurmctld holds and, where

@@ -5,23 +5,31 @@ CommandRunner protocol, via ``Deps``), and the strict cc-backend stand-in on 127
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import responses
 from click.testing import CliRunner
 
 from ccadapter.cli import Deps, main
 from ccadapter.config import Config
+from ccadapter.errors import OutboxError
+from ccadapter.lastrun import LastRun
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json, fixture_text
+from ccadapter.slurm.runner import SlurmRunner
+from tests.conftest import FIXTURES, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 
@@ -56,6 +64,8 @@ def env(tmp_path, standin):
     slurm = Slurm()
     sleeps: list[float] = []
     deps = Deps(runner=lambda config: slurm.runner, sleep=sleeps.append)
+    # a daemon ran until just before the recorded workload: windows cover it
+    LastRun(tmp_path / "lastrun").set(SINCE - 60)
     return cfg, deps, slurm, sleeps
 
 
@@ -81,10 +91,15 @@ def seed(env) -> dict[str, int]:
 
 @contextmanager
 def daemon_holding_lock(pid_file: Path) -> Iterator[subprocess.Popen]:
-    """A live process holding the daemon's PID lock, like a running daemon."""
-    code = (f"from ccadapter.pidlock import PidLock\nlock = PidLock({str(pid_file)!r})\n"
+    """A live process holding the daemon's locks, like a running daemon: the outbox's (in
+    the state directory beside ``run/``) and the PID file's."""
+    state = pid_file.parent.parent / "state"
+    config = pid_file.parent.parent / "config.json"
+    code = ("from ccadapter.pidlock import PidLock\nfrom ccadapter.statelock import StateLock\n"
+            f"state = StateLock({str(state)!r})\nstate.acquire('daemon', {str(config)!r})\n"
+            f"lock = PidLock({str(pid_file)!r})\n"
             "lock.acquire()\nprint('held', flush=True)\nimport sys; sys.stdin.read()\n"
-            "lock.release()")  # a clean stop, as the daemon's
+            "lock.release()\nstate.release()")  # a clean stop, as the daemon's
     with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout.readline() == "held\n"
@@ -189,6 +204,105 @@ def test_queue_drop_asks_and_refuses_mass_drops_without_ids(env):
     box.close()
 
 
+# --- the outbox's lock --------------------------------------------------------------------------
+
+@contextmanager
+def dropping(cfg: Path, event_id: int) -> Iterator[subprocess.Popen]:
+    """An operator at ``queue drop``'s question: that process holds the outbox meanwhile."""
+    with subprocess.Popen([sys.executable, "-m", "ccadapter", "queue", "drop", str(event_id),
+                           "--config", str(cfg)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline().split()[:2] == ["ID", "KIND"], proc.stderr.read()
+        try:
+            yield proc
+        finally:
+            proc.stdin.write("n\n")  # the operator says no: nothing dropped
+            proc.stdin.close()
+            assert proc.wait(10) == 1
+
+
+def test_every_writer_is_refused_while_another_holds_the_outbox(env, standin):
+    ids = seed(env)
+    cfg = env[0]
+    with dropping(cfg, ids[3]) as proc:
+        holder = f"in use by PID {proc.pid} (ccadapter queue drop, config {cfg})"
+        for args in (["sync", "--once"], ["backfill", "--since", "1h"], ["recover"],
+                     ["queue", "retry", str(ids[3])], ["queue", "drop", str(ids[3]), "--yes"],
+                     ["daemon"]):
+            res = run(env, *args)
+            assert res.exit_code == 1, (args, res.output)
+            (line,) = res.output.splitlines()
+            assert holder in line and "wait until it has finished" in line, args
+        for args in (["status"], ["queue", "list"]):  # readers take no lock
+            assert run(env, *args).exit_code == 0, args
+    assert env[2].runner.calls == {}  # no refused command asked Slurm anything
+    assert [r for r in standin.requests() if r.method != "GET"] == []
+    box = outbox(env)
+    assert [e.job_id for e in box.due()] == [3]  # still pending: nothing was dropped
+    box.close()
+    assert run(env, "queue", "retry", str(ids[3])).exit_code == 0  # free again
+
+
+def test_configs_with_their_own_last_run_have_their_own_outbox(env, tmp_path):
+    """stateDirectory unset: two clusters' configs on one host do not share an outbox."""
+    configs = {}
+    for name in ("a", "b"):
+        cfg = tmp_path / f"{name}.json"
+        cfg.write_text(json.dumps({
+            "ccRestUrl": "http://127.0.0.1:9", "ccRestJwt": TOKEN,
+            "pidFilePath": str(tmp_path / name / "run" / "daemon.pid"),
+            "lastRunPath": str(tmp_path / name / "lib" / "lastrun")}))
+        box = Outbox(tmp_path / name / "lib" / "outbox.sqlite")
+        box.enqueue([NewEvent(CLUSTER, 1, 100, "start", {"jobId": 1})])
+        configs[name] = (cfg, box.due()[0].id)
+        box.close()
+    with dropping(*configs["a"]):
+        res = CliRunner().invoke(main, ["queue", "retry", str(configs["b"][1]), "--config",
+                                        str(configs["b"][0])])
+        assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(main, ["queue", "retry", str(configs["a"][1]), "--config",
+                                        str(configs["a"][0])])
+        assert res.exit_code == 1 and "in use by PID" in res.output
+
+
+# --- sync --dry-run ----------------------------------------------------------------------------
+
+def listed(res) -> list[dict]:
+    assert res.exit_code == 0, res.output
+    return [json.loads(ln) for ln in res.output.splitlines() if ln.startswith('{"event"')]
+
+
+def test_dry_run_lists_every_event_the_cycle_enqueues_stops_included(env):
+    last = LastRun(env[0].parent / "lastrun")
+    before = last.get()
+    res = run(env, "sync", "--once", "--dry-run", "--only", "slurm-window")
+    events = listed(res)
+    assert not (env[0].parent / "state").exists()  # nothing stored, not even an outbox
+    assert last.get() == before
+    kinds = [e["event"] for e in events]
+    assert kinds.count("stop") > 0 and kinds.count("start") > kinds.count("stop") / 2
+    assert run(env, "sync", "--once", "--only", "slurm-window").exit_code == 0
+    box = outbox(env)
+    stored = box.list_events(None, None, 10_000)
+    box.close()
+    assert sorted((e["event"], e["jobId"], e["startTime"]) for e in events) == \
+        sorted((r["kind"], r["jobId"], r["startTime"]) for r in stored)
+
+
+def test_dry_run_reads_a_copy_beside_another_process_holding_the_outbox(env):
+    ids = seed(env)
+    box = outbox(env)
+    before = box.list_events(None, None, 10_000)
+    box.close()
+    with dropping(env[0], ids[3]):
+        events = listed(run(env, "sync", "--once", "--dry-run", "--only", "slurm-window"))
+    assert {e["event"] for e in events} == {"start", "stop"}
+    assert not {e["jobId"] for e in events} & {1, 2, 3}  # the seeded ones are not new
+    box = outbox(env)
+    assert box.list_events(None, None, 10_000) == before  # the real outbox is untouched
+    box.close()
+
+
 # --- backfill --------------------------------------------------------------------------------
 
 def test_backfill_enqueues_in_chunks_delivers_and_sends_nothing_twice(env, standin):
@@ -267,3 +381,203 @@ def test_recover_refuses_while_the_daemon_runs(env):
         assert f"recover refused: the daemon is running (PID {proc.pid})" in res.output
         assert pid_file.read_text() == f"{proc.pid}\n"
     assert env[2].runner.calls == {}
+
+
+# --- failures the environment causes: one line, a documented exit code, no traceback ----------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def with_config(env, **changes) -> tuple:
+    """``env`` with its config file changed."""
+    cfg = env[0]
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), **changes}))
+    return env
+
+
+def errors_of(res) -> list[str]:
+    """The error lines a command printed; it must have ended by itself, not by a traceback."""
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    assert "Traceback" not in res.output and TOKEN not in res.output
+    return [ln for ln in res.output.splitlines() if ln.startswith("error: ")]
+
+
+ONE_SHOTS = [("sync", "--once"), ("sync", "--once", "--dry-run"),
+             ("backfill", "--since", f"@{SINCE - 60:.0f}", "--until", f"@{SINCE + 3600:.0f}"),
+             ("recover", "--stale-wait", "0")]
+
+
+@pytest.mark.parametrize("args", ONE_SHOTS, ids=lambda a: " ".join(a[:2]))
+def test_cc_backend_down_is_one_line_naming_the_address(env, args):
+    url = f"http://127.0.0.1:{free_port()}"
+    with_config(env, ccRestUrl=url)
+    res = run(env, *args)
+    assert res.exit_code == 1
+    lines = errors_of(res)
+    assert lines and all(f"cc-backend {url} (ccRestUrl): " in ln and "connection refused; "
+                         "is cc-backend running there? check ccRestUrl" in ln for ln in lines)
+
+
+def test_sync_goes_on_after_a_failing_reconciler_and_says_what_waits(env):
+    with_config(env, ccRestUrl=f"http://127.0.0.1:{free_port()}")
+    res = run(env, "sync", "--once")
+    assert res.exit_code == 1
+    out = [json.loads(ln) for ln in res.output.splitlines() if ln.startswith("{")]
+    assert [o.get("reconciler") for o in out[:-1]] == list(
+        ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate"))
+    assert "error" in out[3] and out[0]["new_events"] > 0  # the window is stored all the same
+    first, second = errors_of(res)
+    assert first.startswith("error: cc-cache: cc-backend http://127.0.0.1:")
+    pending = outbox(env).stats()["pending"]
+    assert second.startswith("error: events not delivered: cc-backend") and \
+        second.endswith(f"; {pending} event(s) wait in the outbox for the daemon (or the "
+                        "next run)")
+
+
+def test_a_tls_port_that_is_not_tls(env, standin):
+    with_config(env, ccRestUrl=standin.url.replace("http://", "https://"))
+    res = run(env, "sync", "--once", "--only", "cc-cache")
+    assert res.exit_code == 1
+    (line,) = errors_of(res)
+    assert "TLS handshake failed" in line and "does that port speak TLS?" in line
+
+
+@responses.activate
+def test_cc_backend_answers_are_scrubbed_of_secrets(env):
+    url = "http://cc.example.org"
+    with_config(env, ccRestUrl=url)
+    responses.get(url + "/api/jobs/", status=401, body=f"token {TOKEN} has expired")
+    res = run(env, "sync", "--once", "--only", "cc-cache")
+    assert res.exit_code == 1
+    (line,) = errors_of(res)
+    assert "HTTP 401 token <redacted> has expired; cc-backend refused our token: check " \
+        "ccRestJwt" in line
+
+
+@pytest.mark.parametrize("args", [*ONE_SHOTS, ("jobs",), ("daemon",)],
+                         ids=lambda a: " ".join(a[:2]))
+def test_slurm_commands_missing(env, args):
+    cfg, _, _, sleeps = with_config(env, slurmCommandPrefix=["/nonexistent/slurm"])
+    deps = Deps(runner=lambda config: SlurmRunner(["/nonexistent/slurm"], 5),
+                sleep=sleeps.append)
+    res = CliRunner().invoke(main, [*args, "--config", str(cfg)], obj=deps)
+    assert res.exit_code == 1
+    (line,) = errors_of(res)
+    assert "cannot run /nonexistent/slurm" in line
+    assert "install them, or set slurmCommandPrefix" in line
+
+
+@pytest.mark.parametrize("args", [*ONE_SHOTS, ("daemon",), ("queue", "retry", "1")],
+                         ids=lambda a: " ".join(a[:2]))
+def test_a_state_directory_that_cannot_be_used(env, args, monkeypatch):
+    seed(env)
+    real_open = os.open
+
+    def denied(path, *a, **kw):
+        if str(path).endswith("outbox.lock"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr("ccadapter.statelock.os.open", denied)
+    res = run(env, *args)
+    if args[-1] == "--dry-run":  # reads a copy: needs no lock
+        assert res.exit_code == 0, res.output
+        return
+    assert res.exit_code == 1
+    (line,) = errors_of(res)
+    assert line == (f"error: config key 'stateDirectory': cannot create the outbox lock "
+                    f"{env[0].parent}/state/outbox.lock: Permission denied; run as the "
+                    "daemon's user (or root), or give that user access")
+
+
+def test_a_full_disk_while_syncing(env, monkeypatch):
+    def full(self, events):
+        raise OutboxError(str(self.path), "database or disk is full")
+
+    monkeypatch.setattr(Outbox, "enqueue", full)
+    res = run(env, "sync", "--once", "--only", "slurm-window")
+    assert res.exit_code == 1
+    (line,) = errors_of(res)
+    assert line.startswith("error: slurm-window: outbox ")
+    assert line.endswith("database or disk is full; free space on the file system of "
+                         "stateDirectory")
+
+
+def test_nats_unreachable(env, standin):
+    port = free_port()
+    with_config(env, natsServer="127.0.0.1", natsPort=port, natsPublishTimeout=0.5,
+                natsPassword="nats-secret-77")
+    res = run(env, "sync", "--once", "--only", "slurm-window")
+    assert res.exit_code == 1 and "nats-secret-77" not in res.output
+    (line,) = errors_of(res)
+    assert line.startswith("error: ") and " NATS notification(s) not published: NATS " \
+        f"nats://127.0.0.1:{port} (natsServer): " in line
+    assert len(standin.started(CLUSTER)) > 5  # REST went on
+
+
+def test_a_damaged_outbox(env):
+    state = env[0].parent / "state"
+    state.mkdir()
+    (state / "outbox.sqlite").write_bytes(b"garbage" * 1000)
+    for args in (["queue", "list"], ["queue", "retry", "1"], ["sync", "--once"],
+                 ["backfill", "--since", "1h"]):
+        res = run(env, *args)
+        assert res.exit_code == 1, args
+        (line,) = errors_of(res)
+        assert f"the outbox {state}/outbox.sqlite: file is not a database; " in line, args
+
+
+def fake_slurm(tmp: Path) -> Path:
+    """A Slurm for subprocesses: the recorded 24.11 answers, from a script."""
+    script = tmp / "slurm"
+    script.write_text(f"""#!{sys.executable}
+import sys
+from pathlib import Path
+base = Path({str(FIXTURES / "24.11" / "testbed")!r})
+argv = sys.argv[1:]
+if argv[0] == "sacct":
+    sys.stdout.write((base / "sacct-window.json").read_text())
+elif argv[:3] == ["scontrol", "show", "config"]:
+    print("ClusterName = {CLUSTER}")
+elif argv[0] == "scontrol" and argv[-3:] == ["show", "job", "-d"]:
+    sys.stdout.write((base / "scontrol-d-final.txt").read_text())
+""")
+    script.chmod(0o755)
+    return script
+
+
+def test_no_traceback_in_a_real_process(env, tmp_path):
+    """The same failures as a separate process sees them (stderr, exit code)."""
+    with_config(env, ccRestUrl=f"http://127.0.0.1:{free_port()}",
+                slurmCommandPrefix=[str(fake_slurm(tmp_path))])
+    cfg = env[0]
+    cases = [(["sync", "--once"], 1), (["recover", "--stale-wait", "0"], 1),
+             (["backfill", "--since", "1h"], 1), (["status"], 0), (["jobs"], 0),
+             (["queue", "list"], 0), (["check-config", str(tmp_path / "missing.json")], 2),
+             (["hook"], 0)]
+    for args, code in cases:
+        extra = [] if args[0] in ("check-config", "hook") else ["--config", str(cfg)]
+        res = subprocess.run([sys.executable, "-m", "ccadapter", *args, *extra],
+                             capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL, check=False,
+                             env={**os.environ, "SLURM_JOB_ID": "1",
+                                  "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+        assert res.returncode == code, (args, res.stderr)
+        assert "Traceback" not in res.stderr and TOKEN not in res.stderr + res.stdout, args
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error: ")]
+        assert bool(errors) == (code != 0), (args, res.stderr)
+    log = tmp_path / "daemon.log"
+    with log.open("w") as fh:
+        daemon = subprocess.Popen([sys.executable, "-m", "ccadapter", "daemon", "--config",
+                                   str(cfg)], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
+    until = time.time() + 60  # its first cycles, with cc-backend refusing
+    while "cc-cache failed" not in log.read_text() and time.time() < until:
+        time.sleep(0.2)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(60) == 0
+    text = log.read_text()
+    assert "Traceback" not in text and TOKEN not in text
+    assert "cc-cache failed: CcBackendError: cc-backend http://127.0.0.1:" in text

@@ -1,5 +1,8 @@
 """Delivery through the real client to the strict cc-backend stand-in on 127.0.0.1."""
 
+import logging
+import socket
+
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
@@ -168,3 +171,21 @@ def test_backlog_is_due_at_once_when_the_target_is_back(setup):
     stats = d.run_once()
     # that success made the backlog due: everything went in the same burst
     assert stats.delivered == 8 and box.stats()["pending"] == 0
+
+
+def test_an_outage_is_said_once_not_once_per_event(tmp_path, caplog):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    box = Outbox(tmp_path / "o.sqlite")
+    client = CcClient(f"http://127.0.0.1:{port}", TOKEN, quick_retries=0)
+    d = Deliverer(box, RestDelivery(client), workers=4)
+    box.enqueue([NewEvent("c", j, 100 + j, "start", start_body(j, 100 + j)) for j in range(20)])
+    with caplog.at_level(logging.WARNING):
+        assert d.run_once().retried == 20
+    said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+    assert len(said) == 1 and "connection refused" in said[0]
+    assert {e["error"] for e in box.list_events("pending")} == {"HTTP 0: connection refused"}
+    d.close()
+    client.close()
+    box.close()

@@ -328,3 +328,29 @@ def test_start_deliveries(box, clock):
     box.record([Result(first.id, DELIVERED)])
     got = box.start_deliveries("c", [(1, 100), (2, 100), (2, 999)])
     assert got == {(1, 100): (DELIVERED, clock.now), (2, 100): (PENDING, None)}
+
+
+def test_changed_lists_what_a_cycle_added_or_replaced_stops_included(tmp_path, clock):
+    """``sync --dry-run``'s view: new events, a start replaced by a richer one, a delivered
+    start opened again; not the events that were there before and did not change."""
+    box = Outbox(tmp_path / "o.sqlite", clock=clock)
+    box.enqueue([start(1), start(2), start(3)])
+    delivered = next(e for e in box.due() if e.job_id == 3)
+    box.record([Result(delivered.id, DELIVERED)])
+    copy = Outbox.copy_of(tmp_path / "o.sqlite", tmp_path / "copy.sqlite")
+    box.close()
+    copy.track_changes()
+    copy.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1, "hwthreads": [0, 1]}, rich=True),
+                  NewEvent("c", 1, 100, "stop", {"stop": {"jobId": 1}}),
+                  start(4), NewEvent("c", 4, 100, "stop", {"stop": {"jobId": 4}})])
+    copy.reopen_start("c", 3, 100)
+    changed = [(e.job_id, e.kind) for e in copy.changed()]
+    assert sorted(changed) == [(1, "start"), (1, "stop"), (3, "start"), (4, "start"),
+                               (4, "stop")]
+    assert {e.job_id for e in copy.due()} == {1, 2, 3, 4}  # stops held back by due()
+    assert next(e for e in copy.changed() if e.kind == "start" and e.job_id == 1).payload[
+        "hwthreads"] == [0, 1]
+    copy.close()
+    original = Outbox(tmp_path / "o.sqlite", clock=clock)
+    assert original.stats()["counts"] == {"start:pending": 2, "start:delivered": 1}
+    original.close()

@@ -34,5 +34,17 @@ def test_every_config_key_is_documented_with_its_default():
 
 
 def test_the_first_two_commands_stay_on_top():
+    """Run as root, as written: a fresh Debian machine run as root may have no sudo."""
     head = README.read_text(encoding="utf-8").split("\n## ", 1)[0]
-    assert "sudo tests/testbed/demo" in head and "sudo tests/run" in head
+    block = head.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert commands == ["tests/testbed/demo", "tests/run"]
+    assert "`su -`" in block  # how to become root
+    assert "about 25 minutes" in block  # the measured time of tests/run on a fresh machine
+
+
+def test_no_command_in_the_readme_needs_sudo():
+    text = README.read_text(encoding="utf-8")
+    code = re.findall(r"```.*?```", text, flags=re.S) + re.findall(r"`[^`\n]+`", text)
+    code += [ln for ln in text.splitlines() if ln.startswith("    ")]  # indented blocks
+    assert [c for c in code if re.search(r"\bsudo\s+\S", c)] == []  # sudo COMMAND

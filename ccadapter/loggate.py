@@ -1,0 +1,24 @@
+"""Say a repeated problem once a minute, not once per event."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class LogGate:
+    """Says each distinct problem at once, then at most once per ``every`` seconds: a
+    server that refuses us for a day must not write a line every two seconds."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(key, -1e9) < self.every:
+                return False
+            self._last[key] = now
+            return True
