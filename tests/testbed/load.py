@@ -20,13 +20,15 @@ it
   stdout.
 
 Each job is one ``sbatch --parsable`` process with the script on stdin (so chroot prefixes work
-too), several at once (``--workers``, default 4). On the 2-core test machine: 150 jobs/s one
-at a time and 300-360 jobs/s four at once into a small, idle cluster; into clusterscale with
-128 nodes, the churn running and other tests using the machine, 99 jobs/s up to 10,000 queued
-and 37 jobs/s from 10,000 to 50,000 (18 minutes; eight workers were no faster). There
-slurmctld is the limit, not sbatch: each submission waits on average 140 ms for slurmctld's
-job lock, whose holders (the scheduler's passes, the state saves) take longer as the queue
-grows, while the sbatch processes use 13 % of a core. A libslurm helper would not help.
+too), several at once (``--workers``, default 4). On the 2-core test machine (shared with other
+tests): 150 jobs/s one at a time and 300-360 jobs/s four at once into a small, idle cluster;
+95-100 jobs/s all the way from 0 to 40,000 queued without the churn (16 nodes), so 50,000
+take about 9 minutes when filled first, as this generator does. Filling while a churn of
+5 jobs/s runs (128 nodes, the hook) is slower: 99 jobs/s up to 10,000, 37 jobs/s from
+10,000 to 50,000 (eight workers no faster). There slurmctld is the limit, not sbatch: each
+submission waits 140 ms on average for its job lock, which the job completions and
+scheduler passes hold, while the sbatch processes use 13 % of a core. A libslurm helper
+would not help.
 
 Run from the repository root, standard library only::
 
