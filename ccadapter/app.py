@@ -17,6 +17,7 @@ from typing import Any
 
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
+from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
 from ccadapter.lastrun import LastRun
@@ -57,9 +58,10 @@ class App:
         daemon = Daemon(self.deliverer)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
+        tally = getattr(self.collector.runner, "tally", None)
         for name, rec in self.reconcilers.items():
-            daemon.add_routine(self.metrics.observed(name, rec.run_once), self.intervals[name],
-                               name)
+            daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally)),
+                               self.intervals[name], name)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
 
