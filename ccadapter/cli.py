@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import click
 
 from ccadapter import __version__
-from ccadapter.app import App, build, outbox_path
+from ccadapter.app import App, build, node_state_warnings, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
 from ccadapter.cc.payload import start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
@@ -257,6 +257,8 @@ def _require_delivery(config: Config) -> None:
         log.warning("ccRestSubmitJobs is false and natsJetStream is off: jobs go out on core "
                     "NATS only, which keeps no message a subscriber misses; set natsJetStream "
                     "to true for delivery that is acknowledged and deduplicated")
+    for line in node_state_warnings(config):
+        log.warning("%s", line)
     for key, path in missing_files(config):
         if key == "ccRestCaBundle" or (key.startswith("nats") and config.nats_server):
             _config_exit(key, f"file {path} does not exist")
