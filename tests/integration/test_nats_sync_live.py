@@ -195,10 +195,15 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
         try:
             add_stream(server.url, "JOBS", "cc.job.event")
             add_stream(server.url, "NODES", "cc.node.state")
-            before = int(time.time())
+            before, outputs = int(time.time()), []
             for _ in range(2):  # the second run finds no job event owed, a new node state
                 res = ccadapter("sync", "--once", "--config", str(cfg))
                 assert res.returncode == 0, res.stderr
+                assert '"reconciler": "nodestate", "nodes"' in res.stdout, res.stdout
+                outputs.append(res.stdout)
+                # a snapshot is identified by its second (as the daemon's, which polls
+                # slurmPollInterval >= 1 s apart): the next run takes its own
+                time.sleep(1.1)
             jobs = stream_points(server.url, "JOBS")
             nodes = stream_points(server.url, "NODES")
         finally:
@@ -215,7 +220,7 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
     assert all(n == 1 for n in got.values()), got
     assert {(f, j) for f in ("start_job", "stop_job") for j in ids} <= set(got)
     # two snapshots, one per successful run: the one taken while NATS was down was replaced
-    assert len(nodes) == 2, nodes
+    assert len(nodes) == 2, (nodes, outputs)
     for point in nodes:
         assert point.measurement == "nodestate" and point.tags == {}
         assert list(point.fields) == ["event"]
