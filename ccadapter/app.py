@@ -11,6 +11,7 @@ NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccadapter.cc.client import NODESTATE, CcClient
+from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
 from ccadapter.config import Config
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
@@ -36,6 +37,8 @@ from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
+
+log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
 # Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
@@ -164,7 +167,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
     window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
-                            config.slurm_window_overlap, config.ignore_hosts_pattern())
+                            config.slurm_window_overlap, config.ignore_hosts_pattern(),
+                            energy=_energy_sent(collector))
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, window),
         "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
@@ -186,6 +190,19 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
                                               config.ignore_hosts_pattern(), time.time)
     return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
                recorder, publisher, notifier)
+
+
+def _energy_sent(collector: Collector) -> bool:
+    """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
+    REST path for it (the collector keeps it only then)."""
+    if not collector.settings.energy:
+        return False
+    if not collector.energy_accounted():
+        log.info("energy: slurmctld gathers none (AcctGatherEnergyType); no metaData.energy")
+        return False
+    log.info("energy: the consumed energy of each run goes into its metaData.energy "
+             "(PATCH /api/jobs/edit_meta/ after the stop)")
+    return True
 
 
 def node_state_path(config: Config) -> str | None:
@@ -213,14 +230,19 @@ def node_state_warnings(config: Config) -> list[str]:
 def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
            ) -> Callable[[Event], Result]:
     """NATS as the only job path: starts and stops to NATS; node states to NATS when
-    natsNodeStateSubject is set, else to REST."""
+    natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
+    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
 
     def deliver(event: Event) -> Result:
-        if event.kind != NODESTATE or node_states_on_nats:
+        if event.kind in (START, STOP) or (event.kind == NODESTATE and node_states_on_nats):
             return nats(event)
         if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
-            return Result(event.id, REJECTED, "nodestate has no way out: set "
-                          "natsNodeStateSubject (or ccRestUrl)")
+            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
+                          f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
         return rest(event)
 
     return deliver
+
+
+_NO_WAY_OUT = {NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
+               ENERGY: "it goes over REST only: set ccRestUrl"}

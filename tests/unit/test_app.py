@@ -22,11 +22,11 @@ NODES = {"cluster": "c", "nodes": [{"hostname": "n1", "states": ["idle"], "cpusA
                                     "jobsRunning": 0}]}
 
 
-def slurm() -> ReplayRunner:
-    """What build() asks Slurm: the cluster's name."""
+def slurm(energy: str = "(null)") -> ReplayRunner:
+    """What build() asks Slurm: the cluster's name and whether it gathers energy."""
     def answer(argv):
         assert list(argv) == ["scontrol", "show", "config"], argv
-        return "ClusterName = c\n"
+        return f"ClusterName = c\nAcctGatherEnergyType = {energy}\n"
     return ReplayRunner(answer)
 
 
@@ -127,3 +127,51 @@ def test_rest_jobs_keep_node_states_on_rest_even_with_the_subject(tmp_path):
         assert app.outbox.notify  # start/stop notifications; node states are not among them
     finally:
         app.close()
+
+
+@pytest.mark.parametrize(("plugin", "rest", "rereads"), [
+    ("acct_gather_energy/rapl", True, True),
+    ("acct_gather_energy/none", True, False),
+    ("acct_gather_energy/rapl", False, False),  # no way to send it: not even read
+])
+def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, plugin, rest,
+                                                                   rereads):
+    keys = {"ccRestUrl": "http://127.0.0.1:9"} if rest else {**NATS_ONLY,
+                                                             "natsNodeStateSubject": "n"}
+    runner = slurm(plugin)
+    app = build(config(tmp_path, **keys), runner=runner, workers=1)
+    try:
+        assert app.collector.settings.energy is rest
+        assert app.reconcilers["slurm-window"].settings.energy is rereads
+        assert runner.calls["scontrol"] == 1
+    finally:
+        app.close()
+
+
+def test_nats_only_sends_energy_over_rest(tmp_path):
+    """cc-backend's NATS API has no message for metadata; its REST edit_meta stays."""
+    start = {"jobId": 7, "cluster": "c", "user": "u", "project": "p", "startTime": 100,
+             "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}]}
+    stop = {"jobId": 7, "cluster": "c", "startTime": 100, "stopTime": 160,
+            "jobState": "completed"}
+    energy = {"jobId": 7, "cluster": "c", "startTime": 100,
+              "payload": {"key": "energy", "value": "51234"}}
+    with CcBackendStandin(TOKEN, clusters=["c"]) as standin:
+        app = build(config(tmp_path, ccRestUrl=standin.url, ccRestJwt=TOKEN, **NATS_ONLY),
+                    runner=slurm(), workers=2)
+        published = Recording()
+        app.publisher.publish = published  # type: ignore[union-attr,method-assign]
+        # the job as cc-backend's NATS ingest would store it (the stand-in speaks REST only)
+        assert app.client.send("start", start).status == 201
+        assert app.client.send("stop", stop).status == 200
+        try:
+            app.outbox.enqueue([NewEvent("c", 7, 100, "start", start),
+                                NewEvent("c", 7, 100, "stop", {"stop": stop, "start": start}),
+                                NewEvent("c", 7, 100, "energy", energy)])
+            assert app.deliverer.run_once().delivered == 3
+        finally:
+            app.close()
+        assert [r.path for r in standin.requests()][2:] == ["/api/jobs/edit_meta/"]
+        assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
+    assert [parse_line(m.data.decode()).tags["function"] for m in published.sent] == [
+        "start_job", "stop_job"]
