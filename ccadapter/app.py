@@ -7,6 +7,7 @@ then go to ``natsNodeStateSubject`` when it is set (cc-backend 1.5.4's ``subject
 else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler). With REST as
 the job path node states go over REST only: a cc-backend that takes REST jobs does not read
 NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
+Energy events (a run's consumed energy into its metaData) go over REST in both cases.
 """
 
 from __future__ import annotations
@@ -194,11 +195,13 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
 
 def _energy_sent(collector: Collector) -> bool:
     """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
-    REST path for it (the collector keeps it only then)."""
-    if not collector.settings.energy:
-        return False
+    REST path for it (the collector keeps it only then). Said once, at start."""
     if not collector.energy_accounted():
         log.info("energy: slurmctld gathers none (AcctGatherEnergyType); no metaData.energy")
+        return False
+    if not collector.settings.energy:
+        log.info("energy: slurmctld gathers it, but it goes to cc-backend over REST only "
+                 "and ccRestUrl is empty: no metaData.energy")
         return False
     log.info("energy: the consumed energy of each run goes into its metaData.energy "
              "(PATCH /api/jobs/edit_meta/ after the stop)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -129,21 +130,25 @@ def test_rest_jobs_keep_node_states_on_rest_even_with_the_subject(tmp_path):
         app.close()
 
 
-@pytest.mark.parametrize(("plugin", "rest", "rereads"), [
-    ("acct_gather_energy/rapl", True, True),
-    ("acct_gather_energy/none", True, False),
-    ("acct_gather_energy/rapl", False, False),  # no way to send it: not even read
+@pytest.mark.parametrize(("plugin", "rest", "rereads", "said"), [
+    ("acct_gather_energy/rapl", True, True, "goes into its metaData.energy"),
+    ("acct_gather_energy/none", True, False, "slurmctld gathers none"),
+    ("acct_gather_energy/rapl", False, False, "ccRestUrl is empty"),  # not even read
 ])
-def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, plugin, rest,
-                                                                   rereads):
+def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, caplog, plugin,
+                                                                   rest, rereads, said):
     keys = {"ccRestUrl": "http://127.0.0.1:9"} if rest else {**NATS_ONLY,
                                                              "natsNodeStateSubject": "n"}
     runner = slurm(plugin)
-    app = build(config(tmp_path, **keys), runner=runner, workers=1)
+    with caplog.at_level(logging.INFO, "ccadapter.app"):
+        app = build(config(tmp_path, **keys), runner=runner, workers=1)
     try:
         assert app.collector.settings.energy is rest
         assert app.reconcilers["slurm-window"].settings.energy is rereads
         assert runner.calls["scontrol"] == 1
+        (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(
+            "energy: ")]
+        assert said in line
     finally:
         app.close()
 
