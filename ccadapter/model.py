@@ -111,6 +111,7 @@ class Job:
     slurm_info: str = ""
     job_script: str = ""
     allocation_known: bool = False  # True when hwthreads came from slurmctld
+    energy: int | None = None  # joules consumed, from slurmdbd; None when not accounted
 
     @property
     def started(self) -> bool:

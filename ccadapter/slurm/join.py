@@ -57,6 +57,7 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         slurm_info=ctl.text if ctl else "",
         job_script=rec.script or script,
         allocation_known=bool(ctl and ctl.nodes),
+        energy=rec.energy,
     )
 
 

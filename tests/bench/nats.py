@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ccadapter.delivery import Deliverer
-from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import Outbox
 from tests.bench.delivery import fill_outbox
@@ -30,12 +30,12 @@ def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
     with NatsServer(tmp / "nats", jetstream=jetstream) as server:
         if jetstream:
             add_stream(server.url)
-        pub = NatsPublisher(NatsOptions(url=server.url, subject="jobs", jetstream=jetstream))
+        pub = NatsPublisher(NatsOptions(url=server.url, jetstream=jetstream))
         pub.start()
         while not pub.connected:
             time.sleep(0.02)
         box = Outbox(box_path)
-        deliverer = Deliverer(box, NatsDelivery(pub, "bench"), workers=16)
+        deliverer = Deliverer(box, NatsDelivery(pub, "bench", Subjects("jobs")), workers=16)
         started = time.perf_counter()
         done = 0
         while done < n_events:

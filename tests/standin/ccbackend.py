@@ -1,6 +1,6 @@
 """A stand-in for ClusterCockpit's cc-backend 1.5 REST API, as strict as the real server.
 
-Serves, on 127.0.0.1 or ::1, the four endpoints ccadapter uses:
+Serves, on 127.0.0.1 or ::1, the five endpoints ccadapter uses:
 
 ``POST|PUT /api/jobs/start_job/``
     Body decoded like cc-backend's ``decode()`` (Go ``DisallowUnknownFields``) into
@@ -32,6 +32,19 @@ Serves, on 127.0.0.1 or ::1, the four endpoints ccadapter uses:
     ``hostname`` must be non-empty. The latest list per cluster is kept (``node_states()``).
     Success: ``200`` with an *empty* body, as cc-backend 1.5 writes none.
 
+``PATCH /api/jobs/edit_meta/`` (cc-backend v1.5.4 internal/api/job.go:503-534)
+    ``JobMetaRequest`` (job.go:70-81): ``jobId`` (required), ``cluster``, ``startTime``,
+    ``payload: {"key", "value"}``, strict. The job is found as stop_job finds it (the newest
+    with that ``jobId``, filtered by ``cluster`` and ``startTime`` when given; none: ``422``
+    ``finding job failed``), and ``metaData[key] = value`` is stored. Success: ``200`` with
+    the job (``schema.Job`` JSON, ``metaData`` included). cc-backend then updates the job
+    archive of a stopped job, and answers ``500`` with a plain-text error when its
+    ``meta.json`` is not written yet -- after having stored the value
+    (repository/job.go:301-310, pkg/archive/archive.go:374-390, fsBackend.go:77-82).
+    ``archive_after(seconds)`` models the archiver taking that long after a stop (default
+    ``None``: archived at once). Not modelled: cc-backend's job_cache (its ``Find`` reads
+    only the job table, so a job never committed and not stopped is ``422`` there).
+
 ``GET /api/jobs/?state=..&cluster=..&project=..&start-time=FROM-TO&items-per-page=N&page=P``
     Unknown query parameters and invalid states are ``400``. Jobs sorted by descending
     ``startTime`` (ties: descending id), ``items-per-page`` default 25 (``-1``: all), ``page``
@@ -44,8 +57,9 @@ Every request needs ``X-Auth-Token: <token>`` (or ``Authorization: Bearer <token
 ``{"status": "<reason>", "error": "<message>"}``.
 
 Behaviour switches, thread-safe, settable while serving: ``fail_with(status)``,
-``hang(seconds)``, ``drop_connections(on)``, ``latency(seconds)``. Every request is logged
-(``requests()``, ``count()``, ``started()``, ``stopped()``), dropped ones with status 0.
+``hang(seconds)``, ``drop_connections(on)``, ``latency(seconds)``, ``archive_after(seconds)``.
+Every request is logged (``requests()``, ``count()``, ``started()``, ``stopped()``), dropped
+ones with status 0.
 
 Standalone (for benchmarks)::
 
@@ -88,6 +102,7 @@ SHARED_VALUES = frozenset({"none", "single_user", "multi_user"})
 START_PATH = "/api/jobs/start_job/"
 STOP_PATH = "/api/jobs/stop_job/"
 NODESTATE_PATH = "/api/nodestate/"
+EDIT_META_PATH = "/api/jobs/edit_meta/"
 JOBS_PATH = "/api/jobs/"
 
 _JSON = "application/json"
@@ -235,6 +250,11 @@ NODE_PAYLOAD = Struct("NodePayload", {
 NODESTATE_REQUEST = Struct("UpdateNodeStatesRequest", {
     "cluster": STRING, "nodes": _list_of(NODE_PAYLOAD),
 })
+# cc-backend v1.5.4 internal/api/job.go:70-81
+EDIT_META_REQUEST = Struct("EditMetaRequest", {"key": STRING, "value": STRING})
+JOB_META_REQUEST = Struct("JobMetaRequest", {
+    "jobId": INT64, "cluster": STRING, "startTime": INT64, "payload": EDIT_META_REQUEST,
+})
 
 
 def _reject_constant(name: str) -> Any:
@@ -327,6 +347,7 @@ class CcBackendStandin:
         self._hang: float | None = None
         self._drop = False
         self._latency = 0.0
+        self._archive_after: float | None = None
         self._stopping = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -396,10 +417,17 @@ class CcBackendStandin:
         with self._cond:
             self._latency = max(0.0, float(seconds))
 
+    def archive_after(self, seconds: float | None) -> None:
+        """A job stopped from now on has its archive written this many seconds after its
+        stop (edit_meta answers 500 before); ``None``: at once."""
+        with self._cond:
+            self._archive_after = seconds
+
     def reset(self) -> None:
         """Switches off, log, jobs and node states cleared."""
         with self._cond:
             self._fail, self._hang, self._drop, self._latency = None, None, False, 0.0
+            self._archive_after = None
             self._cond.notify_all()
         with self._lock:
             self._log.clear()
@@ -476,6 +504,13 @@ class CcBackendStandin:
                 return self._nodestate(decode_body(body, parse_error, NODESTATE_REQUEST))
             except BadRequest as e:
                 return _error(400, str(e))
+        if path == EDIT_META_PATH:
+            if method != "PATCH":
+                return _error(405, f"method {method} not allowed")
+            try:
+                return self._edit_meta(decode_body(body, parse_error, JOB_META_REQUEST))
+            except BadRequest as e:
+                return _error(400, str(e))
         if path == JOBS_PATH:
             if method != "GET":
                 return _error(405, f"method {method} not allowed")
@@ -534,20 +569,25 @@ class CcBackendStandin:
             self._by_jobid.setdefault(job_id, []).append(dbid)
         return 201, {"msg": "success"}
 
+    def _find(self, job_id: int, cluster: str | None, start: int | None
+              ) -> dict[str, Any] | None:
+        """cc-backend's ``Find``: the newest job (by database id) with that jobId, filtered
+        by cluster and startTime when given. Call with the lock held."""
+        ids = (self._by_jobid.get(job_id, ()) if cluster is None
+               else self._by_key.get((cluster, job_id), ()))
+        for dbid in reversed(ids):  # newest first
+            cand = self._jobs[dbid]
+            if start is None or cand["startTime"] == start:
+                return cand
+        return None
+
     def _stop_job(self, req: dict[str, Any]) -> tuple[int, Any]:
         for field in ("jobId", "stopTime", "jobState"):
             if field not in req:
                 raise BadRequest(f"the field '{field}' is required")
         job_id, cluster, start = req["jobId"], req.get("cluster"), req.get("startTime")
         with self._lock:
-            ids = (self._by_jobid.get(job_id, ()) if cluster is None
-                   else self._by_key.get((cluster, job_id), ()))
-            job = None
-            for dbid in reversed(ids):  # newest first
-                cand = self._jobs[dbid]
-                if start is None or cand["startTime"] == start:
-                    job = cand
-                    break
+            job = self._find(job_id, cluster, start)
             if job is None:
                 return _error(404, "finding job failed: sql: no rows in result set")
             where = f"jobId {job_id} (id {job['id']}) on {job['cluster']}"
@@ -563,7 +603,25 @@ class CcBackendStandin:
             job["jobState"] = req["jobState"]
             job["duration"] = req["stopTime"] - job["startTime"]
             job["stopTime"] = req["stopTime"]
+            job["_archivedAt"] = time.monotonic() + (self._archive_after or 0.0)
             return 200, _job_json(job, with_meta=False)
+
+    def _edit_meta(self, req: dict[str, Any]) -> tuple[int, Any]:
+        if "jobId" not in req:
+            raise BadRequest("the field 'jobId' is required")
+        payload = req.get("payload", {})
+        key, value = payload.get("key", ""), payload.get("value", "")
+        with self._lock:
+            job = self._find(req["jobId"], req.get("cluster"), req.get("startTime"))
+            if job is None:
+                return _error(422, "finding job failed: sql: no rows in result set")
+            job["metaData"] = {**job.get("metaData", {}), key: value}
+            if job["jobState"] != "running" and time.monotonic() < job["_archivedAt"]:
+                # http.Error(rw, err.Error(), 500) with os.ReadFile's error (job.go:526-529)
+                return 500, (f"open ./var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
+                             f"{job['jobId'] % 1000:03d}/{job['startTime']}/meta.json: no "
+                             "such file or directory\n")
+            return 200, _job_json(job, with_meta=True)
 
     def _nodestate(self, req: dict[str, Any]) -> tuple[int, Any]:
         if not req.get("cluster"):
@@ -890,7 +948,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, payload)
 
     def _send(self, status: int, payload: Any) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode() + b"\n"
+        """``payload``: JSON-able, None (empty body) or a str (text, as Go's http.Error)."""
+        if isinstance(payload, str):
+            body, ctype = payload.encode(), "text/plain; charset=utf-8"
+        else:
+            body, ctype = b"" if payload is None else json.dumps(payload).encode() + b"\n", _JSON
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:
@@ -900,7 +962,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"Date: {self.date_time_string()}",
                 f"Content-Length: {len(body)}"]
         if payload is not None:
-            head.append(f"Content-Type: {_JSON}")
+            head.append(f"Content-Type: {ctype}")
         if self.close_connection:
             head.append("Connection: close")
         try:
