@@ -89,7 +89,8 @@ def measure_pipeline(plan: Plan, clusters: list) -> Measured:
             f"{r['events'] / r['drain_s']:,.0f}/s" for r in data[key]))
     return ({"runs": plan.runs, "small_jobs": plan.small_jobs, "large_jobs": plan.large_jobs,
              "workers": delivery.daemon_workers(), "latency_s": delivery.STANDIN_LATENCY,
-             "chunk_jobs": delivery.CHUNK_JOBS, "quick": plan.quick}, data)
+             "chunk_jobs": delivery.CHUNK_JOBS, "poll_s": delivery.BACKLOG_POLL,
+             "quick": plan.quick}, data)
 
 
 def measure_nats(plan: Plan, clusters: list) -> Measured:

@@ -78,6 +78,10 @@ def fill_outbox(path: Path, n_events: int) -> None:
 
 
 CHUNK_JOBS = 5_000  # jobs per sacct window the replayed Slurm hands out
+# The pipeline daemon's slurmPollInterval: short, so that the backlog comes in within a few
+# minutes, yet not 1 s: stale-jobs reads the whole outbox every cycle (about 0.5 s with a
+# 100,000-job backlog on the 2-core machine of BENCHMARKS.md), which would crowd out delivery.
+BACKLOG_POLL = 5
 
 
 def write_backlog(base: Path, n_jobs: int, now: float) -> None:
@@ -154,7 +158,7 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
                "prepSockListenPath": f"{tmp}/daemon.sock", "stateDirectory": f"{tmp}/state",
                "slurmCommandPrefix": [sys.executable, "-m", "tests.bench.replay_slurm",
                                       str(base)],
-               "slurmPollInterval": 1, "slurmFetchJobScripts": False}
+               "slurmPollInterval": BACKLOG_POLL, "slurmFetchJobScripts": False}
         LastRun(cfg["lastRunPath"]).set(time.time() - 600)
         outbox = Path(tmp, "state", "outbox.sqlite")
         started = time.monotonic()

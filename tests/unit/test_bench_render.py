@@ -42,7 +42,7 @@ def synthetic() -> dict[str, dict]:
                      {"rows": [{"version": "22.05", "size": 27e6, "times": [1.2, 1.3, 1.25]}]}),
         "pipeline": doc("pipeline", {"runs": 1, "small_jobs": 10_000, "large_jobs": 100_000,
                                      "workers": 16, "latency_s": 0.005, "chunk_jobs": 5000,
-                                     "quick": False},
+                                     "poll_s": 5, "quick": False},
                         {"small": [_run(10_000, 20.0, 70.0)],
                          "large": [_run(100_000, 250.0, 95.0)]}),
         "nats": doc("nats", {"runs": 2, "events": 5000, "workers": 16, "quick": True},
