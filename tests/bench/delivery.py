@@ -164,7 +164,8 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
         started = time.monotonic()
         daemon = _start_daemon(cfg, tmp, env={**os.environ, "TZ": "UTC"})
         server = None
-        rss: list[int] = []
+        rss_enqueue: list[int] = []
+        rss_drain: list[int] = []
         try:
             want = {"start": n_jobs, "stop": n_jobs}
 
@@ -172,7 +173,7 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
                 c = _outbox_counts(outbox)
                 return all(sum(v for k, v in c.items() if k.startswith(f"{kind}:")) >= n
                            for kind, n in want.items())
-            _until(stored, started + timeout, daemon, rss, tmp, "backlog not enqueued")
+            _until(stored, started + timeout, daemon, rss_enqueue, tmp, "backlog not enqueued")
             enqueued = time.monotonic()
             server, _ = standin_process(STANDIN_LATENCY, port)
             up = time.monotonic()
@@ -180,7 +181,7 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
             def drained() -> bool:
                 c = _outbox_counts(outbox)
                 return not c.get("start:pending") and not c.get("stop:pending")
-            _until(drained, up + timeout, daemon, rss, tmp, "backlog not drained")
+            _until(drained, up + timeout, daemon, rss_drain, tmp, "backlog not drained")
             done = time.monotonic()
             counts = _outbox_counts(outbox)
             hwm = _status_kb(daemon.pid, "VmHWM")
@@ -200,7 +201,8 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
                            "rejected)")
     return {"jobs": n_jobs, "events": 2 * n_jobs, "enqueue_s": enqueued - started,
             "drain_s": done - up, "rss_end_mb": rss_end / 1024, "peak_rss_mb": hwm / 1024,
-            "rss_samples_mb": [round(r / 1024, 1) for r in rss], "outbox": counts}
+            "rss_enqueue_mb": [round(r / 1024, 1) for r in rss_enqueue],
+            "rss_drain_mb": [round(r / 1024, 1) for r in rss_drain], "outbox": counts}
 
 
 def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp: str,

@@ -178,6 +178,10 @@ def _rate(run: dict) -> float:
     return run["events"] / run["drain_s"]
 
 
+def _max_mb(samples: list[float]) -> str:
+    return f"{max(samples):.0f} MB" if samples else "n/a"
+
+
 def _rejected(run: dict) -> int:
     return sum(v for k, v in run["outbox"].items() if k.endswith(":rejected"))
 
@@ -193,9 +197,11 @@ def sum_pipeline(doc: Doc) -> list[Row]:
                      f"{rate:,.0f} events/s", f">= {PIPELINE_RATE:,} events/s", "—",
                      _met(rate >= PIPELINE_RATE)])
     peak = median([r["peak_rss_mb"] for r in data["large"]])
+    drain = median([max(r["rss_drain_mb"]) for r in data["large"]])
     rows.append([f"daemon peak RSS with a {data['large'][0]['jobs']:,}-job backlog "
-                 "(enqueue and drain)", f"{peak:.0f} MB", f"<= {BACKLOG_RSS_MB} MB", "< 50 MB",
-                 _met(peak <= BACKLOG_RSS_MB)])
+                 f"(enqueue in {plan['chunk_jobs']:,}-job windows, and drain)",
+                 f"{peak:.0f} MB (draining: {drain:.0f} MB)", f"<= {BACKLOG_RSS_MB} MB",
+                 "< 50 MB", _met(peak <= BACKLOG_RSS_MB)])
     return rows
 
 
@@ -212,23 +218,28 @@ def sec_pipeline(doc: Doc) -> str:
            "stand-in comes up in its own process, answering every request after "
            f"{plan['latency_s'] * 1000:g} ms, and the daemon drains the backlog. *events/s* "
            "is over the drain (from the stand-in's start to an outbox without pending job "
-           "events); the daemon's RSS is sampled every half second throughout, its peak "
-           "is `VmHWM`. A run counts only if every event was delivered and none rejected. "
+           "events); the daemon's RSS is sampled every half second in both phases, and its "
+           "peak over the whole run is `VmHWM`. A run counts only if every event was "
+           "delivered and none rejected. "
            f"Targets (issue 3): >= {PIPELINE_RATE:,} events/s, peak RSS <= {BACKLOG_RSS_MB} "
            "MB with the large backlog.", ""]
     for key in ("small", "large"):
         runs = data[key]
         out += [f"{runs[0]['jobs']:,} jobs = {runs[0]['events']:,} events, "
                 f"{_runs(len(runs))}:", "",
-                "| run | enqueue | drain | events/s | RSS after the drain | peak RSS | "
-                "rejected |", "| --- | --- | --- | --- | --- | --- | --- |"]
+                "| run | enqueue | drain | events/s | RSS max enqueueing | RSS max draining | "
+                "RSS after | peak RSS | rejected |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for i, r in enumerate(runs, 1):
             out.append(f"| {i} | {r['enqueue_s']:.1f} s | {r['drain_s']:.1f} s | "
-                       f"{_rate(r):,.0f} | {r['rss_end_mb']:.0f} MB | {r['peak_rss_mb']:.0f} "
-                       f"MB | {_rejected(r)} |")
+                       f"{_rate(r):,.0f} | {_max_mb(r['rss_enqueue_mb'])} | "
+                       f"{_max_mb(r['rss_drain_mb'])} | {r['rss_end_mb']:.0f} MB | "
+                       f"{r['peak_rss_mb']:.0f} MB | {_rejected(r)} |")
         out.append(f"| **median** | {median([r['enqueue_s'] for r in runs]):.1f} s | "
                    f"{median([r['drain_s'] for r in runs]):.1f} s | "
                    f"**{median([_rate(r) for r in runs]):,.0f}** | "
+                   f"{median([max(r['rss_enqueue_mb']) for r in runs]):.0f} MB | "
+                   f"{median([max(r['rss_drain_mb']) for r in runs]):.0f} MB | "
                    f"{median([r['rss_end_mb'] for r in runs]):.0f} MB | "
                    f"**{median([r['peak_rss_mb'] for r in runs]):.0f} MB** | |")
         out.append("")

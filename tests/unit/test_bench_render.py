@@ -26,7 +26,8 @@ def doc(section: str, plan: dict, data: dict) -> dict:
 
 def _run(jobs: int, drain_s: float, peak: float) -> dict:
     return {"jobs": jobs, "events": 2 * jobs, "enqueue_s": 12.5, "drain_s": drain_s,
-            "rss_end_mb": 61.0, "peak_rss_mb": peak, "rss_samples_mb": [50.0, peak],
+            "rss_end_mb": 61.0, "peak_rss_mb": peak, "rss_enqueue_mb": [50.0, peak],
+            "rss_drain_mb": [55.0, 66.0],
             "outbox": {"start:delivered": jobs, "stop:delivered": jobs}}
 
 
@@ -97,7 +98,7 @@ def test_every_figure_comes_from_the_results():
     assert "cmd-pipeline" in text and "c0ffee1" in text and "Test CPU, 2 cores" in text
     assert "| 1,000 |" in text  # 20,000 events / 20 s
     assert "| 800 |" in text and "**no**" in text  # 200,000 / 250 s: under the target
-    assert "95 MB" in text  # the large backlog's peak, over its target too
+    assert "95 MB (draining: 66 MB)" in text  # the large backlog's peak, over its target
     assert "0.50 %" in text  # 0.6 CPU s over 120.2 s
     assert "1.23x" in text  # hook 16 ms / bare 13 ms
     assert "**120 s**" in text
