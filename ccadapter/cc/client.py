@@ -6,6 +6,8 @@ The meaning of each answer is data (:func:`classify`), in one place:
 kind       status                      outcome
 =========  ==========================  ===============================================
 start      201, 422 (already there)    delivered
+start      500 "UNIQUE constraint      delivered: the run waits in cc-backend 1.5's job
+           failed: job_cache..."       cache, where a start sent before put it
 stop       200, 422 (already stopped)  delivered
 stop       404 (never saw the job)     needs_start: deliver its start, then the stop
 energy     200                         delivered
@@ -69,8 +71,19 @@ class Answer:
     detail: str  # response body or the transport error, cut to 500 characters
 
 
-def classify(kind: str, status: int) -> Outcome:
-    """What an HTTP status means for an event of this kind. Pure."""
+# cc-backend 1.5 inserts a new job into its job cache without looking there for duplicates
+# (internal/api/job.go:748-776, repository/jobFind.go:96 reads `job` only): a start sent
+# again before the commit worker moved the first one is refused by the cache's UNIQUE
+# (job_id, cluster, start_time) constraint (migrations/sqlite3/09_add-job-cache.up.sql:33)
+# with this text in a 500. The run is in cc-backend: retrying would only repeat the 500
+# until the commit (up to two minutes of requests).
+_CACHED_START = "UNIQUE constraint failed: job_cache."
+
+
+def classify(kind: str, status: int, body: str = "") -> Outcome:
+    """What an HTTP answer means for an event of this kind. Pure."""
+    if kind == START and status == 500 and _CACHED_START in body:
+        return Outcome.DELIVERED
     if status == 0 or status >= 500 or status in (408, 429):
         return Outcome.RETRY
     if status in (401, 403):
@@ -174,7 +187,7 @@ class CcClient:
             self.last_problem = self._problem(what, str(exc), _TRANSPORT_ADVICE[exc.kind])
             return Answer(Outcome.RETRY, 0, str(exc))
         text = resp.data[:500].decode("utf-8", "replace").strip()
-        outcome = classify(kind, resp.status)
+        outcome = classify(kind, resp.status, text)
         if outcome in (Outcome.RETRY, Outcome.AUTH):
             self.last_problem = self._problem(what, f"HTTP {resp.status}",
                                               _status_advice(resp.status))

@@ -52,7 +52,7 @@ from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, p
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
-from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
+from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
 if TYPE_CHECKING:
     from ccadapter.config import Config
@@ -262,7 +262,7 @@ class Collector:
         jobs = []
         for rec in records:
             ctl = controller.get(rec.job_id)
-            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
+            if ctl is not None and rec.start_time not in readings(ctl.start_time, self.tz):
                 ctl = None  # another run of a requeued job
             script = scripts.get(rec.job_id, "") if ctl is not None and ctl.batch else ""
             job = build_job(rec, ctl, script, self.settings.gpu_patterns)
@@ -330,7 +330,7 @@ class Collector:
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
         done = self.runner.unchecked(["scontrol", *_clusters(cluster), "-d"],
-                                     stdin=batch.stdin())
+                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
         self.costs.saw_singles(len(ids), time.monotonic() - started)
         answers = batch.answers(done.stdout)
         if done.transient and not any(answers):
@@ -346,7 +346,8 @@ class Collector:
               ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
         """Every job slurmctld holds, read line by line and filtered by id as it streams."""
         started = time.monotonic()
-        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"])
+        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"],
+                                  env=TIME_FORMAT_ENV)
         held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
         self.costs.saw_dump(time.monotonic() - started)
         return held, errors
