@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
+from tests.bench.render_scale import sec_scale, sum_scale
 
 OUT = results.REPO / "BENCHMARKS.md"
 THEIRS = "cc-slurm-adapter"
@@ -546,6 +547,9 @@ SECTIONS: list[Section] = [
     Section("nats", "NATS publish rate (issue 5)", f"{PLAIN} nats", sec_nats, sum_nats),
     Section("parse", "Collector: parse time (issue 2)", f"{PLAIN} parse", sec_parse,
             sum_parse),
+    Section("scale", "Scale: a queue of 50,000 jobs (issue 11)",
+            "flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.scale",
+            sec_scale, sum_scale),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- sudo tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),
