@@ -10,18 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on the machines this runs on
 import matplotlib.pyplot as plt
 
-POLL_RECONCILERS = ("slurm-window", "stale-jobs", "nodestate")
-
-
-def ours_per_poll(level: dict, key: str) -> float:
-    """One poll interval's worth: the median cycle of each reconciler that runs every
-    slurmPollInterval, summed (``key``: ``wall_median`` or ``cpu_median``)."""
-    recs = level["reconcilers"]
-    return sum(recs[name][key] for name in POLL_RECONCILERS if name in recs)
-
-
-def anchor_per_poll(level: dict, key: str) -> float:
-    return sum(level["anchor"][cmd][key] for cmd in ("sacct", "squeue"))
+from tests.bench.render_scale import POLL_RECONCILERS, anchor_per_poll, ours_per_poll
 
 
 def plot(data: dict, out: Path) -> str:
@@ -31,7 +20,7 @@ def plot(data: dict, out: Path) -> str:
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
     ax_t.plot(x, [ours_per_poll(lv, "wall_median") for lv in levels], "o-",
               label="ccadapter: wall per poll")
-    ax_t.plot(x, [ours_per_poll(lv, "cpu_median") for lv in levels], "o--",
+    ax_t.plot(x, [ours_per_poll(lv, "total_cpu_median") for lv in levels], "o--",
               label="ccadapter: CPU per poll")
     ax_t.plot(x, [anchor_per_poll(lv, "wall") for lv in levels], "s-",
               label="cc-slurm-adapter commands: wall")

@@ -70,7 +70,8 @@ def cycles(log_text: str) -> list[tuple[str, dict]]:
 
 
 def per_reconciler(seen: Iterable[tuple[str, dict]]) -> dict[str, dict]:
-    """Per reconciler: cycles, median and max wall and CPU, median commands and bytes."""
+    """Per reconciler: cycles, median and max wall and CPU (the daemon's own, and with the
+    Slurm commands' own processes: ``total_cpu``), median commands and bytes."""
     by: dict[str, list[dict]] = {}
     for name, summary in seen:
         if "cost" in summary:
@@ -84,6 +85,10 @@ def per_reconciler(seen: Iterable[tuple[str, dict]]) -> dict[str, dict]:
                      "wall_max": round(max(col("seconds")), 3),
                      "cpu_median": round(statistics.median(col("cpu")), 3),
                      "cpu_max": round(max(col("cpu")), 3),
+                     "total_cpu_median": round(statistics.median(
+                         c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
+                     "total_cpu_max": round(max(
+                         c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
                      "commands_median": statistics.median(col("slurm_commands")),
                      "bytes_median": statistics.median(col("slurm_bytes")),
                      "bytes_max": max(col("slurm_bytes"))}

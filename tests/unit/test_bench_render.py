@@ -33,7 +33,8 @@ def _run(jobs: int, drain_s: float, peak: float) -> dict:
 
 def _level(queued: int, cpu_share: float, window_wall: float, squeue_wall: float) -> dict:
     rec = {"cycles": 10, "wall_median": window_wall, "wall_max": 2 * window_wall,
-           "cpu_median": 0.05, "cpu_max": 0.1, "commands_median": 2, "bytes_median": 40e3,
+           "cpu_median": 0.05, "cpu_max": 0.1, "total_cpu_median": 0.07,
+           "total_cpu_max": 0.12, "commands_median": 2, "bytes_median": 40e3,
            "bytes_max": 90e3}
     lat = {"n": 3000, "p50": 0.12, "p95": 0.4, "max": 2.5}
     return {"queued": queued, "t0": 0.0, "t1": 600.0, "cpu_s": 600 * cpu_share,
@@ -63,7 +64,8 @@ def synthetic() -> dict[str, dict]:
     busy = {"scripts": {"calls": {"sacct": 2, "scontrol": 2, "squeue": 1}, "jobs": 10},
             "no_scripts": {"calls": {"sacct": 1, "scontrol": 2, "squeue": 1}, "jobs": 10}}
     lat = {"start": [0.2] * 9 + [3.0], "end": [0.1] * 10, "start_slurm": [0.8] * 10,
-           "end_slurm": [0.7] * 10, "unannounced": []}
+           "end_slurm": [0.7] * 10, "start_prolog": [0.25] * 9 + [3.5],
+           "end_epilog": [0.15] * 10, "unannounced": []}
     return {
         "parse": doc("parse", {"runs": 3, "jobs": 10_000, "quick": False},
                      {"rows": [{"version": "22.05", "size": 27e6, "times": [1.2, 1.3, 1.25]}]}),
@@ -136,6 +138,7 @@ def test_every_figure_comes_from_the_results():
     assert "**30.0 min**" in text and "573 tests" in text  # CI
     assert "A `--quick` run" in text  # nats was one
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
+    assert "| 26.05.5 | start | 0.25 s / 3.50 s / 3.50 s | 0.80 s / 0.80 s / 0.80 s |" in text
     assert "2.00x" in text  # scale: daemon CPU at 50,000 / at 0 queued, over 1.5
     assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
     assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
