@@ -2,14 +2,17 @@
 wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
 
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol`` calls,
-not 1,000: an end waits ``coalesce`` seconds for company, a start ``start_settle``. The hook
-announces a start from PrologSlurmctld, while slurmctld holds the job in CONFIGURING until the
-hook has exited (20 to 70 ms later on the test bed); asked at once, slurmctld would answer
-CONFIGURING and the start would cost a second ``scontrol`` process (a few ms of CPU each, the
-largest cost of a daemon beside a busy churn). A start or end that slurmctld has not finished
-recording is asked again after a short, growing delay (at most ``slurmQueryDelay`` seconds), up
-to ``slurmMaxRetries`` times. Whatever the fast path misses, the poll catches: it is an
-accelerator, never the only path, so a full pending set drops messages with a log line.
+not 1,000, and a churn of jobs costs about one ``scontrol`` process per start: each process
+takes a few ms of CPU, the largest cost of a daemon beside a busy cluster. A start waits
+``start_settle`` seconds: the hook announces it from PrologSlurmctld, while slurmctld holds
+the job in CONFIGURING until the hook has exited (20 to 70 ms later on the test bed); asked
+at once, slurmctld would answer CONFIGURING and the start would cost a second process. An
+end waits up to ``coalesce`` seconds, and rides along with any query made before (it comes
+from EpilogSlurmctld: slurmctld has ended the job already). A start or end that slurmctld has
+not finished recording is asked again after a short, growing delay (at most
+``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
+the poll catches: it is an accelerator, never the only path, so a full pending set drops
+messages with a log line.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class FastPath:
     def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
                  ignore: re.Pattern[str] | None = None, max_retries: int = 10,
                  max_delay: float = 1.0, max_pending: int = 10_000,
-                 coalesce: float = 0.05, start_settle: float = 0.06,
+                 coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
         """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
@@ -49,6 +52,7 @@ class FastPath:
         self.max_pending = max_pending
         self.coalesce = coalesce
         self.start_settle = start_settle
+        self.burst = burst
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -111,11 +115,12 @@ class FastPath:
                     log.exception("fast path: %d job(s) left to the poll", len(batch))
 
     def _take(self, now: float) -> dict[int, tuple[set[str], int]]:
-        """The jobs due now or within ``coalesce``: one query for a burst; a start announced
-        a moment ago waits for the next one (slurmctld still configures it)."""
+        """The jobs due now or within ``burst`` (one query for a burst), and every end (it
+        can be asked any time); a start announced a moment ago waits for the next query
+        (slurmctld still configures it)."""
         batch = {job_id: (events, attempts)
                  for job_id, (events, attempts, due) in self._pending.items()
-                 if due <= now + self.coalesce}
+                 if due <= now + self.burst or "start" not in events}
         for job_id in batch:
             del self._pending[job_id]
         return batch

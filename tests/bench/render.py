@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
-from tests.bench.render_scale import sec_scale, sum_scale
+from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 
 OUT = results.REPO / "BENCHMARKS.md"
 THEIRS = "cc-slurm-adapter"
@@ -562,6 +562,8 @@ SECTIONS: list[Section] = [
     Section("scale", "Scale: a queue of 50,000 jobs (issue 11)",
             "flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.scale",
             sec_scale, sum_scale),
+    Section("scale-history", "Scale: memory with a long history (issue 11)",
+            ".venv/bin/python -m tests.bench.scale_catchup", sec_history, sum_history),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- sudo tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

@@ -15,8 +15,8 @@ window and squeue of all jobs, as JSON) on the same cluster at the same moment. 
 end every churn job sbatch accepted is counted against sacct: lost and duplicated.
 
 Writes tests/bench/results/scale.json and scale.png (cost per cycle against queue size);
-``python -m tests.bench.render`` puts them into BENCHMARKS.md. Takes about an hour: the
-fill to 50,000 is slurmctld-bound (about 95 jobs/s with the churn paused).
+``python -m tests.bench.render`` puts them into BENCHMARKS.md. Takes about 45 minutes: the
+fill to 50,000 is slurmctld-bound (95-170 jobs/s with the churn paused).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from pathlib import Path
 
 from ccadapter.lastrun import LastRun
 from tests.bench import results
-from tests.bench.scale_catchup import backfill_run, catch_up_run
 from tests.bench.scale_plot import plot
 from tests.bench.scale_probe import (
     RssSampler,
@@ -224,13 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="0,10000,50000",
                    type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--duration", type=float, default=600.0, help="seconds per window")
-    p.add_argument("--warmup", type=float, default=120.0)
+    p.add_argument("--warmup", type=float, default=60.0)
     p.add_argument("--nodes", type=int, default=128)
     p.add_argument("--running", type=int, default=500)
     p.add_argument("--rate", type=float, default=5.0, help="churn, jobs per second")
     p.add_argument("--anchor-runs", type=int, default=3)
-    p.add_argument("--catch-up", type=int, default=60_000, help="runs (0: skip)")
-    p.add_argument("--backfill-days", type=int, default=30, help="(0: skip)")
     p.add_argument("--keep-bed", action="store_true", help="leave clusterscale up")
     args = p.parse_args(argv)
     started = time.monotonic()
@@ -239,14 +236,6 @@ def main(argv: list[str] | None = None) -> int:
         data = run_levels(args, info, Path(tmp))
     if not args.keep_bed:
         subprocess.run([str(TESTBED), "down", "scale"], check=False, stdin=subprocess.DEVNULL)
-    if args.catch_up:
-        log(f"catch-up of {args.catch_up} runs over three days of slices")
-        data["catch_up"] = catch_up_run(args.catch_up)
-        log(f"catch-up: {data['catch_up']['peak_rss_mb']:.1f} MB peak")
-    if args.backfill_days:
-        log(f"backfill of {args.backfill_days} days")
-        data["backfill"] = backfill_run(args.backfill_days, args.catch_up or 60_000)
-        log(f"backfill: {data['backfill']['peak_rss_mb']:.1f} MB peak")
     data["plot"] = plot(data, results.RESULTS / "scale.png")
     command = "flock /tmp/clusterscale.lock " + results.command_line("tests.bench.scale", argv)
     path = results.write("scale", command=command,

@@ -1,10 +1,15 @@
 """Memory with a long history to read (issue 11): a 60,000-run catch-up after a three-day
 outage, and a 30-day ``ccadapter backfill``, both through the whole program with the
 replayed Slurm of tests.bench.replay_slurm (the runs are copies of recorded 24.11 jobs; a
-real slurmdbd with 60,000 runs would take the churn three and a half hours to fill)."""
+real slurmdbd with 60,000 runs would take the churn three and a half hours to fill).
+
+    .venv/bin/python -m tests.bench.scale_catchup [--runs 60000] [--days 30]
+
+Writes tests/bench/results/scale-history.json (about 30 minutes on the 2-core machine)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -14,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.bench import results
 from tests.bench.delivery import (
     STANDIN_LATENCY,
     _free_port,
@@ -92,3 +98,26 @@ def backfill_run(days: int, n_runs: int) -> dict:
     return {"days": days, "runs": n_runs, "seconds": round(took, 1),
             "peak_rss_mb": round(peak[-1] / 1024, 1), "outbox": counts,
             "output_lines": len(lines), "output_tail": lines[-3:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.bench.scale_catchup", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=60_000)
+    p.add_argument("--days", type=int, default=30, help="backfill range")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+    data = {"catch_up": catch_up_run(args.runs)}
+    print(f"catch-up: {data['catch_up']['peak_rss_mb']:.1f} MB peak", file=sys.stderr)
+    data["backfill"] = backfill_run(args.days, args.runs)
+    print(f"backfill: {data['backfill']['peak_rss_mb']:.1f} MB peak", file=sys.stderr)
+    path = results.write("scale-history", command=results.command_line(
+        "tests.bench.scale_catchup", argv), plan={"runs": args.runs, "days": args.days,
+                                                  "chunk_jobs": 5000, "lookback_days": 3},
+        data=data, took_s=time.monotonic() - started)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

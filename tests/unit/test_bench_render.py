@@ -52,10 +52,14 @@ def scale_data() -> dict:
             "count": {"submitted": 9000, "ran": 8900, "never_listed": 0, "problems": 0,
                       "examples": [], "lost": 0, "duplicated": 0, "queued_submitted": 50000,
                       "queued_sent": 0, "daemon_exit": 0, "tracebacks": 0},
-            "churn": [], "nodes": 128, "version": "22.05.8", "plot": "x/scale.png",
-            "catch_up": {"jobs": 60000, "peak_rss_mb": 70.0, "progress_lines": 72,
+            "churn": [], "nodes": 128, "version": "22.05.8", "plot": "x/scale.png"}
+
+
+def history_data() -> dict:
+    return {"catch_up": {"jobs": 60000, "peak_rss_mb": 70.0, "progress_lines": 72,
                          "enqueue_s": 300.0, "drain_s": 120.0},
-            "backfill": {"days": 30, "runs": 60000, "peak_rss_mb": 120.0, "seconds": 400.0}}
+            "backfill": {"days": 30, "runs": 60000, "peak_rss_mb": 120.0, "seconds": 400.0,
+                         "output_lines": 122}}
 
 
 def synthetic() -> dict[str, dict]:
@@ -92,6 +96,8 @@ def synthetic() -> dict[str, dict]:
                                "nodes": 128, "running": 500, "rate": 5.0, "poll": 60,
                                "cc_poll": 300, "commit_interval": 120, "anchor_runs": 3},
                      scale_data()),
+        "scale-history": doc("scale-history", {"runs": 60000, "days": 30, "chunk_jobs": 5000,
+                                               "lookback_days": 3}, history_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,

@@ -124,3 +124,25 @@ def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(
     finally:
         fast.stop()
         box.close()
+
+
+def test_an_end_rides_along_with_the_next_start(tmp_path):
+    """A churn costs one scontrol process per start: ends wait for company (up to
+    ``coalesce``) and go with the next query."""
+    busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
+    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    box = Outbox(tmp_path / "o.sqlite")
+    fast = FastPath(collector, box, lambda: None, coalesce=5.0, start_settle=0.05).start()
+    try:
+        meta = fixture_json("24.11", "testbed/workload.json")
+        gpu, other = meta["ids"]["gpujob"][0], meta["ids"]["timeout"][0]
+        fast.submit(HookMessage(other, "end", None))
+        time.sleep(0.2)
+        assert runner.stdins == []  # an end alone waits
+        fast.submit(HookMessage(gpu, "start", None))
+        assert wait(lambda: runner.stdins)
+        assert f"job {other}" in runner.stdins[0] and f"job {gpu}" in runner.stdins[0]
+    finally:
+        fast.stop()
+        box.close()
