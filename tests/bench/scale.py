@@ -1,6 +1,7 @@
 """The scale benchmark (issue 11): ``ccadapter daemon`` beside a queue of 0, 10,000 and
 50,000 pending jobs on clusterscale (128 nodes), while 500 jobs run and 5 jobs/s churn
-through PrologSlurmctld/EpilogSlurmctld; then a 60,000-run catch-up and a 30-day backfill.
+through PrologSlurmctld/EpilogSlurmctld. (Memory with a long history, the 60,000-run
+catch-up and the 30-day backfill, is tests.bench.scale_catchup.)
 
     flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.scale
     .venv/bin/python -m tests.bench.scale --sizes 0,2000 --duration 120   # a quick look
