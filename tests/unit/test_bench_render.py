@@ -31,6 +31,13 @@ def _run(jobs: int, drain_s: float, peak: float) -> dict:
             "outbox": {"start:delivered": jobs, "stop:delivered": jobs}}
 
 
+def _fault(name: str, seconds: float | None, jobs: int, wrong: int = 0) -> dict:
+    return {"fault": name, "fault_s": seconds, "jobs": jobs, "lost": 0, "duplicated": 0,
+            "wrong": wrong, "nats_lost": 0, "nats_duplicated": 0, "nats_wrong": 0,
+            "resends": 3, "unverified": 0, "unaccounted": 0,
+            "problems": [f"job {i}: numAcc 0 != Slurm's 1" for i in range(wrong)]}
+
+
 def synthetic() -> dict[str, dict]:
     """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
@@ -60,6 +67,14 @@ def synthetic() -> dict[str, dict]:
         "hook": doc("hook", {"jobs": 10, "pairs": 50, "gap_s": 0.05, "quick": False},
                     {"rows": [{"version": "26.05.5", "lat": lat}], "wall_version": "22.05.8",
                      "hook_s": 0.016, "bare_s": 0.013}),
+        "faults": doc("faults", {"quiet_s": 15.0, "min_jobs": 200, "poll_s": 10,
+                                 "faults": {"26.05": [["state disk full", 30]]},
+                                 "quick": False},
+                      {"rows": [{"version": "26.05.5", "cluster": "cluster26",
+                                 "jobs_submitted": 230, "daemon_restarts": 20, "seconds": 700,
+                                 "exit_code": 0, "traceback": False, "secret_logged": False,
+                                 "faults": [_fault("normal", None, 40),
+                                            _fault("state disk full", 30, 197, wrong=2)]}]}),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -106,6 +121,10 @@ def test_every_figure_comes_from_the_results():
     assert "**30.0 min**" in text and "573 tests" in text  # CI
     assert "A `--quick` run" in text  # nats was one
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
+    assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 3 |" in text
+    assert "| **all** | | **237** |" in text
+    assert "0 / 0 / 2; NATS 0 / 0 / 0 (of 237 jobs)" in text
+    assert "26.05.5, state disk full: job 1: numAcc 0 != Slurm's 1" in text
 
 
 def test_numbers_change_with_the_results():
