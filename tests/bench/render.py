@@ -540,7 +540,7 @@ FAULT_COLUMNS = ("lost", "duplicated", "wrong", "nats_lost", "nats_duplicated", 
 
 
 def _fault_totals(doc: Doc) -> dict[str, int]:
-    totals = dict.fromkeys(("jobs", *FAULT_COLUMNS), 0)
+    totals = dict.fromkeys(("jobs", *FAULT_COLUMNS, "gpu_forgotten"), 0)
     for row in doc["data"]["rows"]:
         for fault in row["faults"]:
             for key in totals:
@@ -580,21 +580,27 @@ def sec_faults(doc: Doc) -> str:
            "host, start and stop time, state. *lost*: a run without its start or stop; "
            "*duplicated*: a start or stop taken twice, or a run Slurm never had; *wrong*: a "
            "field that differs; the same for the NATS messages; *unverified*: runs whose "
-           "CPU ids or GPU ids the test could not read from slurmctld. *resends* are starts "
-           "cc-backend answered 422 (already there): harmless, shown for information. "
-           "Target: all zero.", "",
+           "CPU ids or GPU ids the test could not read from slurmctld. *GPU ids forgotten*: "
+           "GPU runs that started and ended while the daemon could not read Slurm (killed, "
+           "disk full); slurmctld drops a job's GPU indices when it ends and slurmdbd never "
+           "has them, so cc-backend got the run without them (the slurmInfo the daemon sent "
+           "shows the run had ended when it read it; had it been running, the run would "
+           "count as wrong). *resends* are starts cc-backend answered 422 (already there): "
+           "harmless, shown for information. Target: lost, duplicated, wrong, unverified "
+           "all zero.", "",
            "| Slurm | fault (time) | jobs | lost | duplicated | wrong | NATS lost | NATS dup "
-           "| NATS wrong | unverified | resends (422) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| NATS wrong | unverified | GPU ids forgotten | resends (422) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         for f in row["faults"]:
             when = f" ({_duration(f['fault_s'])})" if f["fault_s"] else ""
             out.append(f"| {row['version']} | {f['fault']}{when} | {f['jobs']} | "
                        + " | ".join(str(f[k]) for k in FAULT_COLUMNS)
-                       + f" | {f['resends']} |")
+                       + f" | {f['gpu_forgotten']} | {f['resends']} |")
     t = _fault_totals(doc)
     out.append("| **all** | | **" + f"{t['jobs']:,}" + "** | "
-               + " | ".join(f"**{t[k]}**" for k in FAULT_COLUMNS) + " | |")
+               + " | ".join(f"**{t[k]}**" for k in FAULT_COLUMNS)
+               + f" | **{t['gpu_forgotten']}** | |")
     out += ["", "| Slurm | ids submitted | daemon restarts | run time | daemon exit | "
             "traceback or secret in its log |", "| --- | --- | --- | --- | --- | --- |"]
     for row in rows:

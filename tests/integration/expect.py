@@ -20,10 +20,19 @@ Fields compared, for each run Slurm started (sacct Start and NodeList set):
 CPU ids and GPU indices are known only for runs whose allocation a test read from
 slurmctld (GPU indices only while the run ran); where it did not, those two are *unverified*
 (counted, never silently passed).
+
+slurmctld forgets a job's GPU indices when it ends (its CPU ids it keeps for MinJobAge;
+slurmdbd never stores either). A GPU run that started and ended while the daemon could not
+read Slurm (killed, its disk full) reaches cc-backend without GPU ids although Slurm had
+them. That is told apart from a wrong answer by what the daemon itself read: the
+``metaData.slurmInfo`` it sent is slurmctld's record at that moment; when it shows the run
+ended already (or is absent: slurmctld no longer held the job), the missing ids are
+*forgotten* (counted, shown, not wrong); when it shows the run still running, they are wrong.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +58,7 @@ class Verdict:
 
     wrong: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
+    forgotten: list[str] = field(default_factory=list)  # GPU ids gone before it was read
 
 
 def check_start(body: dict[str, Any], cluster: str, job_id: int, t: dict,
@@ -72,12 +82,21 @@ def check_start(body: dict[str, Any], cluster: str, job_id: int, t: dict,
     if hosts != t["nodes"]:
         v.wrong.append(f"hosts {hosts} != Slurm's {t['nodes']}")
         return v
-    _check_allocation(v, resources, t, alloc)
+    _check_allocation(v, resources, t, alloc, _read_running(body))
     return v
 
 
+_INFO_STATE = re.compile(r"\bJobState=(\S+)")
+
+
+def _read_running(body: dict[str, Any]) -> bool:
+    """Did the daemon read this run from slurmctld while it still ran (its slurmInfo)?"""
+    found = _INFO_STATE.search((body.get("metaData") or {}).get("slurmInfo", ""))
+    return bool(found) and found[1] in ("RUNNING", "CONFIGURING", "SUSPENDED")
+
+
 def _check_allocation(v: Verdict, resources: list[dict], t: dict,
-                      alloc: Allocation | None) -> None:
+                      alloc: Allocation | None, read_running: bool) -> None:
     sent_cpus = {r["hostname"]: tuple(r.get("hwthreads") or ()) for r in resources}
     sent_gpus = {r["hostname"]: tuple(r.get("accelerators") or ()) for r in resources}
     if alloc is None or set(alloc.cpus) != set(t["nodes"]):
@@ -91,7 +110,12 @@ def _check_allocation(v: Verdict, resources: list[dict], t: dict,
         v.unverified.append("accelerators: the run was not seen running")
     else:
         want = {h: tuple(str(i) for i in alloc.gpus.get(h, ())) for h in t["nodes"]}
-        if sent_gpus != want:
+        if sent_gpus == want:
+            return
+        if not any(sent_gpus.values()) and not read_running:
+            v.forgotten.append(f"accelerators: none sent, slurmctld's {want} were gone "
+                               "when the daemon read the run")
+        else:
             v.wrong.append(f"accelerators {sent_gpus} != slurmctld's {want}")
 
 

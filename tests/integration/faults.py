@@ -56,6 +56,7 @@ class Tally:
     resends: int = 0  # repeats cc-backend answered 422: harmless, shown for information
     unverified: int = 0  # runs whose CPU ids or GPU indices the test could not read
     unaccounted: int = 0  # submitted runs sacct never listed (also counted as lost)
+    gpu_forgotten: int = 0  # GPU runs read after their end: slurmctld had dropped the ids
     problems: list[str] = field(default_factory=list)
 
     def bad(self) -> int:
@@ -67,7 +68,8 @@ class Tally:
                 "wrong": self.wrong, "nats_lost": self.nats_lost,
                 "nats_duplicated": self.nats_duplicated, "nats_wrong": self.nats_wrong,
                 "resends": self.resends, "unverified": self.unverified,
-                "unaccounted": self.unaccounted, "problems": self.problems[:20]}
+                "unaccounted": self.unaccounted, "gpu_forgotten": self.gpu_forgotten,
+                "problems": self.problems[:20]}
 
 
 class Churn(threading.Thread):
@@ -398,7 +400,11 @@ class _Received:
         if len(starts) > 1 or len(stops) > 1:
             tally.duplicated += 1
             tally.problems.append(f"job {job_id}: {len(starts)} starts, {len(stops)} stops")
-        wrong, unverified = self._compare(cluster, job_id, t, alloc, starts[:1], stops[:1])
+        wrong, unverified, forgotten = self._compare(cluster, job_id, t, alloc, starts[:1],
+                                                     stops[:1])
+        if forgotten:
+            tally.gpu_forgotten += 1
+            tally.problems.append(f"job {job_id}: {'; '.join(forgotten)}")
         if wrong:
             tally.wrong += 1
             tally.problems.append(f"job {job_id}: {'; '.join(wrong)}")
@@ -419,24 +425,28 @@ class _Received:
             elif len(got) > 1:
                 tally.nats_duplicated += 1
                 tally.problems.append(f"job {job_id}: {len(got)} {fn} on NATS")
-        wrong, _ = self._compare(cluster, job_id, t, alloc, copies["start_job"][:1],
-                                 copies["stop_job"][:1])
+        wrong, _, _ = self._compare(cluster, job_id, t, alloc, copies["start_job"][:1],
+                                    copies["stop_job"][:1])
         if wrong:
             tally.nats_wrong += 1
             tally.problems.append(f"job {job_id}: NATS {'; '.join(wrong)}")
 
     @staticmethod
     def _compare(cluster: str, job_id: int, t: dict, alloc: Allocation | None,
-                 starts: list[dict], stops: list[dict]) -> tuple[list[str], list[str]]:
+                 starts: list[dict], stops: list[dict]
+                 ) -> tuple[list[str], list[str], list[str]]:
+        """(wrong, unverified, forgotten) of the first start and stop received."""
         wrong: list[str] = []
         unverified: list[str] = []
+        forgotten: list[str] = []
         for body in starts:
             v = check_start(body, cluster, job_id, t, alloc)
             wrong += v.wrong
             unverified += v.unverified
+            forgotten += v.forgotten
         for body in stops:
             wrong += check_stop(body, cluster, job_id, t).wrong
-        return wrong, unverified
+        return wrong, unverified, forgotten
 
     def check_extras(self, truth: dict[int, dict], tally: Tally) -> None:
         """A run cc-backend got that Slurm never had (e.g. a wrong startTime) is a duplicate."""

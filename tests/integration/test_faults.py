@@ -40,12 +40,14 @@ def plans() -> dict[str, list[tuple[str, float]]]:
 
 def table(runs: dict[str, RunResult]) -> str:
     lines = ["| Slurm | fault | jobs | lost | duplicated | wrong | NATS lost | NATS dup | "
-             "NATS wrong | unverified | resends (422) |", "|" + " --- |" * 11]
+             "NATS wrong | unverified | GPU ids forgotten | resends (422) |",
+             "|" + " --- |" * 12]
     for _, run in sorted(runs.items()):
         for name, t in run.tallies.items():
             lines.append(f"| {run.cluster.version} | {name} | {t.jobs} | {t.lost} | "
                          f"{t.duplicated} | {t.wrong} | {t.nats_lost} | {t.nats_duplicated} | "
-                         f"{t.nats_wrong} | {t.unverified} | {t.resends} |")
+                         f"{t.nats_wrong} | {t.unverified} | {t.gpu_forgotten} | "
+                         f"{t.resends} |")
     return "\n".join(lines)
 
 

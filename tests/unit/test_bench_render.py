@@ -34,7 +34,7 @@ def _run(jobs: int, drain_s: float, peak: float) -> dict:
 def _fault(name: str, seconds: float | None, jobs: int, wrong: int = 0) -> dict:
     return {"fault": name, "fault_s": seconds, "jobs": jobs, "lost": 0, "duplicated": 0,
             "wrong": wrong, "nats_lost": 0, "nats_duplicated": 0, "nats_wrong": 0,
-            "resends": 3, "unverified": 0, "unaccounted": 0,
+            "resends": 3, "unverified": 0, "unaccounted": 0, "gpu_forgotten": 1,
             "problems": [f"job {i}: numAcc 0 != Slurm's 1" for i in range(wrong)]}
 
 
@@ -121,8 +121,10 @@ def test_every_figure_comes_from_the_results():
     assert "**30.0 min**" in text and "573 tests" in text  # CI
     assert "A `--quick` run" in text  # nats was one
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
-    assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 3 |" in text
-    assert "| **all** | | **237** |" in text
+    assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \
+        in text
+    assert "| **all** | | **237** | **0** | **0** | **2** | **0** | **0** | **0** | **0** | " \
+        "**2** | |" in text
     assert "0 / 0 / 2; NATS 0 / 0 / 0 (of 237 jobs)" in text
     assert "26.05.5, state disk full: job 1: numAcc 0 != Slurm's 1" in text
 
