@@ -610,7 +610,7 @@ def sec_faults(doc: Doc) -> str:
     problems = [f"{row['version']}, {f['fault']}: {p}" for row in rows
                 for f in row["faults"] for p in f["problems"]]
     if problems:
-        out += ["", "Problems found (at most 20 per fault):", ""]
+        out += ["", "The runs behind those counts (at most 20 per fault):", ""]
         out += [f"    {p}" for p in problems]
     return "\n".join(out) + "\n"
 
