@@ -8,6 +8,7 @@ while it still holds the job; ``gpuPciAddrs`` turns GPU indices into PCI address
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from datetime import tzinfo
@@ -21,9 +22,23 @@ log = logging.getLogger(__name__)
 GpuPatterns = list[tuple[re.Pattern[str], list[str]]]
 
 
+def placeholder_record(rec: SacctRecord) -> bool:
+    """Is this slurmdbd's stand-in record of a job whose step start reached it before the
+    job's own start record? Then it has no partition, is named ``allocation`` and has no time
+    limit, until the job's record arrives (seen on 22.05 within a second of a job's start;
+    found by the fault matrix). Every job Slurm starts runs in a partition."""
+    return bool(rec.start_time) and not rec.partition
+
+
 def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
               gpu_patterns: GpuPatterns) -> Job:
-    """Join what slurmdbd and slurmctld know of one run. Pure."""
+    """Join what slurmdbd and slurmctld know of one run. Pure. Where slurmdbd holds only a
+    :func:`placeholder_record`, the job's name, partition, account and time limit are
+    slurmctld's (cc-backend keeps a start as it was first sent)."""
+    if ctl is not None and placeholder_record(rec) and ctl.partition:
+        rec = dataclasses.replace(rec, name=ctl.name, partition=ctl.partition,
+                                  account=ctl.account or rec.account,
+                                  time_limit=ctl.time_limit)
     if ctl is not None and ctl.nodes:
         resources = tuple(
             Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,41 +161,132 @@ def _capture_running(sub: Submitted) -> None:
 
 
 _DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=(\S+) Mem=\S+ GRES=(\S*)")
+_JOB_ID = re.compile(r"^JobId=(\d+) ")
+_STATE = re.compile(r"\bJobState=(\S+)")
+
+
+@dataclass(frozen=True)
+class ControllerRecord:
+    """One job of ``scontrol show job -d`` as read here (not by the product's parser)."""
+
+    job_id: int
+    state: str
+    cpus: dict[str, tuple[int, ...]]  # host -> CPU_IDs, in slurmctld's node order
+    gpus: dict[str, tuple[int, ...]]  # host -> GPU IDX (only while the job runs)
+    text: str
+
+
+def controller_records(out: str) -> dict[int, ControllerRecord]:
+    """Every job record of ``scontrol show job -d [ID]`` output, by job id."""
+    found: dict[int, ControllerRecord] = {}
+    for text in re.split(r"\n\s*\n", out):
+        head = _JOB_ID.match(text.strip())
+        if not head:
+            continue
+        cpus: dict[str, tuple[int, ...]] = {}
+        gpus: dict[str, tuple[int, ...]] = {}
+        for nodes, cpu_ids, gres in _DETAIL.findall(text):
+            for host in hostlist.expand_hostlist(nodes):
+                cpus[host] = _ids(cpu_ids)
+                m = re.search(r"IDX:([0-9,-]+)", gres)
+                gpus[host] = _ids(m[1]) if m else ()
+        state = _STATE.search(text)
+        found[int(head[1])] = ControllerRecord(int(head[1]), state[1] if state else "",
+                                               cpus, gpus, text.strip())
+    return found
 
 
 def _capture(sub: Submitted, job_id: int) -> None:
     """Slurm's own statement of a running job's CPUs and GPUs: ``scontrol show job -d ID``."""
     out = sub.cluster.run("scontrol", "show", "job", "-d", str(job_id), check=False)
     # For an array's own id scontrol prints every task: keep this job's record only.
-    records = [r for r in re.split(r"\n\s*\n", out) if r.startswith(f"JobId={job_id} ")]
-    text = records[0] if records else ""
-    cpus: dict[str, tuple[int, ...]] = {}
-    gpus: dict[str, tuple[int, ...]] = {}
-    for nodes, cpu_ids, gres in _DETAIL.findall(text):
-        for host in hostlist.expand_hostlist(nodes):
-            cpus[host] = _ids(cpu_ids)
-            m = re.search(r"IDX:([0-9,-]+)", gres)
-            gpus[host] = _ids(m[1]) if m else ()
-    if cpus:
-        sub.truth_cpus[job_id] = cpus
-        sub.truth_gpus[job_id] = gpus
-        sub.controller_text[job_id] = text
+    rec = controller_records(out).get(job_id)
+    if rec and rec.cpus:
+        sub.truth_cpus[job_id] = rec.cpus
+        sub.truth_gpus[job_id] = rec.gpus
+        sub.controller_text[job_id] = rec.text
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """slurmctld's statement of one run's CPUs and GPUs, for comparing what cc-backend got.
+    ``gpus`` is None when the run was never seen running: slurmctld drops the GPU indices
+    when a job ends (its CPU ids it keeps for MinJobAge)."""
+
+    cpus: dict[str, tuple[int, ...]]
+    gpus: dict[str, tuple[int, ...]] | None
+
+
+class AllocationWatcher(threading.Thread):
+    """Reads ``scontrol show job -d`` (every job slurmctld holds) every ``every`` seconds
+    while a test runs, and keeps each job's CPU ids and, from a moment it ran, its GPU
+    indices: the truth for jobs that end long before the comparison (after MinJobAge
+    slurmctld forgets them)."""
+
+    def __init__(self, cluster: Cluster, every: float = 2.0) -> None:
+        super().__init__(name=f"alloc-{cluster.name}", daemon=True)
+        self.cluster, self.every = cluster, every
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._cpus: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._gpus: dict[int, dict[str, tuple[int, ...]]] = {}
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.read_once()
+            self._halt.wait(self.every)
+
+    def read_once(self) -> None:
+        try:
+            out = self.cluster.run("scontrol", "show", "job", "-d", check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            return  # slurmctld down or restarting: the next read catches up
+        with self._lock:
+            for rec in controller_records(out).values():
+                if rec.cpus:
+                    self._cpus[rec.job_id] = rec.cpus
+                    if rec.state == "RUNNING":
+                        self._gpus[rec.job_id] = rec.gpus
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+
+    def allocations(self) -> dict[int, Allocation]:
+        with self._lock:
+            return {j: Allocation(c, self._gpus.get(j)) for j, c in self._cpus.items()}
+
+
+def controller_allocations(cluster: Cluster) -> dict[int, Allocation]:
+    """What slurmctld still holds now (jobs that ended within MinJobAge): CPU ids of all,
+    GPU indices of those still running."""
+    watcher = AllocationWatcher(cluster)
+    watcher.read_once()
+    return watcher.allocations()
+
+
+def submitted_allocations(sub: Submitted) -> dict[int, Allocation]:
+    """The allocations :func:`drive` captured while the workload's jobs ran."""
+    return {j: Allocation(c, sub.truth_gpus.get(j)) for j, c in sub.truth_cpus.items()}
 
 
 def _ids(spec: str) -> tuple[int, ...]:
     return tuple(int(x[1:]) for x in hostlist.expand_hostlist(f"x[{spec}]"))
 
 
-SACCT_FIELDS = "JobIDRaw,JobID,JobName,State,Submit,Start,End,NodeList,AllocCPUS"
+SACCT_FIELDS = ("JobIDRaw,JobID,JobName,State,Submit,Start,End,NodeList,AllocCPUS,User,Account,"
+                "Partition,TimelimitRaw,NNodes,AllocTRES")
 
 
 def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -> dict[int, dict]:
-    """sacct's parsable text (not the JSON the product reads), one row per job allocation."""
+    """sacct's parsable text (not the JSON the product reads), one row per job allocation.
+    An array's id lists all its tasks, each under its own raw id."""
     out = cluster.run("sacct", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS,
                       "-j", ",".join(map(str, ids)))
     rows: dict[int, dict] = {}
     for line in out.splitlines():
-        raw, jobid, name, state, submit, start, end, nodes, cpus = line.split("|")
+        (raw, jobid, name, state, submit, start, end, nodes, cpus, user, account, partition,
+         limit, nnodes, tres) = line.split("|")
         if not raw.isdigit():
             continue
         arr, _, task = jobid.partition("_")  # "6_1" for array task 1 of array 6
@@ -205,8 +297,21 @@ def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -
                 "None assigned", "") else (),
             "cpus": int(cpus or 0), "array_job_id": int(arr) if task.isdigit() else 0,
             "array_task_id": int(task) if task.isdigit() else None,
+            "user": user, "account": account, "partition": partition,
+            # minutes; None: no limit ("UNLIMITED", or "Partition_Limit" on some versions)
+            "timelimit_min": int(limit) if limit.isdigit() else None,
+            "nnodes": int(nnodes or 0), "gpus": _tres_count(tres, "gres/gpu"),
         }
     return rows
+
+
+def _tres_count(tres: str, name: str) -> int:
+    """``billing=2,cpu=2,gres/gpu=1,mem=1000M,node=1`` -> the count of ``name`` (0: none)."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == name:
+            return int(value)
+    return 0
 
 
 def _epoch(text: str) -> int:

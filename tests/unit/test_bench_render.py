@@ -62,6 +62,13 @@ def history_data() -> dict:
                          "output_lines": 122}}
 
 
+def _fault(name: str, seconds: float | None, jobs: int, wrong: int = 0) -> dict:
+    return {"fault": name, "fault_s": seconds, "jobs": jobs, "lost": 0, "duplicated": 0,
+            "wrong": wrong, "nats_lost": 0, "nats_duplicated": 0, "nats_wrong": 0,
+            "resends": 3, "unverified": 0, "unaccounted": 0, "gpu_forgotten": 1,
+            "problems": [f"job {i}: numAcc 0 != Slurm's 1" for i in range(wrong)]}
+
+
 def synthetic() -> dict[str, dict]:
     """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
@@ -98,6 +105,14 @@ def synthetic() -> dict[str, dict]:
                      scale_data()),
         "scale-history": doc("scale-history", {"runs": 60000, "days": 30, "chunk_jobs": 5000,
                                                "lookback_days": 3}, history_data()),
+        "faults": doc("faults", {"quiet_s": 15.0, "min_jobs": 200, "poll_s": 10,
+                                 "faults": {"26.05": [["state disk full", 30]]},
+                                 "quick": False},
+                      {"rows": [{"version": "26.05.5", "cluster": "cluster26",
+                                 "jobs_submitted": 230, "daemon_restarts": 20, "seconds": 700,
+                                 "exit_code": 0, "traceback": False, "secret_logged": False,
+                                 "faults": [_fault("normal", None, 40),
+                                            _fault("state disk full", 30, 197, wrong=2)]}]}),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -148,6 +163,12 @@ def test_every_figure_comes_from_the_results():
     assert "2.00x" in text  # scale: daemon CPU at 50,000 / at 0 queued, over 1.5
     assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
     assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
+    assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \
+        in text
+    assert "| **all** | | **237** | **0** | **0** | **2** | **0** | **0** | **0** | **0** | " \
+        "**2** | |" in text
+    assert "0 / 0 / 2; NATS 0 / 0 / 0 (of 237 jobs)" in text
+    assert "26.05.5, state disk full: job 1: numAcc 0 != Slurm's 1" in text
 
 
 def test_numbers_change_with_the_results():
