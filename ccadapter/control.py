@@ -2,7 +2,8 @@
 beside the slurmctld in control finds and sends jobs; the others stand by.
 
 Which slurmctld is in control is read from ``scontrol ping`` every ``slurmPollInterval``
-(:mod:`ccadapter.slurm.formats.ping`: the first that answers, in SlurmctldHost order) and
+(:mod:`ccadapter.slurm.formats.ping`: the first that answers, in SlurmctldHost order; a
+backup answers a moment before it takes control, which only starts its daemon early) and
 compared with this host's name (``slurmctldHostName``, default the host name). A standby
 daemon keeps its hook socket and its outbox, and delivers what its outbox already holds (it
 found those events while in control and owes them; cc-backend takes a repeat as "already

@@ -13,8 +13,13 @@ answers pings too. Control follows from how slurmctld hands it over: a backup ta
 only when no controller before it answers (``SlurmctldTimeout``), a primary that starts
 takes control back from the backup, and one that gives control away (``scontrol takeover``)
 exits (slurmctld's ``controller.c``: "primary controller doesn't resume backup mode"). So
-the first controller that is UP, in SlurmctldHost order, is the one in control; none UP
-says nothing.
+the first controller that is UP, in SlurmctldHost order, is the one in control or the one
+about to take it; none UP says nothing. "About to": when the primary dies, the backup
+answers pings at once but takes control only ``SlurmctldTimeout`` later (seen on the test
+bed: its log says "in standby mode" to job submissions meanwhile), and a primary starting
+takes control back only after it answers. In those seconds the rule names the backup early,
+and its daemon starts working early; nothing runs Prolog/Epilog then, and both daemons read
+the same slurmdbd, so working early costs nothing but a few "already there" answers.
 """
 
 from __future__ import annotations
