@@ -99,3 +99,28 @@ def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, m
     fast.submit(HookMessage(gpu, "start", None))  # the fast path still runs
     assert wait(lambda: box.due()), caplog.text
     assert [e.job_id for e in box.due()] == [gpu]
+
+
+def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(tmp_path):
+    """PrologSlurmctld announces a start while slurmctld still configures the job: asked at
+    once, it would answer CONFIGURING and cost a second scontrol process."""
+    busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
+    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    box = Outbox(tmp_path / "o.sqlite")
+    fast = FastPath(collector, box, lambda: None, coalesce=0.01, start_settle=0.4).start()
+    try:
+        meta = fixture_json("24.11", "testbed/workload.json")
+        gpu, ended = meta["ids"]["gpujob"][0], meta["ids"]["timeout"][0]
+        fast.submit(HookMessage(gpu, "start", None))
+        time.sleep(0.2)
+        assert runner.stdins == []  # still settling
+        fast.submit(HookMessage(ended, "end", None))  # due at once, alone
+        assert wait(lambda: runner.stdins)
+        assert f"job {ended}" in runner.stdins[0] and f"job {gpu}" not in runner.stdins[0]
+        assert wait(lambda: any(f"job {gpu}" in text for text in runner.stdins))
+        asked = [text for text in runner.stdins if f"job {gpu}" in text]
+        assert len(asked) == 1  # once, after its settle time, with its script
+    finally:
+        fast.stop()
+        box.close()
