@@ -18,6 +18,7 @@ duplicated, no stop before its start. The figures (time to take over, counts) ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -158,11 +159,15 @@ class Churn(threading.Thread):
             if self.hold.is_set():
                 self.halt.wait(0.2)
                 continue
-            out = subprocess.run(
-                [*self.cluster.prefix, "sbatch", "--parsable", "-J", f"ha{i}", "-o",
-                 "/dev/null", "--wrap", f"sleep {1 + i % 4}"],
-                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                check=False)
+            try:
+                out = subprocess.run(
+                    [*self.cluster.prefix, "sbatch", "--parsable", "-J", f"ha{i}", "-o",
+                     "/dev/null", "--wrap", f"sleep {1 + i % 4}"],
+                    capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                    check=False)
+            except subprocess.TimeoutExpired:  # no controller in control for a minute
+                self.failures += 1
+                continue
             if out.returncode == 0:
                 self.ids.append(int(out.stdout.strip().split(";")[0]))
                 i += 1
@@ -295,10 +300,11 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
         except TimeoutError:
             left = {i: t["state"] for i, t in sacct_truth(ha.cluster, ids).items()
                     if t["state"] not in TERMINAL}
-            pytest.fail(f"churned jobs not all ended in sacct: {left}")
+            pytest.fail(f"churned jobs not all ended in sacct: {left}; "
+                        f"{[str(s) for s in switches]}")
         started = {i for i, t in sacct_truth(ha.cluster, ids).items() if t["start"]}
-        wait_for(lambda: started <= {b["jobId"] for b in standin.stopped()}, 120,
-                 "not every job stopped at the stand-in")
+        with contextlib.suppress(TimeoutError):  # the comparison below says what is missing
+            wait_for(lambda: started <= {b["jobId"] for b in standin.stopped()}, 120, "")
         hooks = {r: (d.metric("ccadapter_hook_messages_received_total"),
                      d.metric("ccadapter_hook_messages_dropped_total", reason="standby"),
                      d.metric("ccadapter_events_delivered_total", kind="start"))
