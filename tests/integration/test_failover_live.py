@@ -181,13 +181,14 @@ class Switch:
     step: str
     expect: str  # the role whose daemon must be active afterwards
     slurm_seconds: float | None = None  # step to the new controller's "Running as primary"
-    daemon_seconds: float | None = None  # step to the right daemon active, the other standby
+    active_seconds: float | None = None  # step to the expected host's daemon active
+    daemon_seconds: float | None = None  # step to that one active and the other standby
     statuses: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        return (f"{self.step}: the {self.expect}'s daemon active and the other standby after "
-                f"{self.daemon_seconds} s; Slurm's {self.expect} in control after "
-                f"{self.slurm_seconds} s; status {self.statuses}")
+        return (f"{self.step}: Slurm's {self.expect} in control after {self.slurm_seconds} s; "
+                f"the {self.expect}'s daemon active after {self.active_seconds} s, the other "
+                f"standby after {self.daemon_seconds} s; status {self.statuses}")
 
 
 def _write_config(home: Path, ha: HaCluster, standin: CcBackendStandin, role: str,
@@ -228,7 +229,9 @@ def _switch(step: str, expect: str, act: Callable[[], None], daemons: dict[str, 
     while result.daemon_seconds is None or (step != "start" and result.slurm_seconds is None):
         if time.time() > until:
             raise TimeoutError(f"{step}: {result}")
-        if result.daemon_seconds is None and daemons[expect].role_now() == "active" and \
+        if result.active_seconds is None and daemons[expect].role_now() == "active":
+            result.active_seconds = round(time.time() - t0, 2)
+        if result.daemon_seconds is None and result.active_seconds is not None and \
                 daemons[other].role_now() == "standby":
             result.daemon_seconds = round(time.time() - t0, 2)
         if result.slurm_seconds is None and (took := _took_control(ha.logs[expect], t0)):
@@ -338,9 +341,12 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
         other = "backup" if s.expect == "primary" else "primary"
         assert s.statuses == {s.expect: "active", other: "standby"}, s
     for s in switches[1:]:
-        # Slurm's switch to the daemon's: at most one poll, plus a check's own time
+        # from Slurm's log line to its daemon working: one poll, plus the moment slurmctld
+        # takes to answer pings after that line and the check's own time on a busy machine.
+        # (The other daemon steps down when its Slurm command in flight returns: later, and
+        # harmless, so only reported.)
         if s.slurm_seconds is not None:
-            assert s.daemon_seconds - s.slurm_seconds <= POLL + 3, s
+            assert s.active_seconds - s.slurm_seconds <= POLL + 3, s
     for role, d in daemons.items():
         log = d.log.read_text()
         assert "Traceback" not in log and TOKEN not in log, role
