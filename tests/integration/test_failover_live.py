@@ -241,8 +241,8 @@ def _switch(step: str, expect: str, act: Callable[[], None], daemons: dict[str, 
     return result
 
 
-def _kill_primary(churn: Churn) -> None:
-    """SIGKILL the primary slurmctld. Submitting pauses for 10 s before: slurmctld writes
+def _quiesce(churn: Churn) -> None:
+    """Before the primary slurmctld is SIGKILLed, submitting pauses for 10 s: it writes
     its state to StateSaveLocation at most every 5 s (state_save.c, SAVE_MAX_WAIT), and a
     controller that starts from it (the backup taking over, the primary coming back) knows
     nothing of what changed after the last write: a job submitted then has an id from sbatch
@@ -252,6 +252,9 @@ def _kill_primary(churn: Churn) -> None:
     then one last write) keeps it out of the count. Jobs run through it and the switch."""
     churn.hold.set()
     time.sleep(10)
+
+
+def _kill_primary(churn: Churn) -> None:
     _testbed("ctld", "failover", "kill", "primary")
     churn.hold.clear()
 
@@ -286,6 +289,7 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
                                 lambda: _testbed("ctld", "failover", "start", "primary"),
                                 daemons, ha))
         time.sleep(10)
+        _quiesce(churn)
         switches.append(_switch("primary killed", "backup", lambda: _kill_primary(churn),
                                 daemons, ha, timeout=150))
         time.sleep(10)
