@@ -8,6 +8,10 @@ else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler)
 the job path node states go over REST only: a cc-backend that takes REST jobs does not read
 NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
 Energy events (a run's consumed energy into its metaData) go over REST in both cases.
+
+With ``slurmctldFailover`` a ``control`` routine (:mod:`ccadapter.control`) decides whether
+this daemon works: the reconcilers are gated on it, and the hook's messages reach the fast
+path only while it is active.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
 from ccadapter.config import Config
+from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
@@ -31,6 +36,7 @@ from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
@@ -60,29 +66,62 @@ class App:
     metrics: Recorder
     publisher: NatsPublisher | None = None
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
+    control: Control | None = None  # slurmctldFailover: whether this daemon works
 
     def daemon(self) -> Daemon:
         daemon = Daemon(self.deliverer)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
+        if self.control is not None:  # first: a takeover's catch-up runs in the same pass
+            control = self.control
+            daemon.add_routine(control.run_once, self.config.slurm_poll_interval, "control")
+            daemon.gate = lambda: control.active
         tally = getattr(self.collector.runner, "tally", None)
         for name, rec in self.reconcilers.items():
             daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally)),
-                               self.intervals[name], name)
+                               self.intervals[name], name, gated=True)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
 
-    def prep(self, wake: Callable[[], None]) -> tuple[PrepServer, FastPath]:
-        """The hook's listener and the fast path behind it (started by the caller)."""
+    def prep(self, wake: Callable[[], None], check_control: Callable[[], None] | None = None
+             ) -> tuple[PrepServer, FastPath]:
+        """The hook's listener and the fast path behind it (started by the caller).
+        ``check_control``: run the control routine now (a standby daemon got a message)."""
         fast = FastPath(self.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
                         max_retries=max(1, self.config.slurm_max_retries),
                         max_delay=self.config.slurm_query_delay,
                         on_received=self.metrics.hook_received,
                         on_drop=self.metrics.hook_dropped)
-        server = PrepServer([self.config.prep_sock_listen_path], self.cluster, fast.submit,
+        on_message: Callable[[HookMessage], None] = fast.submit
+        if self.control is not None:
+            on_message = self._while_active(fast.submit, check_control)
+        server = PrepServer([self.config.prep_sock_listen_path], self.cluster, on_message,
                             group=self.config.prep_sock_group, on_drop=self.metrics.hook_dropped)
         return server, fast
+
+    def _while_active(self, submit: Callable[[HookMessage], None],
+                      check_control: Callable[[], None] | None
+                      ) -> Callable[[HookMessage], None]:
+        """Hook messages go to the fast path while this daemon is active. A standby daemon
+        drops them: the daemon in control finds those jobs, or this one does from lastRun
+        once it takes over; a message here says its slurmctld runs Prolog/Epilog, so
+        control is checked at once."""
+        control = self.control
+        assert control is not None
+
+        def on_message(msg: HookMessage) -> None:
+            if control.active:
+                submit(msg)
+                return
+            log.info("standby: hook message for job %d %s dropped (the daemon in control "
+                     "finds it); checking which slurmctld is in control", msg.job_id,
+                     msg.event)
+            self.metrics.hook_dropped("standby")
+            if check_control:
+                check_control()
+
+        return on_message
 
     def serve_metrics(self) -> MetricsServer | None:
         """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
@@ -172,8 +211,9 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
                             config.slurm_window_overlap, config.ignore_hosts_pattern(),
                             energy=_energy_sent(collector))
+    slurm_window = SlurmWindow(collector, outbox, last_run, window)
     reconcilers: dict[str, Reconciler] = {
-        "slurm-window": SlurmWindow(collector, outbox, last_run, window),
+        "slurm-window": slurm_window,
         "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
                                       lookback=LOOKBACK_SPAN),
         "stale-jobs": StaleJobs(collector, outbox, cluster),
@@ -191,8 +231,27 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     if node_states is not None:
         reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
                                               config.ignore_hosts_pattern(), time.time)
+    control = _control(config, collector, outbox, recorder, slurm_window)
     return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
-               recorder, publisher, notifier)
+               recorder, publisher, notifier, control)
+
+
+def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,
+             window: SlurmWindow) -> Control | None:
+    """The failover role (None without ``slurmctldFailover``: always active). A switch
+    sets the metric; a takeover also tells slurm-window to read from lastRun afresh."""
+    if not config.slurmctld_failover:
+        recorder.role(Role.ACTIVE.value)
+        return None
+
+    def changed(role: Role) -> None:
+        recorder.role(role.value)
+        if role is Role.ACTIVE:
+            window.take_over()
+
+    recorder.role(Role.STANDBY.value)
+    return Control(collector, config.controller_host(), record=outbox.set_state,
+                   on_change=changed)
 
 
 def _energy_sent(collector: Collector) -> bool:

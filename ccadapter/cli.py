@@ -235,14 +235,22 @@ def _refusal(command: str, config_file: str | None, busy: OutboxBusy) -> str:
 
 
 class _ReadyAfterFirstWindow:
-    """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify)."""
+    """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify), or,
+    for a daemon standing by (``slurmctldFailover``), once it knows it stands by: it runs
+    no window until it takes over, and systemd would kill a start that never ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, standby: Callable[[], bool] = lambda: False) -> None:
         self.sent = False
+        self.standby = standby
 
     def __call__(self, routine: Routine) -> None:
-        if not self.sent and routine.name == "slurm-window" and routine.last_error is None:
+        if self.sent or routine.last_error is not None:
+            return
+        if routine.name == "slurm-window":
             notify("READY=1\nSTATUS=first Slurm window synced")
+            self.sent = True
+        elif routine.name == "control" and self.standby():
+            notify("READY=1\nSTATUS=standby: another host's slurmctld is in control")
             self.sent = True
 
 
@@ -294,8 +302,10 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         daemon.heartbeat_interval = watchdog_interval()
         if daemon.heartbeat_interval:
             daemon.heartbeat = lambda: notify("WATCHDOG=1")
-        daemon.on_cycle = CycleLog(app.outbox, then=_ReadyAfterFirstWindow())
-        server, fast = app.prep(daemon.wake_delivery)
+        control = app.control
+        standby = (lambda: not control.active) if control else (lambda: False)
+        daemon.on_cycle = CycleLog(app.outbox, then=_ReadyAfterFirstWindow(standby))
+        server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
         app.start_publishing()
@@ -308,6 +318,9 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
             sys.exit(2)
         log.info("ccadapter %s serving cluster %s (outbox %s)", __version__, app.cluster,
                  outbox_path(config))
+        if control:
+            log.info("slurmctldFailover: working only while the slurmctld on %s (this host) "
+                     "is in control; standing by until scontrol ping says so", control.host)
         daemon.run()
         server.stop()
         fast.stop()

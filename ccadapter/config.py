@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,13 @@ class Config(BaseModel):
     # Where the daemon serves Prometheus metrics: "127.0.0.1:9102", "[::1]:9102" or ":9102"
     # (every IPv4 address). Empty: no metrics, no listening socket.
     metrics_listen: str = Field("", alias="metricsListen")
+    # Controller failover: slurm.conf lists SlurmctldHost more than once and a daemon runs
+    # beside each slurmctld. Only the daemon beside the one in control (scontrol ping) finds
+    # and sends jobs; the others stand by. Off: this daemon always works, as before.
+    slurmctld_failover: bool = Field(False, alias="slurmctldFailover")
+    # This host's name as SlurmctldHost spells it (before any "(address)"); empty: the host
+    # name the system gives (socket.gethostname()), compared without domain and case.
+    slurmctld_host_name: str = Field("", alias="slurmctldHostName")
 
     @field_validator(
         "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"
@@ -165,6 +173,14 @@ class Config(BaseModel):
                              f"got {value!r}")
         return value
 
+    @field_validator("slurmctld_host_name")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        if value and not _HOSTNAME.match(value):
+            raise ValueError(f"must be a host name as SlurmctldHost spells it (without the "
+                             f"address in parentheses), got {value!r}")
+        return value
+
     @field_validator("metrics_listen")
     @classmethod
     def _listen_address(cls, value: str) -> str:
@@ -196,6 +212,10 @@ class Config(BaseModel):
         if self.state_directory:
             return Path(self.state_directory)
         return Path(self.last_run_path).parent
+
+    def controller_host(self) -> str:
+        """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""
+        return self.slurmctld_host_name or socket.gethostname()
 
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) to serve metrics on; None when metrics are off."""

@@ -8,6 +8,11 @@ something, so a job reaches cc-backend within a cycle, not a cycle later.
 Each deliverer (the outbox to cc-backend; the NATS notifications of what cc-backend took)
 drains in a thread of its own, so a NATS outage never slows REST delivery; what one of them
 delivered wakes the others.
+
+With controller failover a ``gate`` says whether this daemon is the one that works
+(:mod:`ccadapter.control`): routines added with ``gated=True`` (the reconcilers) run only
+while it is open, and all of them at once when it opens (the catch-up of a takeover).
+Delivery is never gated: what the outbox holds is owed whatever the role.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Routine:
     next_at: float = 0.0  # 0: run at start, not one interval later
     last_ok: float | None = None
     last_error: str | None = None
+    gated: bool = False  # runs only while the daemon's gate is open
 
 
 class Daemon:
@@ -51,9 +57,21 @@ class Daemon:
         # a stuck loop stops the pings and systemd restarts the daemon.
         self.heartbeat = heartbeat
         self.heartbeat_interval = heartbeat_interval
+        self.gate: Callable[[], bool] = lambda: True
+        self._gate_was_open = True
+        self._main_wake = threading.Event()
 
-    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
-        self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
+    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None,
+                    gated: bool = False) -> None:
+        self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval,
+                                     gated=gated))
+
+    def run_soon(self, name: str) -> None:
+        """Run the routine ``name`` now rather than at its turn (safe from any thread)."""
+        for routine in self.routines:
+            if routine.name == name:
+                routine.next_at = 0.0
+        self._main_wake.set()
 
     @property
     def deliverer(self) -> Deliverer:
@@ -65,6 +83,7 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._main_wake.set()
         self.wake_delivery()
 
     def wake_delivery(self) -> None:
@@ -85,10 +104,12 @@ class Daemon:
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
-                wait = min(r.next_at for r in self.routines) - self.clock()
+                runnable = [r.next_at for r in self.routines if not r.gated or self._gate_open()]
+                wait = min(runnable, default=self.clock() + 1.0) - self.clock()
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
-                self.stopping.wait(max(0.05, wait))
+                self._main_wake.wait(max(0.05, wait))
+                self._main_wake.clear()
         finally:
             self.stop()
             for sender in senders:
@@ -98,8 +119,21 @@ class Daemon:
         for routine in self.routines:
             if self.stopping.is_set():
                 return
+            if routine.gated and not self._gate_open():
+                continue
             if self.clock() >= routine.next_at:
                 self._run(routine)
+
+    def _gate_open(self) -> bool:
+        """The gate, asked anew for each routine: the routine before may have opened it.
+        When it opens, every gated routine is due at once."""
+        is_open = self.gate()
+        if is_open and not self._gate_was_open:
+            for routine in self.routines:
+                if routine.gated:
+                    routine.next_at = 0.0
+        self._gate_was_open = is_open
+        return is_open
 
     def _run(self, routine: Routine) -> None:
         started = self.clock()

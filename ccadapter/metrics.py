@@ -35,8 +35,10 @@ from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
 log = logging.getLogger(__name__)
 
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
-# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
-HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")
+# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath), and a
+# standby daemon's (ccadapter.control).
+HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full", "standby")
+ROLES = ("active", "standby")  # ccadapter.control.Role
 
 # Slurm answers in tens of milliseconds on a quiet cluster and in tens of seconds on a busy
 # slurmdbd; cc-backend in milliseconds unless something is wrong.
@@ -88,6 +90,11 @@ class Metrics:
             "ccadapter_reconciler_cpu_seconds",
             "CPU time of reconciler cycles: the daemon's own and that of the Slurm commands "
             "they ran.", ["reconciler"], registry=self.registry)
+        self.roles = Gauge(
+            "ccadapter_role",
+            "1 for the daemon's role, 0 for the other: active (finds and sends jobs) or "
+            "standby (slurmctldFailover: another host's slurmctld is in control).",
+            ["role"], registry=self.registry)
         # Memory, CPU and open files of the daemon itself: a leak shows here first.
         ProcessCollector(registry=self.registry)
 
@@ -170,6 +177,10 @@ class Metrics:
     def hook_dropped(self, reason: str) -> None:
         self.hook_drops.labels(reason).inc()
 
+    def role(self, role: str) -> None:
+        for name in ROLES:
+            self.roles.labels(name).set(1 if name == role else 0)
+
     def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:
         """``cycle`` that records the time of each success; failures propagate unchanged
         (the daemon logs them), leaving the last success where it was."""
@@ -207,6 +218,7 @@ class Recorder(Protocol):
     def cc_request(self, endpoint: str, status: int, seconds: float) -> None: ...
     def hook_received(self) -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
+    def role(self, role: str) -> None: ...
     def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]: ...
     def watch_outbox(self, outbox: OutboxStats) -> None: ...
 
@@ -234,6 +246,9 @@ class NoMetrics:
         pass
 
     def hook_dropped(self, reason: str) -> None:
+        pass
+
+    def role(self, role: str) -> None:
         pass
 
     def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:

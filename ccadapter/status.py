@@ -19,6 +19,7 @@ from typing import Any
 
 from ccadapter import __version__
 from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
 from ccadapter.lastrun import LastRun
@@ -92,7 +93,7 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
                             "rejected": 0, "oldestPendingAge": None, "counts": {},
                             "rejectedEvents": []}
     if not view["exists"]:
-        return {"outbox": view, "reconcilers": {}}
+        return {"outbox": view, "reconcilers": {}, "control": None}
     outbox = Outbox(path, clock=lambda: now)
     try:
         stats = outbox.stats()
@@ -102,9 +103,23 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         if stats["pending"]:
             view["oldestPendingAge"] = round(stats["oldest_pending_age"], 3)
         cycles = outbox.state_items(CYCLE_PREFIX)
+        control = outbox.get_state(CONTROL_KEY)
     finally:
         outbox.close()
-    return {"outbox": view, "reconcilers": _cycles(cycles, now)}
+    return {"outbox": view, "reconcilers": _cycles(cycles, now),
+            "control": _control(control, now)}
+
+
+def _control(raw: str | None, now: float) -> dict[str, Any] | None:
+    """The failover role the daemon recorded last (``null``: no slurmctldFailover)."""
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record["age"] = round(now - record["checkedAt"], 3) if record.get("checkedAt") else None
+    return record
 
 
 def _nested(counts: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -157,6 +172,8 @@ def render_table(doc: dict[str, Any]) -> str:
     lines += _daemon_lines(doc["daemon"])
     last = doc["lastRun"]
     lines.append(f"lastRun     {_ago(last['age'])}  ({last['path']})")
+    if control := doc.get("control"):
+        lines.append(_control_line(control, doc["time"]))
     lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
     for name, rec in sorted(doc["reconcilers"].items()):
         result = "ok" if rec["ok"] else f"error: {rec['error']}"
@@ -177,6 +194,13 @@ def _daemon_lines(daemon: dict[str, Any]) -> list[str]:
         owners = ", ".join(map(str, daemon["lockPids"]))
         state += f"; lock held by PID {owners}" if owners else "; lock free: not running"
     return [f"daemon      {state}  ({daemon['pidFile']})"]
+
+
+def _control_line(control: dict[str, Any], now: float) -> str:
+    holder = control["inControl"] or "none answers"
+    line = (f"role        {control['role']} since {_ago(now - control['since'])}  (this host "
+            f"{control['host']}; in control: {holder}; checked {_ago(control['age'])})")
+    return line + (f"\n            error: {control['error']}" if control["error"] else "")
 
 
 def _outbox_lines(box: dict[str, Any]) -> list[str]:

@@ -49,6 +49,7 @@ from ccadapter.slurm.formats._common import (
     version_from_text,
 )
 from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
@@ -362,6 +363,19 @@ class Collector:
         return nodes
 
     # --- the installation -----------------------------------------------------------------
+
+    def controllers(self) -> list[ControllerPing]:
+        """The SlurmctldHosts in slurm.conf order and which of them answer (``scontrol
+        ping``, which exits 1 when none does: its answer is read whatever the status)."""
+        argv = ["scontrol", "ping"]
+        done = self.runner.unchecked(argv)
+        try:
+            return parse_ping(done.stdout, self._known_version or "unknown")
+        except SlurmParseError:
+            if done.returncode:
+                raise SlurmCommandError(argv, f"exit status {done.returncode}",
+                                        done.stderr) from None
+            raise
 
     def cluster_name(self) -> str:
         """The local cluster's name, as jobs carry it."""

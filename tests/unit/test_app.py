@@ -180,3 +180,73 @@ def test_nats_only_sends_energy_over_rest(tmp_path):
         assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
     assert [parse_line(m.data.decode()).tags["function"] for m in published.sent] == [
         "start_job", "stop_job"]
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+class FailoverSlurm(ReplayRunner):
+    """build()'s config question, and `scontrol ping` from a recording of clusterha."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda argv: "ClusterName = c\nAcctGatherEnergyType = (null)\n")
+        self.ping = "primary"
+
+    def unchecked(self, argv, **_):
+        from ccadapter.slurm.runner import Completed
+
+        assert list(argv) == ["scontrol", "ping"], argv
+        return Completed((FIXTURES / "22.05" / f"scontrol-ping-{self.ping}.txt").read_text(),
+                         "", 0)
+
+
+def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_control(tmp_path):
+    from ccadapter.metrics import Metrics
+    from ccadapter.prep.messages import HookMessage
+
+    slurm_ = FailoverSlurm()
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
+                       slurmctldFailover=True, slurmctldHostName="ha-backup",
+                       metricsListen="127.0.0.1:9102"), runner=slurm_, workers=1, metrics=True)
+    try:
+        assert isinstance(app.metrics, Metrics) and app.control is not None
+        role = lambda r: app.metrics.registry.get_sample_value("ccadapter_role", {"role": r})  # noqa: E731
+        daemon = app.daemon()
+        assert [(r.name, r.gated) for r in daemon.routines][:2] == [("control", False),
+                                                                    ("slurm-window", True)]
+        assert all(r.gated for r in daemon.routines if r.name in app.reconcilers)
+        checks = []
+        server, fast = app.prep(lambda: None, lambda: checks.append(1))
+        assert (role("active"), role("standby")) == (0, 1)
+
+        app.control.run_once()  # both up: the primary (vm) is in control
+        assert not daemon.gate()
+        server.on_message(HookMessage(42, "start", None))
+        assert checks == [1] and fast.received == 0
+        assert app.metrics.registry.get_sample_value(
+            "ccadapter_hook_messages_dropped_total", {"reason": "standby"}) == 1
+
+        for key in ("slurm-window.outage_since", "slurm-window.origin"):
+            app.outbox.set_state(key, "1.0")  # left from this outbox's last time in control
+        slurm_.ping = "takeover"
+        app.control.run_once()
+        assert daemon.gate() and (role("active"), role("standby")) == (1, 0)
+        assert app.outbox.get_state("slurm-window.outage_since") is None
+        assert app.outbox.get_state("slurm-window.origin") is None
+        server.on_message(HookMessage(43, "start", None))
+        assert fast.received == 1 and checks == [1]
+    finally:
+        app.close()
+
+
+def test_without_failover_the_daemon_always_works(tmp_path):
+    from ccadapter.metrics import Metrics
+
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", metricsListen="127.0.0.1:9102"),
+                runner=slurm(), workers=1, metrics=True)
+    try:
+        assert app.control is None and app.daemon().gate()
+        assert isinstance(app.metrics, Metrics)
+        assert app.metrics.registry.get_sample_value("ccadapter_role", {"role": "active"}) == 1
+    finally:
+        app.close()

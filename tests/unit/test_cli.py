@@ -130,7 +130,8 @@ def test_status_json_with_the_daemon_running_and_stopped(env):
     assert (box["pending"], box["rejected"], box["exists"]) == (1, 1, True)
     assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
     assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
-    assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers"}
+    assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers",
+                            "control"}
 
 
 def test_status_never_prints_the_secret(env):
