@@ -8,7 +8,11 @@ The baseline generation:
 - sacct has no ``script``, ``exclusive`` or ``oversubscribe``: scripts come from slurmctld
   (``scontrol write batch_script``) and sharing from ``scontrol show job`` only
   (``sacct -B`` prints scripts in text form only, one header per job; not used);
-- ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``.
+- ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``;
+- a heterogeneous job's component carries ``het: {"job_id": LEADER, "job_offset": N}``
+  (plain numbers) from submission on, and ``sacct -j LEADER`` answers with every component;
+  any other job has ``{"job_id": 0, "job_offset": null}``. The listing's JobID reads
+  ``LEADER+N`` from submission on too (``.listing``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,12 @@ Differences from 22.05 and how they are handled:
 - sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
   when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
   even after slurmctld forgot them;
-- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy.
+- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy;
+- ``het.job_offset`` became a number object; a job that is no het job's component has
+  ``het.job_id`` 0 and an unset offset. slurmdbd learns of a het job only when it starts:
+  until then its components read like jobs of their own (``het.job_id`` 0, JobID ``12`` in
+  the listing instead of 22.05's ``11+1``), so a pending het job is listed per component by
+  ``ccadapter jobs``; it is never sent before it starts, when it becomes one job.
 """
 
 from __future__ import annotations

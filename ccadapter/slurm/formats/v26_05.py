@@ -7,7 +7,8 @@ Differences from 24.11 and how they are handled:
 - records add ``sluid``/``original_sluid`` and ``segment_size`` (not used);
 - ``scontrol show job`` text prints ``Exclusive=`` beside ``OverSubscribe=`` and a
   ``SLUID=`` line (handled in ``_common``).
-Everything else is read as in 24.11.
+Everything else is read as in 24.11, heterogeneous jobs included (``het`` as in 24.11; each
+component has a SLUID of its own).
 """
 
 from __future__ import annotations
