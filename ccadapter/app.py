@@ -2,12 +2,17 @@
 
 Delivery paths: cc-backend's REST API (``ccRestSubmitJobs``, the default), then a NATS
 notification of what cc-backend took (``natsServer``); or, with ``ccRestSubmitJobs=false``,
-NATS alone as the durable path (the outbox keeps an event until NATS has it; nodestate still
-goes over REST when ``ccRestUrl`` is set).
+NATS alone as the durable path (the outbox keeps an event until NATS has it). Node states
+then go to ``natsNodeStateSubject`` when it is set (cc-backend 1.5.4's ``subject-node-state``),
+else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler). With REST as
+the job path node states go over REST only: a cc-backend that takes REST jobs does not read
+NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
+Energy events (a run's consumed energy into its metaData) go over REST in both cases.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable
@@ -15,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccadapter.cc.client import CcClient
+from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
 from ccadapter.config import Config
+from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
-from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
@@ -33,6 +39,8 @@ from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
+
+log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
 # Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
@@ -57,9 +65,10 @@ class App:
         daemon = Daemon(self.deliverer)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
+        tally = getattr(self.collector.runner, "tally", None)
         for name, rec in self.reconcilers.items():
-            daemon.add_routine(self.metrics.observed(name, rec.run_once), self.intervals[name],
-                               name)
+            daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally)),
+                               self.intervals[name], name)
         daemon.add_routine(self.compact, 3600, "compact")
         return daemon
 
@@ -144,7 +153,9 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       on_request=recorder.cc_request) if config.cc_rest_url else None
     publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
-    nats = NatsDelivery(publisher, socket.gethostname()) if publisher else None
+    subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
+    nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
+    node_states = node_state_path(config)
     rest = RestDelivery(client) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
@@ -155,11 +166,12 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
                                  on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
-        deliver = _route(nats, rest)
+        deliver = _route(nats, rest, node_states_on_nats=node_states == "nats")
     deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
     window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
-                            config.slurm_window_overlap, config.ignore_hosts_pattern())
+                            config.slurm_window_overlap, config.ignore_hosts_pattern(),
+                            energy=_energy_sent(collector))
     reconcilers: dict[str, Reconciler] = {
         "slurm-window": SlurmWindow(collector, outbox, last_run, window),
         "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
@@ -176,21 +188,66 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
         # the stream's acknowledgement is the proof of delivery, not cc-backend's job list.
         reconcilers["cc-cache"] = CcCache(client, collector, outbox, cluster,
                                           config.cc_commit_job_interval)
-    if client is not None:
+    if node_states is not None:
         reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
                                               config.ignore_hosts_pattern(), time.time)
     return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
                recorder, publisher, notifier)
 
 
-def _route(nats: NatsDelivery, rest: RestDelivery | None) -> Callable[[Event], Result]:
-    """NATS as the only job path: starts and stops to NATS, nodestate to REST."""
+def _energy_sent(collector: Collector) -> bool:
+    """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
+    REST path for it (the collector keeps it only then). Said once, at start."""
+    if not collector.energy_accounted():
+        log.info("energy: slurmctld gathers none (AcctGatherEnergyType); no metaData.energy")
+        return False
+    if not collector.settings.energy:
+        log.info("energy: slurmctld gathers it, but it goes to cc-backend over REST only "
+                 "and ccRestUrl is empty: no metaData.energy")
+        return False
+    log.info("energy: the consumed energy of each run goes into its metaData.energy "
+             "(PATCH /api/jobs/edit_meta/ after the stop)")
+    return True
+
+
+def node_state_path(config: Config) -> str | None:
+    """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
+    or None (nowhere: no nodestate reconciler). See the module docstring."""
+    if not config.cc_rest_submit_jobs and config.nats_server and \
+            config.nats_node_state_subject:
+        return "nats"
+    return "rest" if config.cc_rest_url else None
+
+
+def node_state_warnings(config: Config) -> list[str]:
+    """What an admin may not expect of their node-state settings, one line each."""
+    if config.nats_node_state_subject and node_state_path(config) != "nats":
+        return ["natsNodeStateSubject is used only when NATS is the job path "
+                "(ccRestSubmitJobs: false, natsServer set); node states go to cc-backend's "
+                "REST API (/api/nodestate/), as a cc-backend that takes jobs over REST does "
+                "not read NATS"]
+    if not config.cc_rest_submit_jobs and node_state_path(config) is None:
+        return ["node states are not sent: set natsNodeStateSubject to cc-backend's "
+                "subject-node-state (e.g. cc.node.state), or ccRestUrl for /api/nodestate/"]
+    return []
+
+
+def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
+           ) -> Callable[[Event], Result]:
+    """NATS as the only job path: starts and stops to NATS; node states to NATS when
+    natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
+    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
 
     def deliver(event: Event) -> Result:
-        if event.kind in ("start", "stop"):
+        if event.kind in (START, STOP) or (event.kind == NODESTATE and node_states_on_nats):
             return nats(event)
-        if rest is None:  # left from a time with ccRestUrl; cc-backend takes it only by REST
-            return Result(event.id, REJECTED, "nodestate goes over REST; ccRestUrl is empty")
+        if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
+            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
+                          f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
         return rest(event)
 
     return deliver
+
+
+_NO_WAY_OUT = {NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
+               ENERGY: "it goes over REST only: set ccRestUrl"}

@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from ccadapter.cc.client import KINDS
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)
 
-KINDS = ("start", "stop", "nodestate")
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
 # PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
 HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")
@@ -80,6 +80,14 @@ class Metrics:
             "ccadapter_reconciler_last_success_timestamp_seconds",
             "Unix time at which the reconciler last finished a cycle without error.",
             ["reconciler"], registry=self.registry)
+        self.cycle_seconds = Histogram(
+            "ccadapter_reconciler_cycle_duration_seconds",
+            "Wall time of one successful reconciler cycle, Slurm commands included.",
+            ["reconciler"], buckets=SLURM_BUCKETS, registry=self.registry)
+        self.cycle_cpu = Counter(
+            "ccadapter_reconciler_cpu_seconds",
+            "CPU time of reconciler cycles: the daemon's own and that of the Slurm commands "
+            "they ran.", ["reconciler"], registry=self.registry)
         # Memory, CPU and open files of the daemon itself: a leak shows here first.
         ProcessCollector(registry=self.registry)
 
@@ -169,6 +177,10 @@ class Metrics:
         def run() -> T:
             result = cycle()
             self.cycle_ok.labels(name).set(self.clock())
+            cost = result.get("cost") if isinstance(result, dict) else None
+            if cost:  # see ccadapter.cycle_cost
+                self.cycle_seconds.labels(name).observe(cost["seconds"])
+                self.cycle_cpu.labels(name).inc(cost["cpu"] + cost["slurm_cpu"])
             return result
 
         run.__name__ = name

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
@@ -128,6 +129,10 @@ class FastPath:
             attempts = max((n for _, n in told), default=0)
             if "end" in wanted and not job.finished:
                 self._retry(job.job_id, "end", attempts)
+            elif "start" in wanted and base_state(job.state) == "CONFIGURING":
+                # its PrologSlurmctld (this hook) still runs, or its nodes boot: the start
+                # is not final yet (ccadapter.model.PENDING_STATES)
+                self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
             log.info("fast path: slurmctld does not show job %d; left to the poll", job_id)
@@ -141,8 +146,8 @@ class FastPath:
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if attempts + 1 >= self.max_retries:
-            log.info("fast path: job %d not ended after %d tries; left to the poll", job_id,
-                     attempts + 1)
+            log.info("fast path: job %d not %s after %d tries; left to the poll", job_id,
+                     "ended" if event == "end" else "running", attempts + 1)
             return
         delay = min(self.max_delay, 0.05 * 2 ** attempts)
         with self._cond:

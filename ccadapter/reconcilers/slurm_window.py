@@ -49,13 +49,26 @@ SLICE = 3600.0  # seconds of Slurm history per listing in a long window
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """What the window depends on, from the config."""
+    """What the window depends on, from the config. ``energy``: the cluster gathers energy
+    and it can be sent, so a run that ended less than :data:`ENERGY_WAIT` ago is read until
+    its energy is stored (:meth:`Outbox.needs`)."""
 
     cluster: str
     poll_interval: float = 60
     max_span: float = 7 * 86400
     overlap: float = 120
     ignore: re.Pattern[str] | None = None
+    energy: bool = False
+
+
+# slurmctld adds a step's consumed energy to its job when the step completes, and slurmdbd
+# gets the sum with the last one: the extern step's (PrologFlags=Contain) completes after the
+# job's end, once the node's epilog ran, so a job record can show an end but no energy yet.
+# A finished run without an energy event is read again while it ended less than this long
+# ago: as often as a listing names it then (a run that never gets any: at most 5 times with
+# the defaults, the window listing a run for slurmWindowOverlap + slurmPollInterval after
+# its end and slurm-lookback once), once in the common case, never without energy gathering.
+ENERGY_WAIT = 300.0
 
 
 @dataclass
@@ -141,7 +154,10 @@ class SlurmWindow:
         tally.skipped += len(listing.errors)
         runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
                 if s.started and not hosts_ignored(s.nodes, cfg.ignore)]
-        details, starts = self.outbox.needs(cfg.cluster, runs)
+        recent = self.clock() - ENERGY_WAIT
+        energy = {s.run for s in listing.stamps if cfg.energy and s.finished
+                  and s.end_time >= recent}
+        details, starts = self.outbox.needs(cfg.cluster, runs, energy=energy)
         for result in self.collector.iter_jobs(details, starts=starts,
                                                known=self.outbox.known_starts):
             events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]

@@ -48,6 +48,7 @@ from ccadapter.slurm.formats._common import (
     SacctRecord,
     SlurmVersion,
     parse_cluster_name,
+    parse_energy_plugin,
     parse_nodes,
     version_from_meta,
     version_from_text,
@@ -57,7 +58,7 @@ from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_jo
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
-from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
+from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
 if TYPE_CHECKING:
     from ccadapter.config import Config
@@ -94,14 +95,18 @@ class Listing:
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    """What the collector depends on, from the config."""
+    """What the collector depends on, from the config. ``energy``: keep the consumed energy
+    slurmdbd accounted on the runs read (it goes to cc-backend over REST only, so only when
+    ``ccRestUrl`` is set)."""
 
     gpu_patterns: GpuPatterns = field(default_factory=list)
     fetch_job_scripts: bool = True
+    energy: bool = True
 
     @classmethod
     def from_config(cls, config: Config) -> CollectorSettings:
-        return cls(config.gpu_pci_patterns(), config.slurm_fetch_job_scripts)
+        return cls(config.gpu_pci_patterns(), config.slurm_fetch_job_scripts,
+                   energy=bool(config.cc_rest_url))
 
 
 @dataclass
@@ -154,6 +159,7 @@ class Collector:
         self.costs = costs or RouteCosts()
         self._known_version: str | None = None  # for error messages only
         self._cluster: str | None = None
+        self._config_text = ""  # `scontrol show config`, once read
 
     # --- which runs exist -----------------------------------------------------------------
 
@@ -265,10 +271,11 @@ class Collector:
         jobs = []
         for rec in records:
             ctl = controller.get(rec.job_id)
-            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
+            if ctl is not None and rec.start_time not in readings(ctl.start_time, self.tz):
                 ctl = None  # another run of a requeued job
             script = scripts.get(rec.job_id, "") if ctl is not None and ctl.batch else ""
-            jobs.append(build_job(rec, ctl, script, self.settings.gpu_patterns))
+            job = build_job(rec, ctl, script, self.settings.gpu_patterns)
+            jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
             log.error("skipped: %s", err)
         return QueryResult(merge_jobs(jobs), version, errors)
@@ -354,7 +361,7 @@ class Collector:
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
         done = self.runner.unchecked(["scontrol", *_clusters(cluster), "-d"],
-                                     stdin=batch.stdin())
+                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
         self.costs.saw_singles(len(ids), time.monotonic() - started)
         answers = batch.answers(done.stdout)
         if done.transient and not any(answers):
@@ -370,7 +377,8 @@ class Collector:
               ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
         """Every job slurmctld holds, read line by line and filtered by id as it streams."""
         started = time.monotonic()
-        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"])
+        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"],
+                                  env=TIME_FORMAT_ENV)
         held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
         self.costs.saw_dump(time.monotonic() - started)
         return held, errors
@@ -388,12 +396,18 @@ class Collector:
 
     def cluster_name(self) -> str:
         """The local cluster's name, as jobs carry it."""
-        out = self.runner.run(["scontrol", "show", "config"])
+        out = self._config_text = self.runner.run(["scontrol", "show", "config"])
         name = parse_cluster_name(out)
         if not name:
             raise SlurmParseError(self._version_text(), "scontrol show config",
                                   "no ClusterName line")
         return name
+
+    def energy_accounted(self) -> bool:
+        """Whether slurmctld gathers energy (``AcctGatherEnergyType`` is a plugin other than
+        none), from the config :meth:`cluster_name` read (else asked now)."""
+        out = self._config_text or self.runner.run(["scontrol", "show", "config"])
+        return parse_energy_plugin(out) is not None
 
     def cluster_name_cached(self) -> str:
         if self._cluster is None:

@@ -15,6 +15,8 @@ cc-cache, backfill, ``ccadapter jobs``):
 - a component's run belongs to the leader's run that started within :data:`SLACK` seconds
   of it (a requeued het job starts all its components again, later);
 - it runs while any component runs; it ends when the last component ends (its stopTime);
+  it is CONFIGURING (not started: ``ccadapter.model.PENDING_STATES``) while any running
+  component is;
 - state: the leader's, unless the leader completed and another component did not (it was
   cancelled, failed, ran out of memory, ...): then that component's, the first by offset.
   "Completed" means every part completed;
@@ -26,6 +28,8 @@ cc-cache, backfill, ``ccadapter jobs``):
   walltime: the longest limit, none when a component has none; partition: the components'
   distinct partitions in order, comma-separated, as Slurm writes a job that may run in
   several (``gpu,debug``);
+- energy: the sum of what Slurm accounted to the components; none when it accounted none
+  (a component whose nodes ran no step, such as the others of ``sbatch --wrap``, has none);
 - name, user, account, group, submit time, exit code and batch script are the leader's;
   slurmInfo holds every component's ``scontrol show job`` record, leader first;
 - ``het_components`` (metaData ``hetJobComponents``: ``11+0=11,11+1=12``) names them all.
@@ -40,7 +44,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from ccadapter.model import HetComponent, Job, JobState, Resource, Shared, cc_state
+from ccadapter.model import (
+    HetComponent,
+    Job,
+    JobState,
+    Resource,
+    Shared,
+    base_state,
+    cc_state,
+)
 from ccadapter.slurm.formats.listing import RunStamp
 
 # Seconds between the starts of one run's components: the backfill scheduler starts them
@@ -84,9 +96,9 @@ def merge_jobs(jobs: Iterable[Job]) -> list[Job]:
 
 def het_state(parts: Sequence[tuple[str, bool]]) -> str:
     """The het job's Slurm state from its components' (state, finished), leader first."""
-    for state, finished in parts:
-        if not finished:
-            return state  # a part still runs: so does the het job
+    unfinished = [state for state, finished in parts if not finished]
+    if unfinished:  # a part still runs: so does the het job; configuring while any part is
+        return next((s for s in unfinished if base_state(s) == "CONFIGURING"), unfinished[0])
     leader = parts[0][0]
     if cc_state(leader) is not JobState.COMPLETED:
         return leader
@@ -172,6 +184,7 @@ def _merged_job(parts: list[tuple[HetComponent, Job]]) -> Job:
         slurm_info="\n\n".join(j.slurm_info for j in run if j.slurm_info),
         allocation_known=all(j.allocation_known for j in run),
         het_components=tuple(sorted(c for j in run for c in j.het_components)),
+        energy=sum(known) if (known := [j.energy for j in run if j.energy is not None]) else None,
     )
 
 

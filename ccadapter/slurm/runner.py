@@ -16,7 +16,9 @@ after the prefix, so they reach the client in a chroot or over ssh too.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import resource
 import subprocess
 import threading
 import time
@@ -77,9 +79,48 @@ class CommandRunner(Protocol):
             env: Mapping[str, str] | None = None) -> str: ...
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed: ...
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed: ...
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]: ...
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]: ...
+
+
+@dataclass
+class Tally:
+    """What the Slurm commands run by one thread cost: how many, the bytes they printed and
+    the CPU time they used (their own, as the kernel accounts it when they are reaped). A
+    reconciler's cycle cost is its own CPU plus this: Slurm's clients do the heavy lifting."""
+
+    commands: int = 0
+    bytes: int = 0
+    cpu: float = 0.0
+
+    def minus(self, before: Tally) -> Tally:
+        return Tally(self.commands - before.commands, self.bytes - before.bytes,
+                     self.cpu - before.cpu)
+
+
+class _Child(subprocess.Popen):
+    """A Popen that keeps the child's resource usage when it reaps it (``os.wait4``), so a
+    command's CPU time is known exactly even while other threads run other commands
+    (``RUSAGE_CHILDREN`` would mix them). Overrides CPython's reaping hook, ``_try_wait``,
+    which every Python since 3.3 calls with the same signature."""
+
+    usage: resource.struct_rusage | None = None
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:
+            return self.pid, 0
+        if pid == self.pid:
+            self.usage = usage
+        return pid, status
+
+    @property
+    def cpu(self) -> float:
+        return self.usage.ru_utime + self.usage.ru_stime if self.usage else 0.0
 
 
 class TransientSlurmError(SlurmCommandError):
@@ -105,6 +146,20 @@ class SlurmRunner:
         self.env = dict(env) if env is not None else None
         self.calls: Counter[str] = Counter()
         self.on_command = on_command
+        self._local = threading.local()
+
+    def tally(self) -> Tally:
+        """The cost of the commands the calling thread ran so far (a copy)."""
+        mine = getattr(self._local, "tally", None)
+        return Tally(mine.commands, mine.bytes, mine.cpu) if mine else Tally()
+
+    def _spent(self, nbytes: int, cpu: float) -> None:
+        mine = getattr(self._local, "tally", None)
+        if mine is None:
+            mine = self._local.tally = Tally()
+        mine.commands += 1
+        mine.bytes += nbytes
+        mine.cpu += cpu
 
     def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
             env: Mapping[str, str] | None = None) -> str:
@@ -132,21 +187,22 @@ class SlurmRunner:
         return done.stdout
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed:
         """Run once, without retries, and return the answer whatever the exit status;
         raises only when the command cannot be run or times out."""
-        return self._counted(argv, lambda: self._execute(argv, timeout, stdin, None))
+        return self._counted(argv, lambda: self._execute(argv, timeout, stdin, env))
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
         """stdout line by line while the command runs; raises at the end when it failed.
         The caller must read to the end (or close the generator) to reap the process."""
         self.calls[argv[0]] += 1
         started = time.monotonic()
         limit = timeout or self.timeout
         try:
-            proc = subprocess.Popen([*self.prefix, *argv], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                    env=self.env)
+            proc = _Child([*self.prefix, *_setenv(env), *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=self.env)
         except OSError as exc:
             self._report(argv, started, False)
             raise SlurmCommandError(argv, f"cannot run {self._program(argv)}: "
@@ -154,9 +210,11 @@ class SlurmRunner:
         killer = threading.Timer(limit, proc.kill)
         killer.start()
         ok = False
+        nbytes = 0
         try:
             assert proc.stdout is not None and proc.stderr is not None
             for raw in proc.stdout:
+                nbytes += len(raw)
                 yield raw.decode("utf-8", "replace")
             stderr = proc.stderr.read().decode("utf-8", "replace")
             code = proc.wait()
@@ -173,6 +231,7 @@ class SlurmRunner:
                 proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]
             proc.stderr.close()  # type: ignore[union-attr]
+            self._spent(nbytes, proc.cpu)
             self._report(argv, started, ok)
 
     def _counted(self, argv: Sequence[str], execute: Callable[[], Completed]) -> Completed:
@@ -197,26 +256,32 @@ class SlurmRunner:
 
     def _execute(self, argv: Sequence[str], timeout: float | None, stdin: str | None,
                  env: Mapping[str, str] | None) -> Completed:
-        setenv = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
-        full = [*self.prefix, *setenv, *argv]
+        full = [*self.prefix, *_setenv(env), *argv]
+        limit = timeout or self.timeout
         try:
-            proc = subprocess.run(
-                full,
-                capture_output=True,
-                timeout=timeout or self.timeout,
-                env=self.env,
-                input=stdin.encode() if stdin is not None else None,
-                stdin=subprocess.DEVNULL if stdin is None else None,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise TransientSlurmError(
-                argv, f"no answer within {timeout or self.timeout:g} s (killed)"
-            ) from None
+            proc = _Child(full, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
         except OSError as exc:
             raise SlurmCommandError(argv, f"cannot run {full[0]}: {exc.strerror}") from None
-        return Completed(proc.stdout.decode("utf-8", "replace"),
-                         proc.stderr.decode("utf-8", "replace"), proc.returncode)
+        with proc:
+            try:
+                out, err = proc.communicate(stdin.encode() if stdin is not None else None,
+                                            timeout=limit)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # not communicate(): a grandchild may hold the pipes open
+                proc.wait()
+                self._spent(0, proc.cpu)
+                raise TransientSlurmError(argv, f"no answer within {limit:g} s (killed)"
+                                          ) from None
+        self._spent(len(out), proc.cpu)
+        return Completed(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
+                         proc.returncode)
+
+
+def _setenv(env: Mapping[str, str] | None) -> list[str]:
+    """``env NAME=VALUE`` in argv: it reaches the Slurm client through any prefix (a chroot,
+    ssh), where the environment of our own process would not."""
+    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
 
 def _log_retry(state: RetryCallState) -> None:

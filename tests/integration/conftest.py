@@ -16,6 +16,7 @@ from ccadapter.config import Config
 from ccadapter.slurm.collector import Collector, QueryResult
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import VERSIONS
+from tests.integration.scale_bed import scale_cluster, scale_testbed  # noqa: F401 (fixtures)
 from tests.integration.workload import (
     Cluster,
     Submitted,

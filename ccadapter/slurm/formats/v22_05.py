@@ -13,6 +13,10 @@ The baseline generation:
   (plain numbers) from submission on, and ``sacct -j LEADER`` answers with every component;
   any other job has ``{"job_id": 0, "job_offset": null}``. The listing's JobID reads
   ``LEADER+N`` from submission on too (``.listing``).
+- consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's
+  ``tres_alloc_str``, src/plugins/openapi/dbv0.0.38/parse.c:359), ``{"type": "energy",
+  "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null`` while unset (NO_VAL64 is
+  written as null, parse.c:824-838). Read by ``_common.consumed_energy``.
 """
 
 from __future__ import annotations

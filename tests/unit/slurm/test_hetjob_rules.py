@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from ccadapter.cc.payload import NotSendable, start_job_body, stop_job_body
+from ccadapter.cc.payload import NotSendable, energy_meta_body, start_job_body, stop_job_body
 from ccadapter.model import HetComponent, Job, Resource, Shared
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.formats.listing import RunStamp
@@ -60,6 +60,8 @@ def test_order_of_parts_does_not_matter_and_other_jobs_keep_their_place():
     ([("COMPLETED", True), ("RUNNING", False)], "RUNNING"),  # not over until the last part
     ([("RUNNING", False), ("CANCELLED", True)], "RUNNING"),
     ([("PENDING", False), ("PENDING", False)], "PENDING"),
+    # a component's PrologSlurmctld still runs: the het job's start is not final either
+    ([("RUNNING", False), ("CONFIGURING", False)], "CONFIGURING"),
 ])
 def test_state(states, expected):
     assert het_state(states) == expected
@@ -76,6 +78,27 @@ def test_a_run_ends_when_its_last_component_ends():
     (ended,) = merge_jobs([replace(lead, state="COMPLETED", end_time=300), comp])
     assert ended.finished and ended.state == "CANCELLED"
     assert stop_job_body(ended)["stopTime"] == 300
+
+
+def test_energy_is_what_slurm_accounted_to_the_components_summed():
+    lead, comp = part(11, 0, energy=500), part(12, 1, energy=250)
+    (job,) = merge_jobs([lead, comp])
+    assert job.energy == 750 and energy_meta_body(job)["payload"]["value"] == "750"
+    assert energy_meta_body(job)["jobId"] == 11
+    # sbatch --wrap runs steps in the leader only: the other component has no energy
+    (wrap,) = merge_jobs([lead, replace(comp, energy=None)])
+    assert wrap.energy == 500
+    (none,) = merge_jobs([replace(lead, energy=None), replace(comp, energy=None)])
+    assert none.energy is None and energy_meta_body(none) is None
+
+
+def test_the_start_waits_while_a_component_is_configuring():
+    lead = part(11, 0, state="RUNNING", end=0)
+    comp = part(12, 1, state="CONFIGURING", end=0)
+    (job,) = merge_jobs([lead, comp])
+    assert not job.started and events_for(job) == []
+    (running,) = merge_jobs([lead, replace(comp, state="RUNNING")])
+    assert running.started and [e.kind for e in events_for(running)] == ["start"]
 
 
 def test_requeued_runs_pair_by_start_and_a_component_without_its_leader_is_left_out():

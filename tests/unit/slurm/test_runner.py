@@ -80,3 +80,23 @@ def test_multi_line_stderr_becomes_one_log_line():
                             "sacct: error: a\n\nsacct: error: b\n")
     assert str(err) == "sacct --json: exit code 1: sacct: error: a | sacct: error: b"
     assert err.stderr.count("\n") == 3  # the raw text stays available
+
+
+def test_each_thread_knows_what_its_commands_cost(fake_bin):
+    """A reconciler's cycle cost: its commands' count, output bytes and CPU time, kept per
+    thread (the fast path runs commands in another thread at the same time)."""
+    import threading
+
+    d = fake_bin("sacct", 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo 12345')
+    r = runner_for(d)
+    other = []
+    t = threading.Thread(target=lambda: other.append((r.run(["sacct"]), r.tally())))
+    t.start()
+    t.join()
+    assert r.tally().commands == 0 and other[0][1].commands == 1
+    before = r.tally()
+    r.run(["sacct"])
+    list(r.lines(["sacct"]))
+    spent = r.tally().minus(before)
+    assert spent.commands == 2 and spent.bytes == 12
+    assert spent.cpu > 0.005  # the shell's loop, as the kernel accounted it

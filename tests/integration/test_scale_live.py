@@ -1,0 +1,93 @@
+"""The daemon beside a queue (issue 11, CI size): clusterscale holds 2,000 eligible pending
+jobs while 50 run and 2 jobs/s churn. Every churn job reaches cc-backend exactly once, no
+queued job is read or sent, and no cycle's cost grows with the queue: the window lists the
+runs that ran (a few hundred lines), never the 2,000 that wait.
+
+The production-sized run (50,000 queued, 500 running, 5 jobs/s, 128 nodes) is the benchmark
+``python -m tests.bench.scale``; this test keeps its code path in CI."""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from ccadapter.lastrun import LastRun
+from tests.integration.scale_bed import QUEUED_JOBS, ScaleBed
+from tests.integration.sync_scenario import (
+    TOKEN,
+    DaemonProc,
+    exactly_once,
+    wait_for,
+    write_config,
+)
+from tests.integration.workload import sacct_truth
+from tests.standin.ccbackend import CcBackendStandin
+from tests.testbed.load import CHURN, QUEUED
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+POLL = 10  # seconds: several cycles in the test's minute and a half
+CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
+
+
+def cycles(log: str) -> list[tuple[str, dict]]:
+    """The summaries the daemon logged, with their cost (see ccadapter.cycle_cost)."""
+    out = []
+    for line in log.splitlines():
+        m = CYCLE.search(line)
+        if m:
+            out.append((m["name"], ast.literal_eval(m["summary"])))
+    return out
+
+
+def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Path):
+    bed = scale_cluster
+    with CcBackendStandin(TOKEN, clusters=[bed.name]) as standin:
+        cfg = write_config(bed.cluster, standin, tmp_path, slurmPollInterval=POLL,
+                           prepSockListenPath=bed.hook_socket, ccPollInterval=3600)
+        LastRun(tmp_path / "lastrun").set(time.time() - 5)
+        daemon = DaemonProc(cfg, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 60,
+                     "daemon not listening")
+            time.sleep(60)  # jobs start and end through the hook and the polls
+            bed.stop_churn()
+            churn = sorted(bed.submitted_ids(CHURN))
+            # the last churn jobs run 25 s; then slurmdbd and the daemon catch up
+            wait_for(lambda: not exactly_once(standin, bed.cluster, churn), 240,
+                     "churn jobs not delivered exactly once")
+        finally:
+            assert daemon.terminate() == 0
+        log = daemon.log.read_text()
+    assert "Traceback" not in log
+    truth = sacct_truth(bed.cluster, churn)
+    ran = [j for j, t in truth.items() if t["start"] and t["nodes"]]
+    assert len(ran) >= 100, "too little churn to judge"
+    queued = bed.submitted_ids(QUEUED)
+    sent = {b["jobId"] for b in standin.started(bed.name)}
+    assert not sent & queued, "a queued job was sent"
+    assert set(ran) <= sent
+    seen = cycles(log)
+    windows = [s for name, s in seen if name == "slurm-window"]
+    assert len(windows) >= 5
+    for summary in windows[1:]:
+        cost = summary["cost"]
+        # the runs that ran in the window (about 50 running + 2/s ended), never the queue
+        assert summary["runs"] < QUEUED_JOBS / 4, summary
+        assert cost["slurm_bytes"] < 100 * (summary["runs"] + 10), summary
+        # one listing, then only the runs new to the outbox (the hook delivered most)
+        assert cost["slurm_commands"] <= 3, summary
+        assert summary["read"] <= summary["runs"], summary
+    steady = [s for s in windows[2:] if s["read"] == 0]
+    assert steady, "no window found everything delivered by the hook already"
+    assert all(s["cost"]["slurm_commands"] == 1 for s in steady)
+    for name, summary in seen:
+        if name == "nodestate":
+            assert summary["cost"]["slurm_commands"] == 1
+        if name == "stale-jobs" and summary.get("open"):
+            assert summary["cost"]["slurm_commands"] <= 1 + (summary["ended"] > 0) * 2

@@ -1,0 +1,35 @@
+"""A cycle's cost in its summary and in the metrics."""
+
+import time
+
+from ccadapter.cycle_cost import costed
+from ccadapter.metrics import Metrics
+from ccadapter.slurm.runner import Tally
+
+
+def test_a_cycle_summary_carries_its_cost():
+    spent = Tally()
+
+    def cycle():
+        spent.commands, spent.bytes, spent.cpu = 2, 300, 0.25  # as a runner would count
+        until = time.thread_time() + 0.02
+        while time.thread_time() < until:
+            pass
+        return {"new_events": 1}
+
+    summary = costed(cycle, lambda: Tally(spent.commands, spent.bytes, spent.cpu))()
+    cost = summary.pop("cost")
+    assert summary == {"new_events": 1}
+    assert cost["slurm_commands"] == 2 and cost["slurm_bytes"] == 300
+    assert cost["slurm_cpu"] == 0.25 and cost["cpu"] >= 0.02 and cost["seconds"] >= 0.02
+
+
+def test_metrics_record_the_cost_of_successful_cycles():
+    metrics = Metrics()
+    run = metrics.observed("slurm-window", costed(lambda: {}, lambda: Tally(1, 10, 0.5)))
+    run()
+    run()
+    value = metrics.registry.get_sample_value
+    assert value("ccadapter_reconciler_cycle_duration_seconds_count",
+                 {"reconciler": "slurm-window"}) == 2
+    assert value("ccadapter_reconciler_cpu_seconds_total", {"reconciler": "slurm-window"}) >= 0
