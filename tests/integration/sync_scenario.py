@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccadapter.lastrun import LastRun
-from tests.integration.workload import Cluster, sacct_truth
+from tests.integration.workload import Cluster, het_merged, sacct_truth
 from tests.standin.ccbackend import CcBackendStandin
 
 TOKEN = "it-token-0123456789abcdef"
@@ -154,8 +154,10 @@ def cluster_root(cluster: Cluster) -> str:
 
 
 def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) -> list[str]:
-    """Compare what the stand-in received with sacct's truth; returns the problems."""
-    truth = sacct_truth(cluster, ids)
+    """Compare what the stand-in received with sacct's truth; returns the problems. A het
+    job is one job under its leader's id (``het_merged``); its other components' ids must
+    never reach cc-backend."""
+    truth = het_merged(sacct_truth(cluster, ids))
     problems = []
     starts: dict[tuple[int, int], int] = {}
     for b in standin.started(cluster.name):
@@ -168,6 +170,9 @@ def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) ->
 
     for job_id, t in truth.items():
         run = (job_id, t["start"])
+        for comp in list(t.get("components", {}))[1:]:
+            if any(k[0] == comp for k in [*starts, *stops]):
+                problems.append(f"job {comp}: a component of het job {job_id} sent alone")
         if not (t["start"] and t["nodes"]):
             if any(k[0] == job_id for k in starts):
                 problems.append(f"job {job_id}: never started but sent")
@@ -182,6 +187,10 @@ def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) ->
             problems.append(f"job {job_id}: stop {stop} differs from sacct {t}")
         if tuple(r["hostname"] for r in start.get("resources", [])) != t["nodes"]:
             problems.append(f"job {job_id}: hosts {start.get('resources')} != {t['nodes']}")
+        if "components" in t and (start.get("numHwthreads") != t["cpus"] or start.get(
+                "metaData", {}).get("hetJobComponents") != ",".join(
+                f"{job_id}+{off}={comp}" for comp, off in t["components"].items())):
+            problems.append(f"het job {job_id}: start {start} differs from sacct {t}")
     bad = [r for r in standin.requests() if r.status == 400]
     if bad:
         problems.append(f"{len(bad)} answers 400: {bad[:2]}")

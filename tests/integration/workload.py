@@ -27,7 +27,7 @@ WORKLOAD: dict[str, list[str]] = {
     # runs long enough to overlap "hetjob", which only the backfill scheduler starts
     "gpujob": ["-p", "gpu", "--gres=gpu:tesla:1", "--wrap", "sleep 60"],
     # a heterogeneous job: a GPU component (the leader) and one of two CPUs; the backfill
-    # scheduler puts them on different nodes of the test bed
+    # scheduler, which alone starts het jobs, gives each component nodes of its own
     "hetjob": ["-n1", "-p", "gpu", "--gres=gpu:tesla:1", ":", "-n2", "-p", "debug",
                "--wrap", "sleep 30"],
     "arr": ["--array=1-3", "--wrap", "sleep 3"],
@@ -132,16 +132,16 @@ def drive(sub: Submitted, deadline: float = 300,
         if not busy_seen and all(_squeue_state(c, sub.ids[name][0]) == "RUNNING"
                                  for name in ("gpujob", "hetjob") if name in sub.ids):
             # the GPU jobs run 60 and 30 s: GPU indices can be read only while they run
-            _capture_running(sub)
+            capture_running(sub)
             if while_busy:
                 while_busy(sub)
             busy_seen = True
         if not cancelled and _squeue_state(c, sub.ids["cancelrun"][0]) == "RUNNING":
             _cancel_queued_behind(sub)
-            _capture_running(sub)
+            capture_running(sub)
             c.run("scancel", str(sub.ids["cancelrun"][0]))
             cancelled = True
-        _capture_running(sub)
+        capture_running(sub)
         states = sacct_truth(c, sub.all_ids(), expand_arrays=True)
         names = {r["name"] for r in states.values()}
         if cancelled and busy_seen and len(states) >= len(sub.all_ids()) + 2 and \
@@ -172,7 +172,9 @@ def _cancel_queued_behind(sub: Submitted) -> None:
     c.run("scancel", str(job_id))
 
 
-def _capture_running(sub: Submitted) -> None:
+def capture_running(sub: Submitted) -> None:
+    """Slurm's allocation of every job running now and not captured yet, by job id (each
+    component of a het job on its own)."""
     out = sub.cluster.run("squeue", "-h", "-o", "%A %T", check=False)
     for line in out.splitlines():
         job_id, state = line.split()
