@@ -3,16 +3,21 @@
 with every component's resources and counts summed -- through the Prolog/Epilog fast path
 (the hook runs once per component; the poll runs at the daemon's start only here), and its
 stop waits for the last component. Slurm's truth is read with ``sacct -P`` and one
-``scontrol show job -d`` per component (``workload.py``)."""
+``scontrol show job -d`` per component (``workload.py``). The three clusters run at once
+(one daemon and one stand-in each), as the workload does: the test costs one cluster's time."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from ccadapter.lastrun import LastRun
+from tests.conftest import VERSIONS
+from tests.integration.conftest import hook_configured
 from tests.integration.sync_scenario import (
     STOP,
     TOKEN,
@@ -59,13 +64,14 @@ def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> Daem
     return daemon
 
 
-def submit_het_jobs(cluster: Cluster) -> Submitted:
-    sub = Submitted(cluster, submitted_at=time.time())
+def submit_het_jobs(sub: Submitted) -> None:
+    cluster = sub.cluster
+    sub.submitted_at = time.time()
     for name, args in HET_JOBS.items():
         args = [a.format(gpu_node=cluster.gpu_node) for a in args]
         out = cluster.run("sbatch", "--parsable", "-J", name, "-o", "/dev/null", *args)
-        sub.ids[name] = het_ids(cluster, int(out.strip().split(";")[0]))
-    return sub
+        sub.ids[name] = [int(out.strip().split(";")[0])]
+        sub.ids[name] = het_ids(cluster, sub.ids[name][0])
 
 
 def running(cluster: Cluster, job_id: int) -> bool:
@@ -94,45 +100,93 @@ def run_het_jobs(cluster: Cluster, standin: CcBackendStandin, sub: Submitted) ->
     return cut_at
 
 
-@pytest.mark.timeout(600)
-def test_a_het_job_is_one_job_through_the_hook(cluster, tmp_path):
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        daemon = start_daemon(cluster, standin, tmp_path)
-        sub = submit_het_jobs(cluster)
+@dataclass
+class HetRun:
+    """One cluster's run: what the stand-in received, Slurm's truth, the daemon's log."""
+
+    cluster: Cluster
+    sub: Submitted
+    standin: CcBackendStandin
+    cut_at: float
+    exit_code: int
+    log: str
+
+
+def het_run(cluster: Cluster, tmp: Path) -> HetRun:
+    standin = CcBackendStandin(TOKEN, clusters=[cluster.name]).start()
+    sub = Submitted(cluster)
+    try:
+        daemon = start_daemon(cluster, standin, tmp)
         try:
+            submit_het_jobs(sub)
             cut_at = run_het_jobs(cluster, standin, sub)
         finally:
             cluster.run("scancel", *map(str, sub.all_ids()), check=False)  # after a failure
-            assert daemon.terminate() == 0
-        assert exactly_once(standin, cluster, sub.all_ids()) == []
-        truth = sacct_truth(cluster, sub.all_ids())
-        starts = {r.body["jobId"]: r for r in standin.requests("/api/jobs/start_job/")
-                  if r.status == 201}
-        stops = {r.body["jobId"]: r for r in standin.requests(STOP) if r.status == 200}
-        for name, ids in sub.ids.items():
-            leader = ids[0]
-            # through the hook: within seconds of Slurm's times (whole seconds: one more)
-            assert starts[leader].time - truth[leader]["start"] < 3.0, name
-            end = max(truth[i]["end"] for i in ids)
-            assert 0 <= stops[leader].time - end < 5.0, name
-            # every component's CPUs and GPUs, as `scontrol show job -d` said per component
-            cpus: dict[str, set[int]] = {}
-            gpus: dict[str, set[str]] = {}
-            for job_id in ids:
-                for host, threads in sub.truth_cpus[job_id].items():
-                    cpus.setdefault(host, set()).update(threads)
-                    gpus.setdefault(host, set()).update(
-                        str(i) for i in sub.truth_gpus[job_id][host])
-            body = starts[leader].body
-            assert {r["hostname"]: set(r.get("hwthreads", ())) for r in body["resources"]} \
-                == cpus, name
-            assert {r["hostname"]: set(r.get("accelerators", ())) for r in body["resources"]} \
-                == gpus, name
-            assert body["numAcc"] == sum(map(len, gpus.values())), name
-            assert body["numNodes"] == len(body["resources"]) == len(cpus), name
-        assert stops[sub.ids["hetcut"][0]].time > cut_at + 5  # after the leader, not the part
-        assert stops[sub.ids["hetcut"][0]].body["jobState"] == "cancelled"
-        assert starts[sub.ids["hetgpu"][0]].body["numAcc"] == 1
-        assert starts[sub.ids["hetgpu"][0]].body["numNodes"] == 2
-        log = daemon.log.read_text()
-        assert "Traceback" not in log and TOKEN not in log
+            code = daemon.terminate()
+    except BaseException:
+        standin.stop()
+        raise
+    return HetRun(cluster, sub, standin, cut_at, code, daemon.log.read_text())
+
+
+@pytest.fixture(scope="module")
+def het_runs(testbed, tmp_path_factory):
+    """Every cluster's run, at once; a cluster's failure is raised by its own test."""
+    for c in testbed.values():
+        if not hook_configured(c):
+            pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
+                        "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
+    runs: dict[str, HetRun | BaseException] = {}
+    with ThreadPoolExecutor(len(testbed)) as pool:
+        futures = {v: pool.submit(het_run, c, tmp_path_factory.mktemp(f"het{v}"))
+                   for v, c in testbed.items()}
+        for v, future in futures.items():
+            try:
+                runs[v] = future.result()
+            except Exception as exc:  # re-raised by that cluster's test
+                runs[v] = exc
+    yield runs
+    for run in runs.values():
+        if isinstance(run, HetRun):
+            run.standin.stop()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_het_job_is_one_job_through_the_hook(het_runs, version):
+    run = het_runs[version]
+    if isinstance(run, BaseException):
+        raise run
+    cluster, sub, standin, cut_at = run.cluster, run.sub, run.standin, run.cut_at
+    assert run.exit_code == 0
+    assert exactly_once(standin, cluster, sub.all_ids()) == []
+    truth = sacct_truth(cluster, sub.all_ids())
+    starts = {r.body["jobId"]: r for r in standin.requests("/api/jobs/start_job/")
+              if r.status == 201}
+    stops = {r.body["jobId"]: r for r in standin.requests(STOP) if r.status == 200}
+    for name, ids in sub.ids.items():
+        leader = ids[0]
+        # through the hook: within seconds of Slurm's times (whole seconds: one more)
+        assert starts[leader].time - truth[leader]["start"] < 3.0, name
+        end = max(truth[i]["end"] for i in ids)
+        assert 0 <= stops[leader].time - end < 5.0, name
+        # every component's CPUs and GPUs, as `scontrol show job -d` said per component
+        cpus: dict[str, set[int]] = {}
+        gpus: dict[str, set[str]] = {}
+        for job_id in ids:
+            for host, threads in sub.truth_cpus[job_id].items():
+                cpus.setdefault(host, set()).update(threads)
+                gpus.setdefault(host, set()).update(
+                    str(i) for i in sub.truth_gpus[job_id][host])
+        body = starts[leader].body
+        assert {r["hostname"]: set(r.get("hwthreads", ())) for r in body["resources"]} \
+            == cpus, name
+        assert {r["hostname"]: set(r.get("accelerators", ())) for r in body["resources"]} \
+            == gpus, name
+        assert body["numAcc"] == sum(map(len, gpus.values())), name
+        assert body["numNodes"] == len(body["resources"]) == len(cpus), name
+    assert stops[sub.ids["hetcut"][0]].time > cut_at + 5  # after the leader, not the part
+    assert stops[sub.ids["hetcut"][0]].body["jobState"] == "cancelled"
+    assert starts[sub.ids["hetgpu"][0]].body["numAcc"] == 1
+    assert starts[sub.ids["hetgpu"][0]].body["numNodes"] == 2
+    assert "Traceback" not in run.log and TOKEN not in run.log
