@@ -13,6 +13,12 @@ not finished recording is asked again after a short, growing delay (at most
 ``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
 the poll catches: it is an accelerator, never the only path, so a full pending set drops
 messages with a log line.
+
+slurmctld runs the hook once per component of a heterogeneous job, each time with that
+component's id (and ``SLURM_HET_JOB_ID``, the leader's). The collector reads every component
+of the het job whichever was announced, and builds one job under the leader's id; the
+announcements of all its components count for that job (an end is awaited until the last
+component has ended).
 """
 
 from __future__ import annotations
@@ -142,7 +148,9 @@ class FastPath:
             return
         events = []
         for job in jobs:
-            wanted, attempts = batch[job.job_id]
+            told = [batch[i] for i in job.slurm_ids if i in batch]  # components: several
+            wanted = set().union(*(kinds for kinds, _ in told))
+            attempts = max((n for _, n in told), default=0)
             if "end" in wanted and not job.finished:
                 self._retry(job.job_id, "end", attempts)
             elif "start" in wanted and base_state(job.state) == "CONFIGURING":

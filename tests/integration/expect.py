@@ -17,6 +17,10 @@ Fields compared, for each run Slurm started (sacct Start and NodeList set):
 - stop: ``jobId``, ``cluster``, ``startTime``, ``stopTime`` (End), ``jobState`` (the
   cc-backend name of sacct's State).
 
+A heterogeneous job is one run under its leader's id (``workload.het_merged`` restates the
+README's rules from sacct's text), with ``metaData.hetJobComponents`` naming its components;
+no component may be sent under its own id.
+
 CPU ids and GPU indices are known only for runs whose allocation a test read from
 slurmctld (GPU indices only while the run ran); where it did not, those two are *unverified*
 (counted, never silently passed).
@@ -74,6 +78,11 @@ def check_start(body: dict[str, Any], cluster: str, job_id: int, t: dict,
     for key, value in want.items():
         if body.get(key) != value:
             v.wrong.append(f"{key} {body.get(key)!r} != Slurm's {value!r}")
+    if "components" in t:  # a het job (workload.het_merged): its components named
+        want_parts = ",".join(f"{job_id}+{off}={comp}" for comp, off in t["components"].items())
+        got_parts = (body.get("metaData") or {}).get("hetJobComponents")
+        if got_parts != want_parts:
+            v.wrong.append(f"metaData.hetJobComponents {got_parts!r} != Slurm's {want_parts!r}")
     name = (body.get("metaData") or {}).get("jobName")
     if name != t["name"]:
         v.wrong.append(f"metaData.jobName {name!r} != Slurm's {t['name']!r}")
@@ -148,6 +157,10 @@ def delivery_problems(cluster: str, truth: dict[int, dict],
     sent. ``strict_allocation``: an unverified CPU-id/GPU check is a problem too."""
     problems = []
     for job_id, t in truth.items():
+        for comp in list(t.get("components", {}))[1:]:  # a het job is sent under its leader
+            if any(k[0] == comp for k in [*starts, *stops]):
+                problems.append(f"{where}job {comp}: a component of het job {job_id} sent "
+                                "alone")
         if not ran(t):
             if any(k[0] == job_id for k in starts):
                 problems.append(f"{where}job {job_id}: never started but sent")

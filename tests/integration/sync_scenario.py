@@ -19,6 +19,8 @@ from tests.integration.workload import (
     Allocation,
     Cluster,
     controller_allocations,
+    het_allocations,
+    het_merged,
     sacct_truth,
 )
 from tests.standin.ccbackend import CcBackendStandin
@@ -164,9 +166,10 @@ def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int],
     """Compare what the stand-in received with Slurm's own answer (tests/integration/
     expect.py: every field, exactly once); returns the problems. CPU ids come from what
     slurmctld holds now (jobs ended within MinJobAge) unless ``allocs`` (read while the jobs
-    ran, with their GPU indices) says more."""
-    truth = sacct_truth(cluster, ids)
-    known = {**controller_allocations(cluster), **(allocs or {})}
+    ran, with their GPU indices) says more. A het job is one job under its leader's id
+    (``het_merged``); its other components' ids must never reach cc-backend."""
+    truth = het_merged(sacct_truth(cluster, ids))
+    known = het_allocations(truth, {**controller_allocations(cluster), **(allocs or {})})
     problems = delivery_problems(cluster.name, truth, by_run(standin.started(cluster.name)),
                                  by_run(standin.stopped()), known)
     bad = [r for r in standin.requests() if r.status == 400]

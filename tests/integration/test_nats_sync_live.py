@@ -26,6 +26,8 @@ from tests.integration.workload import (
     Allocation,
     Cluster,
     controller_allocations,
+    het_allocations,
+    het_merged,
     sacct_truth,
     submitted_allocations,
 )
@@ -80,9 +82,9 @@ def nats_matches_slurm(url: str, cluster: Cluster, ids: list[int],
     got = received(url)
     starts = {(k[1], k[2]): v for k, v in got.items() if k[0] == "start_job"}
     stops = {(k[1], k[2]): v for k, v in got.items() if k[0] == "stop_job"}
-    known = {**controller_allocations(cluster), **(allocs or {})}
-    return delivery_problems(cluster.name, sacct_truth(cluster, ids), starts, stops, known,
-                             where="NATS ")
+    truth = het_merged(sacct_truth(cluster, ids))
+    known = het_allocations(truth, {**controller_allocations(cluster), **(allocs or {})})
+    return delivery_problems(cluster.name, truth, starts, stops, known, where="NATS ")
 
 
 def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
