@@ -32,6 +32,8 @@ them. That is told apart from a wrong answer by what the daemon itself read: the
 ``metaData.slurmInfo`` it sent is slurmctld's record at that moment; when it shows the run
 ended already (or is absent: slurmctld no longer held the job), the missing ids are
 *forgotten* (counted, shown, not wrong); when it shows the run still running, they are wrong.
+Likewise a run read after slurmctld forgot it (MinJobAge after its end, e.g. ``sync --once``
+over an old window): no ``slurmInfo``, no CPU ids, which are *forgotten* too.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def check_start(body: dict[str, Any], cluster: str, job_id: int, t: dict,
     if hosts != t["nodes"]:
         v.wrong.append(f"hosts {hosts} != Slurm's {t['nodes']}")
         return v
-    _check_allocation(v, resources, t, alloc, _read_running(body))
+    _check_allocation(v, resources, t, alloc, _read_running(body), _held(body))
     return v
 
 
@@ -104,12 +106,22 @@ def _read_running(body: dict[str, Any]) -> bool:
     return bool(found) and found[1] in ("RUNNING", "CONFIGURING", "SUSPENDED")
 
 
+def _held(body: dict[str, Any]) -> bool:
+    """Did slurmctld still hold the run when the daemon read it (a slurmInfo was sent)?"""
+    return bool((body.get("metaData") or {}).get("slurmInfo"))
+
+
 def _check_allocation(v: Verdict, resources: list[dict], t: dict,
-                      alloc: Allocation | None, read_running: bool) -> None:
+                      alloc: Allocation | None, read_running: bool, held: bool) -> None:
     sent_cpus = {r["hostname"]: tuple(r.get("hwthreads") or ()) for r in resources}
     sent_gpus = {r["hostname"]: tuple(r.get("accelerators") or ()) for r in resources}
     if alloc is None or set(alloc.cpus) != set(t["nodes"]):
         v.unverified.append("hwthreads: slurmctld's CPU ids were not read")
+    elif not any(sent_cpus.values()) and not held:
+        # read after slurmctld forgot the job (MinJobAge after its end; slurmdbd never has
+        # CPU ids): e.g. `sync --once` over a window that ended long ago
+        v.forgotten.append(f"hwthreads: none sent, slurmctld's {alloc.cpus} were gone when "
+                           "the daemon read the run")
     elif sent_cpus != alloc.cpus:
         v.wrong.append(f"hwthreads {sent_cpus} != slurmctld's {alloc.cpus}")
     if not t["gpus"]:  # no GPU in the allocation: none may be named
