@@ -8,12 +8,13 @@ import ast
 import os
 import re
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.testbed.measure_commands import run_once
 
 TICK = os.sysconf("SC_CLK_TCK")
 CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
@@ -148,32 +149,6 @@ def start_latency(stamps: dict[int, float], received: dict[int, float],
     return lat
 
 
-@dataclass
-class CommandCost:
-    argv: str
-    wall: float
-    cpu: float  # the client's user + system seconds
-    out_bytes: int
-    rc: int
-
-
-def command_cost(argv: Sequence[str], timeout: float = 300) -> CommandCost:
-    """Run once, reading all it prints; wall, the client's CPU (wait4) and bytes."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    size = 0
-    while chunk := proc.stdout.read(1 << 20):
-        size += len(chunk)
-        if time.monotonic() - t0 > timeout:
-            proc.kill()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    return CommandCost(" ".join(argv), round(time.monotonic() - t0, 3),
-                       round(usage.ru_utime + usage.ru_stime, 3), size, proc.returncode)
-
-
 def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
                     runs: int) -> dict[str, dict]:
     """What cc-slurm-adapter runs per poll (its slurm.go: a sacct window of every job and
@@ -184,7 +159,7 @@ def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
     queue = ["squeue", "--noheader", "--cluster", cluster, "--all", "--json"]
     out = {}
     for name, argv in (("sacct", window), ("squeue", queue)):
-        costs = sorted((command_cost([*prefix, *argv]) for _ in range(runs)),
+        costs = sorted((run_once([*prefix, *argv], {}) for _ in range(runs)),
                        key=lambda c: c.wall)
         mid = costs[len(costs) // 2]
         out[name] = {"argv": " ".join(argv), "wall": mid.wall,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
 from tests.conftest import VERSIONS
 from tests.integration.conftest import hook_configured
 from tests.integration.sync_scenario import (
@@ -24,9 +23,8 @@ from tests.integration.sync_scenario import (
     DaemonProc,
     exactly_once,
     wait_for,
-    write_config,
 )
-from tests.integration.test_hook_live import hook_socket
+from tests.integration.test_hook_live import start_daemon as start_hook_daemon
 from tests.integration.workload import (
     TERMINAL,
     Cluster,
@@ -53,17 +51,8 @@ HET_JOBS = {
 
 
 def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> DaemonProc:
-    """A daemon whose poll runs at its start only (slurmPollInterval 600 s): what arrives
-    later came through the hook."""
-    cfg = write_config(cluster, standin, tmp, slurmPollInterval=600, ccPollInterval=3600,
-                       prepSockListenPath=hook_socket(cluster))
-    LastRun(tmp / "lastrun").set(time.time() - 5)
-    daemon = DaemonProc(cfg, tmp / "daemon.log")
-    daemon.start()
-    wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-             "daemon not listening")
-    time.sleep(1)  # let the first poll cycle pass
-    return daemon
+    """A daemon whose poll runs at its start only: what arrives later came through the hook."""
+    return start_hook_daemon(cluster, standin, tmp, poll=600)
 
 
 def submit_het_jobs(sub: Submitted) -> None:
