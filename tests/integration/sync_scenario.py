@@ -62,6 +62,11 @@ class DaemonProc:
              "--log-level", self.log_level], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
         fh.close()
 
+    def wait_listening(self, timeout: float = 30) -> None:
+        """Until the daemon listens for the Prolog/Epilog hook (its start is done)."""
+        wait_for(lambda: "listening for Prolog/Epilog" in self.log.read_text(), timeout,
+                 "daemon not listening")
+
     def kill(self) -> None:
         assert self.proc
         self.proc.send_signal(signal.SIGKILL)

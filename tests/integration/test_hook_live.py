@@ -39,8 +39,7 @@ def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path,
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
     daemon.start()
-    wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-             "daemon not listening")
+    daemon.wait_listening()
     time.sleep(1)  # let the first poll cycle pass
     return daemon
 

@@ -168,8 +168,7 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
     started = time.time()
     daemon.start()
     try:
-        wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-                 "daemon not listening")
+        daemon.wait_listening()
         wait_for(lambda: get(parse(scrape(url)), "ccadapter_reconciler_last_success_"
                              "timestamp_seconds", reconciler="slurm-window") > 0, 30,
                  "no slurm-window cycle in /metrics")

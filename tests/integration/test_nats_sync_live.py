@@ -137,8 +137,7 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-                     "daemon not listening")
+            daemon.wait_listening()
             ids = [*submit_batch(cluster, "natsdown", 3), submit_script_job(cluster, tmp_path)]
             wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
                      "REST delivery stalled while NATS was unreachable")

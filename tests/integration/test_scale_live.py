@@ -39,8 +39,7 @@ def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Pat
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 60,
-                     "daemon not listening")
+            daemon.wait_listening(60)
             time.sleep(60)  # jobs start and end through the hook and the polls
             bed.stop_churn()
             churn = sorted(bed.submitted_ids(CHURN))
