@@ -20,6 +20,7 @@ from tests.integration.scale_bed import scale_cluster, scale_testbed  # noqa: F4
 from tests.integration.workload import (
     Cluster,
     Submitted,
+    cancel_leftovers,
     drive,
     sacct_truth,
     submit,
@@ -37,6 +38,9 @@ def testbed() -> dict[str, Cluster]:
         if os.environ.get("CCADAPTER_REQUIRE_SLURM"):
             pytest.fail(msg)
         pytest.skip(msg)
+    for c in clusters.values():
+        if c.short in VERSIONS and (left := cancel_leftovers(c)):
+            print(f"\n{c.name}: cancelled {len(left)} jobs left by an earlier run: {left}")
     return clusters
 
 

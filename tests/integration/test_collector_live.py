@@ -54,9 +54,12 @@ def union_by_job(sub, per_id):
 
 def test_cpu_ids_equal_scontrol(workload):
     sub, jobs = workload.sub, by_id(workload.final)
-    assert len(sub.truth_cpus) >= 8, "too few running jobs observed"
+    ours = set(sub.all_ids())  # drive() also reads jobs other tests left running
+    assert len(ours & set(sub.truth_cpus)) >= 8, "too few running jobs observed"
     assert set(sub.ids["hetjob"]) <= set(sub.truth_cpus), "het job not seen running"
     for job_id, cpus in union_by_job(sub, sub.truth_cpus).items():
+        if job_id not in ours:
+            continue
         job = jobs[job_id]
         assert job.allocation_known, job_id
         assert {r.hostname: r.hwthreads for r in job.resources} == cpus, job_id

@@ -96,6 +96,23 @@ def submit(cluster: Cluster) -> Submitted:
     return sub
 
 
+def cancel_leftovers(cluster: Cluster, timeout: float = 90) -> list[int]:
+    """Cancel every job an earlier, interrupted test run left on the cluster and wait until
+    none runs: a leftover would hold nodes the tests' jobs need and show up in what the
+    tests read from slurmctld. Returns the ids cancelled."""
+    ids = [int(i) for i in cluster.run("squeue", "-h", "-o", "%A", check=False).split()]
+    if not ids:
+        return []
+    cluster.run("scancel", *map(str, ids), check=False)
+    until = time.time() + timeout
+    while cluster.run("squeue", "-h", "-o", "%A", check=False).split():
+        if time.time() > until:
+            raise TimeoutError(f"{cluster.name}: jobs left from an earlier run did not end "
+                               f"in {timeout} s after scancel")
+        time.sleep(0.5)
+    return ids
+
+
 def het_ids(cluster: Cluster, leader: int) -> list[int]:
     """Every component's job id of a het job, as slurmctld says (``HetJobIdSet=11-12``)."""
     out = cluster.run("scontrol", "show", "job", str(leader))
