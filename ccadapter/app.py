@@ -206,7 +206,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     else:
         assert nats is not None, "natsServer is checked before build()"
         deliver = _route(nats, rest, node_states_on_nats=node_states == "nats")
-    deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
+    deliverer = Deliverer(outbox.queue, deliver, workers=workers,
+                          on_result=recorder.delivery_result)
     last_run = last_run or LastRun(config.last_run_path)
     window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
                             config.slurm_window_overlap, config.ignore_hosts_pattern(),
@@ -250,7 +251,7 @@ def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Rec
             window.take_over()
 
     recorder.role(Role.STANDBY.value)
-    return Control(collector, config.controller_host(), record=outbox.set_state,
+    return Control(collector, config.controller_host(), record=outbox.store.set_state,
                    on_change=changed)
 
 

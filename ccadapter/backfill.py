@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
 
@@ -66,7 +66,7 @@ class Backfill:
         for result in self.collector.iter_window(since, until):
             events = [ev for job in result.jobs for ev in events_for(job, self.ignore)]
             new += self.outbox.enqueue(events)
-            resent += self.outbox.resend(events) if self.resend else 0
+            resent += admin.resend(self.outbox.store, events) if self.resend else 0
             jobs += len(result.jobs)
             events_total += len(events)
             skipped += len(result.errors)

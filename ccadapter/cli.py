@@ -37,7 +37,7 @@ from ccadapter.lastrun import LastRun
 from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
 from ccadapter.notify.nats import safe_url
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.pidlock import AlreadyRunning, PidLock
 from ccadapter.problems import describe, sqlite_advice
 from ccadapter.reconcilers import Reconciler
@@ -378,7 +378,7 @@ def _sync_once(config: Config, deps: Deps, dry_run: bool, only: str | None,
         failed = [name for name, rec in app.reconcilers.items()
                   if only in (None, name) and not _run_reconciler(name, rec, config)]
         if dry_run:
-            for ev in app.outbox.changed():
+            for ev in admin.changed(app.outbox.store):
                 click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
                                        "jobId": ev.job_id, "startTime": ev.start_time,
                                        "body": ev.payload}, ensure_ascii=False))
@@ -395,7 +395,7 @@ def _dry_run_outbox(config: Config, target: Path) -> Outbox:
     adds or changes: every one of those events is listed, stops of new runs included."""
     real = outbox_path(config)
     outbox = Outbox.copy_of(real, target) if real.exists() else Outbox(target)
-    outbox.track_changes()
+    admin.track_changes(outbox.store)
     return outbox
 
 
@@ -421,7 +421,7 @@ def _report_undelivered(app: App, summary: dict[str, Any]) -> bool:
             reason = app.client.last_problem or "see the messages above"
         else:
             reason = _nats_problem(app)
-        lines.append(f"events not delivered: {reason}; {app.outbox.stats()['pending']} "
+        lines.append(f"events not delivered: {reason}; {admin.stats(app.outbox.store)['pending']} "
                      "event(s) wait in the outbox for the daemon (or the next run)")
     if (nats := summary.get("nats")) and nats["retry_later"]:
         lines.append(f"{nats['retry_later']} NATS notification(s) not published: "
@@ -545,7 +545,7 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
     config = _load(config_path)
     outbox = _existing_outbox(config)
     try:
-        rows = outbox.list_events(None if status_ == "all" else status_, kind, limit)
+        rows = admin.list_events(outbox.store, None if status_ == "all" else status_, kind, limit)
     finally:
         outbox.close()
     rows = scrub(rows, secret_values(config))
@@ -566,7 +566,7 @@ def queue_retry(config_path: str | None, ids: tuple[int, ...], all_rejected: boo
     outbox = _existing_outbox(config)
     try:
         with _outbox_writer(config, config_path, "queue retry"):
-            done = outbox.requeue(None if all_rejected else ids)
+            done = admin.requeue(outbox.store, None if all_rejected else ids)
     finally:
         outbox.close()
     click.echo(f"{len(done)} event(s) due now" + (f": {_ids(done)}" if done else ""))
@@ -606,8 +606,8 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
 def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, yes: bool,
                     secrets: list[str], now: float) -> list[int] | None:
     """Show the events, ask, drop; None when there was nothing to drop."""
-    rows = (outbox.list_events("rejected", None, 1_000_000) if all_rejected
-            else outbox.events_by_id(ids))
+    rows = (admin.list_events(outbox.store, "rejected", None, 1_000_000) if all_rejected
+            else admin.events_by_id(outbox.store, ids))
     if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
         click.echo(f"error: nothing dropped: no such undelivered event: {_ids(bad)}",
                    err=True)
@@ -619,7 +619,7 @@ def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, ye
     if not yes:
         click.confirm(f"Drop these {len(rows)} event(s)? They will never be sent",
                       abort=True)
-    return outbox.drop([r["id"] for r in rows])
+    return admin.drop(outbox.store, [r["id"] for r in rows])
 
 
 def _build(config: Config, deps: Deps, **kwargs: Any) -> App:
@@ -711,7 +711,7 @@ def _backfill_report(results: list[ChunkResult]) -> None:
 def _deliver_and_report(app: App) -> bool:
     """Deliver, say what happened; True if events were left for later (said on stderr)."""
     done = app.deliver_once()
-    left = app.outbox.stats()["pending"]
+    left = admin.stats(app.outbox.store)["pending"]
     nats = (f", {done['nats']['published']} published on NATS" if "nats" in done else "")
     click.echo(f"delivered {done['delivered']}, rejected {done['rejected']}{nats}, "
                f"{left} pending (the daemon retries them)")

@@ -1,6 +1,6 @@
 """Drains a queue of the outbox with a bounded pool of workers.
 
-One batch at a time: claim the due events, deliver them in parallel, record every result in
+One batch at a time: take the due events, deliver them in parallel, record every result in
 one transaction. A batch never holds a start and the stop of the same run (the queue hands
 out a stop only after its start was delivered), so the per-job order needs no locking here.
 
@@ -29,7 +29,7 @@ class Sender(Protocol):
 
 
 class Queue(Protocol):
-    """What the engine drains: the outbox, or its NATS notification queue."""
+    """What the engine drains: an outbox queue (events for cc-backend, or NATS notifications)."""
 
     def due(self, limit: int = 256) -> list[Event]: ...
 

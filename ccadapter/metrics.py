@@ -7,7 +7,7 @@ tests and the one-shot commands run without metrics. :class:`NoMetrics` is the s
 with the same methods that does nothing. prometheus_client's global ``REGISTRY`` is never
 used: two daemons in one test process must not share counters.
 
-The outbox figures are read from ``Outbox.stats()`` when Prometheus scrapes (a custom
+The outbox figures are read from ``outbox.admin.stats()`` when Prometheus scrapes (a custom
 collector), not polled: a scrape is the only moment they are needed. Label values are names
 from the code (event kinds, Slurm commands, endpoints, reasons), never data from jobs or the
 config, so no label can carry a secret or grow without bound.
@@ -30,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
 from ccadapter.cc.client import KINDS
-from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
+from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class OutboxCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            stats = self.outbox.stats()
+            stats = admin.stats(self.outbox.store)
         except sqlite3.Error as exc:  # a scrape must not fail with the outbox's trouble
             log.warning("metrics: outbox not readable: %s", exc)
             return iter(())

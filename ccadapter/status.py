@@ -23,7 +23,7 @@ from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.pidlock import PidLock, pid_alive
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class CycleLog:
         record = {"at": self.clock(), "ok": routine.last_error is None,
                   "lastOk": routine.last_ok, "error": routine.last_error}
         try:
-            self.outbox.set_state(CYCLE_PREFIX + routine.name, json.dumps(record))
+            self.outbox.store.set_state(CYCLE_PREFIX + routine.name, json.dumps(record))
         except (sqlite3.Error, OutboxError) as exc:
             log.warning("cannot record the cycle of %s for `status`: %s", routine.name, exc)
         if self.then:
@@ -96,14 +96,14 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         return {"outbox": view, "reconcilers": {}, "control": None}
     outbox = Outbox(path, clock=lambda: now)
     try:
-        stats = outbox.stats()
+        stats = admin.stats(outbox.store)
         view.update(pending=stats["pending"], rejected=stats["rejected"],
                     counts=_nested(stats["counts"]),
-                    rejectedEvents=outbox.rejected(rejected_limit))
+                    rejectedEvents=admin.rejected(outbox.store, rejected_limit))
         if stats["pending"]:
             view["oldestPendingAge"] = round(stats["oldest_pending_age"], 3)
-        cycles = outbox.state_items(CYCLE_PREFIX)
-        control = outbox.get_state(CONTROL_KEY)
+        cycles = outbox.store.state_items(CYCLE_PREFIX)
+        control = outbox.store.get_state(CONTROL_KEY)
     finally:
         outbox.close()
     return {"outbox": view, "reconcilers": _cycles(cycles, now),

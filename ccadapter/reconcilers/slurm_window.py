@@ -96,7 +96,7 @@ class SlurmWindow:
     def window_start(self, now: float) -> float:
         cfg = self.settings
         if self.lookback:
-            origin = self.outbox.get_state(_ORIGIN)
+            origin = self.outbox.store.get_state(_ORIGIN)
             span = min(self.lookback, cfg.max_span)
             return max(now - span, float(origin)) if origin else now
         last = self.last_run.get()
@@ -113,7 +113,7 @@ class SlurmWindow:
                         now - last, cfg.max_span, time.ctime(earliest))
             return earliest
         since = max(last - cfg.overlap, earliest)
-        outage = self.outbox.get_state(_OUTAGE)
+        outage = self.outbox.store.get_state(_OUTAGE)
         return min(since, float(outage)) if outage else since
 
     def take_over(self) -> None:
@@ -123,7 +123,7 @@ class SlurmWindow:
         off), and slurm-lookback reaches back no further than that window, not into the
         stretch the other daemon covered (re-sending it all again, as 422s)."""
         for key in (_OUTAGE, _RECOVERED, _ORIGIN):
-            self.outbox.del_state(key)
+            self.outbox.store.del_state(key)
 
     def run_once(self) -> dict[str, Any]:
         now = self.clock()
@@ -137,13 +137,13 @@ class SlurmWindow:
             try:
                 self._slice(lo, None if last else hi, tally)
             except CcAdapterError:
-                if not self.lookback and self.outbox.get_state(_OUTAGE) is None:
-                    self.outbox.set_state(_OUTAGE, repr(lo))
-                self.outbox.del_state(_RECOVERED)
+                if not self.lookback and self.outbox.store.get_state(_OUTAGE) is None:
+                    self.outbox.store.set_state(_OUTAGE, repr(lo))
+                self.outbox.store.del_state(_RECOVERED)
                 raise
             if not self.lookback:
-                if self.outbox.get_state(_ORIGIN) is None:
-                    self.outbox.set_state(_ORIGIN, repr(since))
+                if self.outbox.store.get_state(_ORIGIN) is None:
+                    self.outbox.store.set_state(_ORIGIN, repr(since))
                 self.last_run.set(hi)
             if len(spans) > 1:
                 log.info("%s: slice %d/%d (%s .. %s) done: %d runs listed, %d read, %d new "
@@ -176,16 +176,16 @@ class SlurmWindow:
             tally.new += self.outbox.enqueue(events)  # one transaction per batch
 
     def _after_outage(self, now: float) -> None:
-        if self.outbox.get_state(_OUTAGE) is None:
+        if self.outbox.store.get_state(_OUTAGE) is None:
             return
-        recovered = self.outbox.get_state(_RECOVERED)
+        recovered = self.outbox.store.get_state(_RECOVERED)
         if recovered is None:
             log.info("sacct answers again; windows start at the outage's start for %.0f s",
                      self.outage_grace)
-            self.outbox.set_state(_RECOVERED, repr(now))
+            self.outbox.store.set_state(_RECOVERED, repr(now))
         elif now - float(recovered) > self.outage_grace:
-            self.outbox.del_state(_OUTAGE)
-            self.outbox.del_state(_RECOVERED)
+            self.outbox.store.del_state(_OUTAGE)
+            self.outbox.store.del_state(_RECOVERED)
 
 
 def slices(since: float, until: float, size: float) -> list[tuple[float, float]]:

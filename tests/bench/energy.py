@@ -68,8 +68,8 @@ def cycles(n: int, joules: int | None, energy: bool, count: int) -> list[tuple[i
         jobs = [j for r in collector.iter_jobs([r["job_id"] for r in doc["jobs"]], starts=())
                 for j in r.jobs]
         box.enqueue([ev for j in jobs for ev in events_for(replace(j, energy=None))])
-        while due := box.due(1000):  # delivered, as the fast path's are within a second
-            box.record(Result(e.id, DELIVERED) for e in due)
+        while due := box.queue.due(1000):  # delivered, as the fast path's are within a second
+            box.queue.record(Result(e.id, DELIVERED) for e in due)
         last = LastRun(Path(tmp) / "lastrun")
         settings = WindowSettings("cluster24", energy=energy)
         since = min(r["time"]["start"] for r in doc["jobs"]) - 10

@@ -34,7 +34,7 @@ def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
         while not pub.connected:
             time.sleep(0.02)
         box = Outbox(box_path)
-        deliverer = Deliverer(box, NatsDelivery(pub, "bench", Subjects("jobs")),
+        deliverer = Deliverer(box.queue, NatsDelivery(pub, "bench", Subjects("jobs")),
                               workers=daemon_workers())
         started = time.perf_counter()
         done = 0

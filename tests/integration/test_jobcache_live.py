@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from tests.integration.sync_scenario import (
     START,
     TOKEN,
@@ -90,8 +90,8 @@ def test_restarts_within_a_commit_interval(cluster, tmp_path):
         assert exactly_once(standin, cluster, ids) == []
         box = Outbox(Path(tmp_path, "state", "outbox.sqlite"))
         try:
-            stats = box.stats()
-            assert stats["rejected"] == 0, box.rejected()
+            stats = admin.stats(box.store)
+            assert stats["rejected"] == 0, admin.rejected(box.store)
             pending = {k: v for k, v in stats["counts"].items()
                        if k.endswith(":pending") and not k.startswith("nodestate")}
             assert pending == {}

@@ -19,7 +19,7 @@ import pytest
 from ccadapter.delivery import Deliverer
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
-from ccadapter.outbox import DELIVERED, Backoff, NewEvent, Outbox, Result
+from ccadapter.outbox import DELIVERED, Backoff, NewEvent, Outbox, Result, admin
 from tests.lineproto import parse_line
 from tests.natsserver import (
     NatsServer,
@@ -87,7 +87,7 @@ def wait_connected(pub: NatsPublisher, timeout: float = 20) -> None:
 
 def nats_only(tmp_path, pub: NatsPublisher) -> tuple[Outbox, Deliverer]:
     box = Outbox(tmp_path / "outbox.sqlite", backoff=Backoff(base=0.2, cap=1.0))
-    return box, Deliverer(box, NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
+    return box, Deliverer(box.queue, NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
 
 
 def drain(d: Deliverer, expect: int, timeout: float = 60) -> int:
@@ -137,8 +137,8 @@ def test_core_nats_after_rest_each_event_arrives_once(tmp_path):
     with NatsServer(tmp_path / "srv", jetstream=False) as server, Subscriber(server.url) as sub:
         box = Outbox(tmp_path / "outbox.sqlite", notify=True)
         box.enqueue(job_events(20))
-        while due := box.due():  # what cc-backend took (REST) is owed to NATS
-            box.record([Result(e.id, DELIVERED) for e in due])
+        while due := box.queue.due():  # what cc-backend took (REST) is owed to NATS
+            box.queue.record([Result(e.id, DELIVERED) for e in due])
         pub = publisher(server, jetstream=False)
         wait_connected(pub)
         d = Deliverer(box.notifications(), NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
@@ -179,7 +179,7 @@ def test_jetstream_crash_between_publish_and_record_leaves_one_copy(tmp_path):
             d.run_once()
         box.close()
         box2, d2 = nats_only(tmp_path, pub)  # restart: the same events are due again
-        assert len(box2.due()) == 10  # the stops wait for their starts
+        assert len(box2.queue.due()) == 10  # the stops wait for their starts
         assert drain(d2, 20) == 20
         msgs = stream_messages(server.url)
         assert len(msgs) == 20  # the resends were dropped by Nats-Msg-Id
@@ -279,7 +279,7 @@ def test_wrong_password_is_a_clear_error_not_a_crash_loop(tmp_path, caplog):
         assert refusals and "natsUser/natsPassword" in refusals[0].getMessage()
         assert len(refusals) <= 2  # said once (per minute), not once per retry
         assert all(SECRET not in r.getMessage() for r in caplog.records)
-        assert box.stats()["pending"] == 2  # kept for later
+        assert admin.stats(box.store)["pending"] == 2  # kept for later
         d.close()
         pub.close()  # and it shuts down cleanly
         box.close()

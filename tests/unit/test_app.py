@@ -227,12 +227,12 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
             "ccadapter_hook_messages_dropped_total", {"reason": "standby"}) == 1
 
         for key in ("slurm-window.outage_since", "slurm-window.origin"):
-            app.outbox.set_state(key, "1.0")  # left from this outbox's last time in control
+            app.outbox.store.set_state(key, "1.0")  # left from this outbox's last time in control
         slurm_.ping = "takeover"
         app.control.run_once()
         assert daemon.gate() and (role("active"), role("standby")) == (1, 0)
-        assert app.outbox.get_state("slurm-window.outage_since") is None
-        assert app.outbox.get_state("slurm-window.origin") is None
+        assert app.outbox.store.get_state("slurm-window.outage_since") is None
+        assert app.outbox.store.get_state("slurm-window.origin") is None
         server.on_message(HookMessage(43, "start", None))
         assert fast.received == 1 and checks == [1]
     finally:

@@ -6,7 +6,7 @@ import pytest
 
 from ccadapter.backfill import Backfill, chunks
 from ccadapter.config import Config
-from ccadapter.outbox import DELIVERED, Outbox, Result
+from ccadapter.outbox import DELIVERED, Outbox, Result, admin
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
@@ -52,11 +52,11 @@ def test_resend_opens_delivered_events_only(backfill):
     _, collector, box = backfill
     since = fixture_json("24.11", "testbed/workload.json")["since"]
     first = Backfill(collector, box, None).run_chunk(since, since + 3600)
-    while due := box.due():
-        box.record(Result(e.id, DELIVERED) for e in due)
+    while due := box.queue.due():
+        box.queue.record(Result(e.id, DELIVERED) for e in due)
     again = Backfill(collector, box, None, resend=True).run_chunk(since, since + 3600)
     assert (again.new, again.resent) == (0, first.events)
-    assert len(box.list_events("pending", limit=1000)) == first.events
+    assert len(admin.list_events(box.store, "pending", limit=1000)) == first.events
 
 
 def test_ignored_hosts_are_not_backfilled(backfill):
@@ -72,6 +72,6 @@ def test_a_het_job_is_backfilled_once_under_its_leaders_id(backfill):
     meta = fixture_json("24.11", "testbed/workload.json")
     leader, comp = meta["ids"]["hetjob"]
     Backfill(collector, box, None).run_chunk(meta["since"], meta["since"] + 3600)
-    events = box.list_events(limit=1000)
+    events = admin.list_events(box.store, limit=1000)
     assert sorted(e["kind"] for e in events if e["jobId"] == leader) == ["start", "stop"]
     assert all(e["jobId"] != comp for e in events)

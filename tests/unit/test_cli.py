@@ -25,7 +25,7 @@ from ccadapter.cli import Deps, main
 from ccadapter.config import Config
 from ccadapter.errors import OutboxError
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result
+from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
@@ -83,8 +83,8 @@ def seed(env) -> dict[str, int]:
     """Job 1 rejected (with the token in cc-backend's answer), job 2 delivered, 3 pending."""
     box = outbox(env)
     box.enqueue([NewEvent(CLUSTER, j, 100, "start", {"jobId": j}) for j in (1, 2, 3)])
-    ids = {e.job_id: e.id for e in box.due()}
-    box.record([Result(ids[1], REJECTED, f"HTTP 400: bad token {TOKEN}"),
+    ids = {e.job_id: e.id for e in box.queue.due()}
+    box.queue.record([Result(ids[1], REJECTED, f"HTTP 400: bad token {TOKEN}"),
                 Result(ids[2], DELIVERED)])
     box.close()
     return ids
@@ -195,7 +195,7 @@ def test_queue_retry(env):
     assert res.output.splitlines()[0] == f"1 event(s) due now: {ids[3]}"
     assert "not retried" in res.output and res.output.rstrip().endswith(f": {ids[2]}")
     box = outbox(env)
-    assert sorted(e.job_id for e in box.due()) == [1, 3]
+    assert sorted(e.job_id for e in box.queue.due()) == [1, 3]
     box.close()
 
 
@@ -208,7 +208,7 @@ def test_queue_drop_asks_and_refuses_mass_drops_without_ids(env):
     res = run(env, "queue", "drop", str(ids[3]), str(ids[2]), "--yes")
     assert res.exit_code == 1 and "nothing dropped" in res.output  # 2 is delivered
     box = outbox(env)
-    assert [e.job_id for e in box.due()] == [3]
+    assert [e.job_id for e in box.queue.due()] == [3]
     box.close()
     res = run(env, "queue", "drop", str(ids[3]), input="y\n")
     assert res.exit_code == 0 and f"1 event(s) dropped: {ids[3]}" in res.output
@@ -216,7 +216,7 @@ def test_queue_drop_asks_and_refuses_mass_drops_without_ids(env):
     assert res.exit_code == 0 and f"dropped: {ids[1]}" in res.output and TOKEN not in res.output
     assert "nothing to drop" in run(env, "queue", "drop", "--all-rejected", "--yes").output
     box = outbox(env)
-    assert box.due() == [] and box.stats()["pending"] == 0
+    assert box.queue.due() == [] and admin.stats(box.store)["pending"] == 0
     box.close()
 
 
@@ -254,7 +254,7 @@ def test_every_writer_is_refused_while_another_holds_the_outbox(env, standin):
     assert env[2].runner.calls == {}  # no refused command asked Slurm anything
     assert [r for r in standin.requests() if r.method != "GET"] == []
     box = outbox(env)
-    assert [e.job_id for e in box.due()] == [3]  # still pending: nothing was dropped
+    assert [e.job_id for e in box.queue.due()] == [3]  # still pending: nothing was dropped
     box.close()
     assert run(env, "queue", "retry", str(ids[3])).exit_code == 0  # free again
 
@@ -270,7 +270,7 @@ def test_configs_with_their_own_last_run_have_their_own_outbox(env, tmp_path):
             "lastRunPath": str(tmp_path / name / "lib" / "lastrun")}))
         box = Outbox(tmp_path / name / "lib" / "outbox.sqlite")
         box.enqueue([NewEvent(CLUSTER, 1, 100, "start", {"jobId": 1})])
-        configs[name] = (cfg, box.due()[0].id)
+        configs[name] = (cfg, box.queue.due()[0].id)
         box.close()
     with dropping(*configs["a"]):
         res = CliRunner().invoke(main, ["queue", "retry", str(configs["b"][1]), "--config",
@@ -299,7 +299,7 @@ def test_dry_run_lists_every_event_the_cycle_enqueues_stops_included(env):
     assert kinds.count("stop") > 0 and kinds.count("start") > kinds.count("stop") / 2
     assert run(env, "sync", "--once", "--only", "slurm-window").exit_code == 0
     box = outbox(env)
-    stored = box.list_events(None, None, 10_000)
+    stored = admin.list_events(box.store, None, None, 10_000)
     box.close()
     assert sorted((e["event"], e["jobId"], e["startTime"]) for e in events) == \
         sorted((r["kind"], r["jobId"], r["startTime"]) for r in stored)
@@ -308,14 +308,14 @@ def test_dry_run_lists_every_event_the_cycle_enqueues_stops_included(env):
 def test_dry_run_reads_a_copy_beside_another_process_holding_the_outbox(env):
     ids = seed(env)
     box = outbox(env)
-    before = box.list_events(None, None, 10_000)
+    before = admin.list_events(box.store, None, None, 10_000)
     box.close()
     with dropping(env[0], ids[3]):
         events = listed(run(env, "sync", "--once", "--dry-run", "--only", "slurm-window"))
     assert {e["event"] for e in events} == {"start", "stop"}
     assert not {e["jobId"] for e in events} & {1, 2, 3}  # the seeded ones are not new
     box = outbox(env)
-    assert box.list_events(None, None, 10_000) == before  # the real outbox is untouched
+    assert admin.list_events(box.store, None, None, 10_000) == before  # the real one untouched
     box.close()
 
 
@@ -338,7 +338,7 @@ def test_backfill_enqueues_in_chunks_delivers_and_sends_nothing_twice(env, stand
     res = run(env, *args, "--resend", "--no-deliver")
     assert res.exit_code == 0 and " 0 resent" not in res.output.splitlines()[-1]
     box = outbox(env)
-    assert box.stats()["pending"] > started  # starts and stops, waiting for the daemon
+    assert admin.stats(box.store)["pending"] > started  # starts and stops, waiting for the daemon
     box.close()
 
 
@@ -361,7 +361,7 @@ def open_run_of_a_finished_job(env) -> tuple[int, int]:
     job = next(j for j in collector.window(SINCE - 60).jobs if j.finished and j.user)
     box = outbox(env)
     box.enqueue(events_for(job)[:1])
-    box.record(Result(e.id, DELIVERED) for e in box.due())
+    box.queue.record(Result(e.id, DELIVERED) for e in box.queue.due())
     box.close()
     return job.job_id, job.start_time
 
@@ -447,7 +447,7 @@ def test_sync_goes_on_after_a_failing_reconciler_and_says_what_waits(env):
     assert "error" in out[3] and out[0]["new_events"] > 0  # the window is stored all the same
     first, second = errors_of(res)
     assert first.startswith("error: cc-cache: cc-backend http://127.0.0.1:")
-    pending = outbox(env).stats()["pending"]
+    pending = admin.stats(outbox(env).store)["pending"]
     assert second.startswith("error: events not delivered: cc-backend") and \
         second.endswith(f"; {pending} event(s) wait in the outbox for the daemon (or the "
                         "next run)")

@@ -8,7 +8,7 @@ import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
 from ccadapter.delivery import ENERGY_ATTEMPTS, Deliverer, RestDelivery
-from ccadapter.outbox import NewEvent, Outbox
+from ccadapter.outbox import NewEvent, Outbox, admin
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body
 
 TOKEN = "secret-jwt-value"
@@ -39,7 +39,7 @@ def standin():
 def setup(tmp_path, standin):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, TOKEN, quick_retries=0, read_timeout=2)
-    deliverer = Deliverer(box, RestDelivery(client), workers=2)
+    deliverer = Deliverer(box.queue, RestDelivery(client), workers=2)
     yield box, deliverer, standin
     deliverer.close()
     client.close()
@@ -86,7 +86,7 @@ def test_repeated_events_count_as_delivered(setup):
     box.enqueue(events())
     d.run_once()
     box2 = Outbox(box.path.with_name("other.sqlite"))  # e.g. a state directory lost
-    d2 = Deliverer(box2, d.deliver, workers=1)
+    d2 = Deliverer(box2.queue, d.deliver, workers=1)
     box2.enqueue(events())
     assert d2.run_once().delivered == 2
     assert [s for _, s in paths(standin)][-2:] == [422, 422]
@@ -98,8 +98,8 @@ def test_bad_request_is_parked_with_body(setup):
     box, d, _ = setup
     box.enqueue([NewEvent("c", 1, 5, "start", start_body(1, 5, unknownField=1))])
     assert d.run_once().rejected == 1
-    assert "unknownField" in box.rejected()[0]["error"]
-    assert "HTTP 400" in box.rejected()[0]["error"]
+    assert "unknownField" in admin.rejected(box.store)[0]["error"]
+    assert "HTTP 400" in admin.rejected(box.store)[0]["error"]
 
 
 def test_outage_retries_later_and_secret_not_logged(setup, caplog):
@@ -108,9 +108,9 @@ def test_outage_retries_later_and_secret_not_logged(setup, caplog):
     box.enqueue(events()[:1])
     stats = d.run_once()
     assert stats.retried == 1 and stats.delivered == 0
-    assert box.due() == []  # backoff
+    assert box.queue.due() == []  # backoff
     standin.fail_with(None)
-    box.retry_now()
+    box.queue.retry_now()
     assert d.run_once().delivered == 1
     assert TOKEN not in caplog.text
 
@@ -122,20 +122,20 @@ def test_dropped_connections_and_hangs_are_retried(setup):
     assert d.run_once().retried == 1
     standin.drop_connections(False)
     standin.hang(5)
-    box.retry_now()
+    box.queue.retry_now()
     assert d.run_once().retried == 1  # the 2 s read timeout ends the wait
     standin.hang(None)
-    box.retry_now()
+    box.queue.retry_now()
     assert d.run_once().delivered == 1
 
 
 def test_auth_error_said_plainly(tmp_path, standin, caplog):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, "wrong-token", quick_retries=0)
-    d = Deliverer(box, RestDelivery(client), workers=1)
+    d = Deliverer(box.queue, RestDelivery(client), workers=1)
     box.enqueue(events()[:1])
     d.run_once()
-    assert "check ccRestJwt" in caplog.text and box.stats()["rejected"] == 0
+    assert "check ccRestJwt" in caplog.text and admin.stats(box.store)["rejected"] == 0
     d.close()
     client.close()
     box.close()
@@ -169,12 +169,12 @@ def test_backlog_is_due_at_once_when_the_target_is_back(setup):
     standin.fail_with(503)
     box.enqueue([ev for j in range(1, 4) for ev in events(j, 1_700_000_000 + j)])
     assert d.run_once().delivered == 0
-    assert box.due() == []  # the three starts wait with backoff (seconds to minutes)
+    assert box.queue.due() == []  # the three starts wait with backoff (seconds to minutes)
     standin.fail_with(None)
     box.enqueue(events(9, 1_700_000_009))  # a new job: its start gets through
     stats = d.run_once()
     # that success made the backlog due: everything went in the same burst
-    assert stats.delivered == 8 and box.stats()["pending"] == 0
+    assert stats.delivered == 8 and admin.stats(box.store)["pending"] == 0
 
 
 def test_an_outage_is_said_once_not_once_per_event(tmp_path, caplog):
@@ -183,13 +183,14 @@ def test_an_outage_is_said_once_not_once_per_event(tmp_path, caplog):
         port = s.getsockname()[1]
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(f"http://127.0.0.1:{port}", TOKEN, quick_retries=0)
-    d = Deliverer(box, RestDelivery(client), workers=4)
+    d = Deliverer(box.queue, RestDelivery(client), workers=4)
     box.enqueue([NewEvent("c", j, 100 + j, "start", start_body(j, 100 + j)) for j in range(20)])
     with caplog.at_level(logging.WARNING):
         assert d.run_once().retried == 20
     said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
     assert len(said) == 1 and "connection refused" in said[0]
-    assert {e["error"] for e in box.list_events("pending")} == {"HTTP 0: connection refused"}
+    assert {e["error"] for e in admin.list_events(box.store, "pending")} == {
+        "HTTP 0: connection refused"}
     d.close()
     client.close()
     box.close()
@@ -222,11 +223,11 @@ def test_energy_is_retried_while_cc_backend_archives_the_job(setup, caplog):
     with caplog.at_level(logging.INFO):
         stats = d.run_once()
     assert (stats.delivered, stats.retried) == (2, 1)
-    (waiting,) = box.list_events("pending")
+    (waiting,) = admin.list_events(box.store, "pending")
     assert waiting["kind"] == "energy" and waiting["error"].startswith("HTTP 500: open ")
     assert "not taken yet, will retry" in caplog.text and "WARNING" not in caplog.text
     time.sleep(1.6)
-    box.retry_now()
+    box.queue.retry_now()
     assert d.run_once().delivered == 1
     assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
 
@@ -236,21 +237,21 @@ def test_energy_cc_backend_never_takes_is_rejected_after_its_attempts(setup, clo
     ENERGY_ATTEMPTS, with cc-backend's answer; an outage is retried without end."""
     box, clock = clock_box
     client = CcClient(setup[2].url, TOKEN, quick_retries=0, read_timeout=2)
-    d = Deliverer(box, RestDelivery(client), workers=1)
+    d = Deliverer(box.queue, RestDelivery(client), workers=1)
     box.enqueue([energy_event(job=99)])  # no start, no stop: cc-backend has no job 99
     setup[2].fail_with(503)
     for _ in range(ENERGY_ATTEMPTS + 2):
         clock.now += 3600  # past any backoff
         assert d.run_once().retried == 1
     setup[2].fail_with(None)
-    box._db.execute("UPDATE events SET attempts = 0")  # the outage's attempts forgotten
+    box.store._db.execute("UPDATE events SET attempts = 0")  # the outage's attempts forgotten
     for attempt in range(1, ENERGY_ATTEMPTS + 1):
         clock.now += 3600  # past any backoff
         stats = d.run_once()
         if attempt < ENERGY_ATTEMPTS:
             assert stats.retried == 1, attempt
     assert stats.rejected == 1
-    (parked,) = box.rejected()
+    (parked,) = admin.rejected(box.store)
     assert parked["error"].startswith(f"gave up after {ENERGY_ATTEMPTS} attempts: HTTP 422: ")
     assert "finding job failed" in parked["error"]
     d.close()

@@ -18,7 +18,7 @@ from ccadapter.cc.client import START, STOP, CcClient
 from ccadapter.config import Config
 from ccadapter.delivery import Deliverer, DeliveryStats, RestDelivery
 from ccadapter.model import Job
-from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox
+from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector, Listing, QueryResult
@@ -56,7 +56,7 @@ class Rig:
     client: CcClient
 
     def deliverer(self, box: Outbox) -> Deliverer:
-        return Deliverer(box, RestDelivery(self.client), workers=2)
+        return Deliverer(box.queue, RestDelivery(self.client), workers=2)
 
     def drain(self, box: Outbox) -> DeliveryStats:
         deliverer = self.deliverer(box)
@@ -76,7 +76,7 @@ def rig():
 
 
 def status_of(box: Outbox, kind: str) -> list[tuple[str, str | None]]:
-    return [(e["status"], e["error"]) for e in box.list_events(kind=kind)]
+    return [(e["status"], e["error"]) for e in admin.list_events(box.store, kind=kind)]
 
 
 def test_start_sent_again_while_cached_counts_as_delivered_and_its_stop_follows(rig, tmp_path):
@@ -100,7 +100,7 @@ def test_start_sent_again_while_cached_counts_as_delivered_and_its_stop_follows(
     assert status_of(again, START) == [(DELIVERED, None)]
     assert status_of(again, STOP) == [(DELIVERED, None)]
     assert rig.standin.count("/api/jobs/start_job/", 500) == 1  # one answer, no flood
-    assert again.stats()["rejected"] == 0
+    assert admin.stats(again.store)["rejected"] == 0
     assert rig.standin.commit_now() == 0  # moved by its stop already
     (job,) = rig.standin.jobs()
     assert (job["jobId"], job["startTime"], job["jobState"]) == (1, T, "completed")
@@ -207,14 +207,14 @@ def test_cc_cache_at_start_never_duplicates_nor_rejects_a_cached_start(tmp_path)
         CcCache(client, OneRunningJob(job), box, "cluster24").run_once()
         rig.drain(box)
         standin.commit_now()
-        box.retry_now()
+        box.queue.retry_now()
         rig.drain(box)
         # the job ends; its stop is delivered
         ended = replace(job, state="COMPLETED", end_time=job.start_time + 30)
         box.enqueue(events_for(ended))
         stats = rig.drain(box)
-        assert stats.rejected == 0 and box.stats()["rejected"] == 0
-        assert box.stats()["pending"] == 0
+        assert stats.rejected == 0 and admin.stats(box.store)["rejected"] == 0
+        assert admin.stats(box.store)["pending"] == 0
         standin.commit_now()
         (stored,) = standin.jobs()
         assert (stored["jobId"], stored["startTime"], stored["jobState"]) == (

@@ -126,8 +126,8 @@ def test_outbox_depth_and_age_are_read_at_scrape_time(tmp_path, metrics):
     assert value(metrics, "ccadapter_outbox_pending_events", kind="start") == 2
     assert value(metrics, "ccadapter_outbox_pending_events", kind="stop") == 1
     assert value(metrics, "ccadapter_outbox_oldest_pending_age_seconds") == 100
-    first = box.due()[0]
-    box.record([Result(first.id, REJECTED, "HTTP 400: test")])
+    first = box.queue.due()[0]
+    box.queue.record([Result(first.id, REJECTED, "HTTP 400: test")])
     assert value(metrics, "ccadapter_outbox_rejected_events", kind="start") == 1
     assert value(metrics, "ccadapter_outbox_pending_events", kind="start") == 1
     box.close()
@@ -158,7 +158,8 @@ def standin():
 def test_delivered_and_rejected_by_kind_and_requests_by_status(tmp_path, standin, metrics):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, TOKEN, quick_retries=0, on_request=metrics.cc_request)
-    deliverer = Deliverer(box, RestDelivery(client), workers=2, on_result=metrics.delivery_result)
+    deliverer = Deliverer(box.queue, RestDelivery(client), workers=2,
+                          on_result=metrics.delivery_result)
     box.enqueue([*job_events(1), NewEvent("c", 2, T0, "start", start_body(2, bogus=1))])
     stats = deliverer.run_once()
     deliverer.close()
@@ -179,7 +180,8 @@ def test_delivered_and_rejected_by_kind_and_requests_by_status(tmp_path, standin
 def test_a_retry_later_is_neither_delivered_nor_rejected(tmp_path, standin, metrics):
     box = Outbox(tmp_path / "o.sqlite")
     client = CcClient(standin.url, TOKEN, quick_retries=1, on_request=metrics.cc_request)
-    deliverer = Deliverer(box, RestDelivery(client), workers=1, on_result=metrics.delivery_result)
+    deliverer = Deliverer(box.queue, RestDelivery(client), workers=1,
+                          on_result=metrics.delivery_result)
     standin.fail_with(503)
     box.enqueue(job_events(1)[:1])
     assert deliverer.run_once().retried == 1

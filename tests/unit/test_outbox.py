@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Backoff, NewEvent, Outbox, Result
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Backoff, NewEvent, Outbox, Result, admin
 
 
 class Clock:
@@ -37,58 +37,58 @@ def stop(job, t=100):
 
 
 def deliver_all(box):
-    events = box.due()
-    box.record(Result(e.id, DELIVERED) for e in events)
+    events = box.queue.due()
+    box.queue.record(Result(e.id, DELIVERED) for e in events)
     return events
 
 
 def test_enqueue_is_idempotent(box):
     assert box.enqueue([start(1), stop(1)]) == 2
     assert box.enqueue([start(1), stop(1)]) == 0
-    assert box.stats()["pending"] == 2
+    assert admin.stats(box.store)["pending"] == 2
 
 
 def test_stop_only_after_its_start(box):
     box.enqueue([start(1), stop(1)])
-    assert [e.kind for e in box.due()] == ["start"]
+    assert [e.kind for e in box.queue.due()] == ["start"]
     deliver_all(box)
-    assert [e.kind for e in box.due()] == ["stop"]
+    assert [e.kind for e in box.queue.due()] == ["stop"]
 
 
 def test_stop_follows_a_rejected_start(box):
     box.enqueue([start(1), stop(1)])
-    box.record([Result(box.due()[0].id, REJECTED, "HTTP 400")])
-    assert [e.kind for e in box.due()] == ["stop"]
+    box.queue.record([Result(box.queue.due()[0].id, REJECTED, "HTTP 400")])
+    assert [e.kind for e in box.queue.due()] == ["stop"]
 
 
 def test_requeued_run_starts_after_old_run_stopped(box):
     box.enqueue([start(1, 100), stop(1, 100), start(1, 200)])
-    assert [(e.kind, e.start_time) for e in box.due()] == [("start", 100)]
+    assert [(e.kind, e.start_time) for e in box.queue.due()] == [("start", 100)]
     deliver_all(box)
-    assert [(e.kind, e.start_time) for e in box.due()] == [("stop", 100)]
+    assert [(e.kind, e.start_time) for e in box.queue.due()] == [("stop", 100)]
     deliver_all(box)
-    assert [(e.kind, e.start_time) for e in box.due()] == [("start", 200)]
+    assert [(e.kind, e.start_time) for e in box.queue.due()] == [("start", 200)]
 
 
 def test_first_sight_allocation_kept(box):
     box.enqueue([start(1, rich=False, host="poor")])
     box.enqueue([start(1, rich=True, host="rich")])
     box.enqueue([start(1, rich=False, host="poor again")])
-    assert box.due()[0].payload["host"] == "rich"
+    assert box.queue.due()[0].payload["host"] == "rich"
     box.enqueue([stop(1)])
     deliver_all(box)
-    assert box.due()[0].payload["start"]["host"] == "rich"
+    assert box.queue.due()[0].payload["start"]["host"] == "rich"
 
 
 def test_retry_backoff_and_retry_now(box, clock):
     box.enqueue([start(1)])
-    box.record([Result(box.due()[0].id, PENDING, "HTTP 503")])
-    assert box.due() == []
+    box.queue.record([Result(box.queue.due()[0].id, PENDING, "HTTP 503")])
+    assert box.queue.due() == []
     clock.now += 301
-    assert len(box.due()) == 1
-    box.record([Result(box.due()[0].id, PENDING, "HTTP 503")])
-    box.retry_now()
-    assert len(box.due()) == 1
+    assert len(box.queue.due()) == 1
+    box.queue.record([Result(box.queue.due()[0].id, PENDING, "HTTP 503")])
+    box.queue.retry_now()
+    assert len(box.queue.due()) == 1
 
 
 def test_backoff_grows_and_is_capped():
@@ -104,7 +104,7 @@ def test_survives_reopen(tmp_path, clock):
     ob.enqueue([start(1), stop(1)])
     ob.close()
     ob = Outbox(path, clock=clock)
-    assert [e.kind for e in ob.due()] == ["start"]
+    assert [e.kind for e in ob.queue.due()] == ["start"]
     ob.close()
 
 
@@ -113,7 +113,7 @@ def test_open_runs_and_reopen(box):
     assert box.open_runs("c") == [(1, 100)]
     deliver_all(box)
     assert box.reopen_start("c", 1, 100)
-    assert [(e.job_id, e.kind) for e in box.due()] == [(1, "start"), (2, "stop")]
+    assert [(e.job_id, e.kind) for e in box.queue.due()] == [(1, "start"), (2, "stop")]
     assert not box.reopen_start("c", 7, 100)
 
 
@@ -131,22 +131,22 @@ def test_compaction(box, clock):
 def test_nodestate_keeps_only_newest(box):
     for t in (1, 2, 3):
         box.enqueue([NewEvent("c", 0, t, "nodestate", {"t": t})])
-    assert [e.payload["t"] for e in box.due()] == [3]
+    assert [e.payload["t"] for e in box.queue.due()] == [3]
 
 
 def test_result_of_a_replaced_nodestate_is_ignored(box):
     box.enqueue([NewEvent("c", 0, 1, "nodestate", {"t": 1})])
-    in_flight = box.due()[0]
+    in_flight = box.queue.due()[0]
     box.enqueue([NewEvent("c", 0, 2, "nodestate", {"t": 2})])  # replaces the pending one
-    box.record([Result(in_flight.id, PENDING, "HTTP 503")])
-    assert [e.payload["t"] for e in box.due()] == [2]
+    box.queue.record([Result(in_flight.id, PENDING, "HTTP 503")])
+    assert [e.payload["t"] for e in box.queue.due()] == [2]
 
 
 def test_rejected_listed(box):
     box.enqueue([start(1)])
-    box.record([Result(box.due()[0].id, REJECTED, "HTTP 400: unknown field")])
-    assert box.rejected()[0]["error"] == "HTTP 400: unknown field"
-    assert box.stats()["rejected"] == 1
+    box.queue.record([Result(box.queue.due()[0].id, REJECTED, "HTTP 400: unknown field")])
+    assert admin.rejected(box.store)[0]["error"] == "HTTP 400: unknown field"
+    assert admin.stats(box.store)["rejected"] == 1
 
 
 def test_concurrent_enqueue_and_record(box):
@@ -159,7 +159,7 @@ def test_concurrent_enqueue_and_record(box):
         t.start()
     for t in threads:
         t.join()
-    assert box.stats()["pending"] == 200
+    assert admin.stats(box.store)["pending"] == 200
 
 
 # --- NATS notifications of delivered events ------------------------------------------------
@@ -173,10 +173,10 @@ def test_notifications_are_owed_only_for_delivered_starts_and_stops(tmp_path, cl
     box.enqueue([start(1), stop(1), nodestate(), start(2)])
     queue = box.notifications()
     assert queue.due() == []  # nothing delivered yet, nothing to announce
-    first = box.due()
-    box.record([Result(e.id, DELIVERED if e.job_id != 2 else REJECTED) for e in first])
+    first = box.queue.due()
+    box.queue.record([Result(e.id, DELIVERED if e.job_id != 2 else REJECTED) for e in first])
     assert [(e.job_id, e.kind) for e in queue.due()] == [(1, "start")]  # stop waits for it
-    box.record([Result(e.id, DELIVERED) for e in box.due()])
+    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
     due = queue.due()
     assert [(e.job_id, e.kind) for e in due] == [(1, "start")]
     queue.record([Result(due[0].id, DELIVERED)])
@@ -187,18 +187,18 @@ def test_notifications_are_owed_only_for_delivered_starts_and_stops(tmp_path, cl
     assert queue.due() == []  # backoff
     clock.now += 10_000
     assert len(queue.due()) == 1
-    assert box.stats()["notify"] == {"delivered": 1, "pending": 1}
+    assert admin.stats(box.store)["notify"] == {"delivered": 1, "pending": 1}
     box.close()
 
 
 def test_redelivered_start_is_announced_once(tmp_path, clock):
     box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
     box.enqueue([start(1)])
-    ev = box.due()[0]
-    box.record([Result(ev.id, DELIVERED)])
+    ev = box.queue.due()[0]
+    box.queue.record([Result(ev.id, DELIVERED)])
     box.notifications().record([Result(ev.id, DELIVERED)])
     assert box.reopen_start("c", 1, 100)  # cc-backend lost it: REST again, NATS not again
-    box.record([Result(ev.id, DELIVERED)])
+    box.queue.record([Result(ev.id, DELIVERED)])
     assert box.notifications().due() == []
     box.close()
 
@@ -206,8 +206,8 @@ def test_redelivered_start_is_announced_once(tmp_path, clock):
 def test_compaction_keeps_events_whose_notification_is_owed(tmp_path, clock):
     box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
     box.enqueue([start(1), start(2), stop(1), stop(2)])
-    while evs := box.due():
-        box.record([Result(e.id, DELIVERED) for e in evs])
+    while evs := box.queue.due():
+        box.queue.record([Result(e.id, DELIVERED) for e in evs])
     owed = {e.id for e in box.notifications().due()}
     box.notifications().record([Result(i, DELIVERED) for i in sorted(owed)[:1]])
     clock.now += 100_000
@@ -223,20 +223,20 @@ def test_compaction_never_forgets_the_start_of_a_run_still_open(tmp_path, clock)
     embeds it (a stop answered 404 delivers the start first), and stale-jobs watches it."""
     box = Outbox(tmp_path / "n.sqlite", clock=clock)
     box.enqueue([start(1)])
-    box.record([Result(e.id, DELIVERED) for e in box.due()])
+    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
     clock.now += 30 * 86400
     assert box.compact(keep_seconds=7 * 86400) == 0
     assert box.open_runs("c") == [(1, 100)]
     box.enqueue([stop(1)])
-    (ev,) = box.due()
+    (ev,) = box.queue.due()
     assert ev.payload["start"]["jobId"] == 1
     box.close()
 
 
 def test_without_nats_no_notifications_are_kept(box):
     box.enqueue([start(1)])
-    box.record([Result(e.id, DELIVERED) for e in box.due()])
-    assert box.notifications().due() == [] and box.stats()["notify"] == {}
+    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
+    assert box.notifications().due() == [] and admin.stats(box.store)["notify"] == {}
 
 
 def test_full_disk_is_an_outbox_error_and_leaves_no_open_transaction(tmp_path, clock):
@@ -244,15 +244,15 @@ def test_full_disk_is_an_outbox_error_and_leaves_no_open_transaction(tmp_path, c
 
     box = Outbox(tmp_path / "full.sqlite", clock=clock)
     box.enqueue([start(1)])
-    pages = box._db.execute("PRAGMA page_count").fetchone()[0]
-    box._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "disk full"
+    pages = box.store._db.execute("PRAGMA page_count").fetchone()[0]
+    box.store._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "disk full"
     big = NewEvent("c", 2, 100, "start", {"jobId": 2, "script": "x" * 200_000})
     with pytest.raises(OutboxError, match="full"):
         box.enqueue([big])
-    assert not box._db.in_transaction
-    box._db.execute("PRAGMA max_page_count = 1073741823")  # space again
+    assert not box.store._db.in_transaction
+    box.store._db.execute("PRAGMA max_page_count = 1073741823")  # space again
     assert box.enqueue([big]) == 1  # the next transaction works
-    assert {e.job_id for e in box.due()} == {1, 2}
+    assert {e.job_id for e in box.queue.due()} == {1, 2}
     box.close()
 
 
@@ -263,7 +263,7 @@ def test_known_starts_and_a_richer_start_keeps_the_stored_script(box):
     rich = NewEvent("c", 5, 100, "start", {"jobId": 5, "metaData": {"jobName": "n"},
                                            "resources": [{"hwthreads": [0]}]}, rich=True)
     box.enqueue([rich])  # a later window did not fetch the script again
-    (ev,) = [e for e in box.due() if e.job_id == 5]
+    (ev,) = [e for e in box.queue.due() if e.job_id == 5]
     assert ev.payload["resources"] == [{"hwthreads": [0]}]
     assert ev.payload["metaData"] == {"jobName": "n", "jobScript": "#!/x"}
 
@@ -271,11 +271,12 @@ def test_known_starts_and_a_richer_start_keeps_the_stored_script(box):
 def test_due_reads_pending_rows_in_id_order_without_sorting_the_backlog(box):
     """With 100k events queued, sorting every pending row for each batch of 256 made
     delivery slow down as the backlog grew (533 events/s at 100k jobs)."""
-    from ccadapter import outbox as ob
+    from ccadapter.outbox.queue import EVENTS, NOTIFY
 
-    for query, params in ((ob._DUE, {"now": 0, "limit": 1}), (ob._NOTIFY_DUE,
-                                                                {"now": 0, "limit": 1})):
-        plan = " ".join(r[3] for r in box._db.execute("EXPLAIN QUERY PLAN " + query, params))
+    for spec in (EVENTS, NOTIFY):
+        with box.store.read() as db:
+            plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + spec.due_query,
+                                                     {"now": 0, "limit": 1}))
         assert "TEMP B-TREE" not in plan and "_pending" in plan, plan
 
 
@@ -324,8 +325,8 @@ def test_an_outbox_from_before_the_runs_table_is_filled_once(tmp_path, clock):
 
 def test_start_deliveries(box, clock):
     box.enqueue([start(1), start(2)])
-    (first, _) = box.due()
-    box.record([Result(first.id, DELIVERED)])
+    (first, _) = box.queue.due()
+    box.queue.record([Result(first.id, DELIVERED)])
     got = box.start_deliveries("c", [(1, 100), (2, 100), (2, 999)])
     assert got == {(1, 100): (DELIVERED, clock.now), (2, 100): (PENDING, None)}
 
@@ -335,24 +336,25 @@ def test_changed_lists_what_a_cycle_added_or_replaced_stops_included(tmp_path, c
     start opened again; not the events that were there before and did not change."""
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     box.enqueue([start(1), start(2), start(3)])
-    delivered = next(e for e in box.due() if e.job_id == 3)
-    box.record([Result(delivered.id, DELIVERED)])
+    delivered = next(e for e in box.queue.due() if e.job_id == 3)
+    box.queue.record([Result(delivered.id, DELIVERED)])
     copy = Outbox.copy_of(tmp_path / "o.sqlite", tmp_path / "copy.sqlite")
     box.close()
-    copy.track_changes()
+    admin.track_changes(copy.store)
     copy.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1, "hwthreads": [0, 1]}, rich=True),
                   NewEvent("c", 1, 100, "stop", {"stop": {"jobId": 1}}),
                   start(4), NewEvent("c", 4, 100, "stop", {"stop": {"jobId": 4}})])
     copy.reopen_start("c", 3, 100)
-    changed = [(e.job_id, e.kind) for e in copy.changed()]
+    changed = [(e.job_id, e.kind) for e in admin.changed(copy.store)]
     assert sorted(changed) == [(1, "start"), (1, "stop"), (3, "start"), (4, "start"),
                                (4, "stop")]
-    assert {e.job_id for e in copy.due()} == {1, 2, 3, 4}  # stops held back by due()
-    assert next(e for e in copy.changed() if e.kind == "start" and e.job_id == 1).payload[
+    assert {e.job_id for e in copy.queue.due()} == {1, 2, 3, 4}  # stops held back by due()
+    assert next(e for e in admin.changed(copy.store)
+                if e.kind == "start" and e.job_id == 1).payload[
         "hwthreads"] == [0, 1]
     copy.close()
     original = Outbox(tmp_path / "o.sqlite", clock=clock)
-    assert original.stats()["counts"] == {"start:pending": 2, "start:delivered": 1}
+    assert admin.stats(original.store)["counts"] == {"start:pending": 2, "start:delivered": 1}
     original.close()
 
 
@@ -363,14 +365,14 @@ def energy(job, t=100, joules=5):
 
 def test_energy_only_after_its_stop(box):
     box.enqueue([start(1), stop(1), energy(1)])
-    assert [e.kind for e in box.due()] == ["start"]
+    assert [e.kind for e in box.queue.due()] == ["start"]
     deliver_all(box)
-    assert [e.kind for e in box.due()] == ["stop"]
+    assert [e.kind for e in box.queue.due()] == ["stop"]
     deliver_all(box)
-    assert [e.kind for e in box.due()] == ["energy"]
+    assert [e.kind for e in box.queue.due()] == ["energy"]
     box.enqueue([energy(1, joules=9)])  # seen again (overlapping windows): nothing new
     deliver_all(box)
-    assert box.due() == [] and box.stats()["counts"] == {
+    assert box.queue.due() == [] and admin.stats(box.store)["counts"] == {
         "start:delivered": 1, "stop:delivered": 1, "energy:delivered": 1}
 
 
@@ -381,7 +383,7 @@ def test_energy_of_a_stop_delivered_before_it_was_known(box):
     deliver_all(box)
     deliver_all(box)
     assert box.enqueue([energy(1)]) == 1
-    assert [e.kind for e in box.due()] == ["energy"]
+    assert [e.kind for e in box.queue.due()] == ["energy"]
 
 
 def test_needs_reads_finished_runs_until_their_energy_is_stored(box):
@@ -442,17 +444,17 @@ def test_an_outbox_from_before_energy_events_takes_them_keeping_every_row(tmp_pa
     db.close()  # ...but the counter remembers it
 
     box = Outbox(path, clock=clock)
-    assert box._db.execute("SELECT * FROM events ORDER BY id").fetchall() == rows
+    assert box.store._db.execute("SELECT * FROM events ORDER BY id").fetchall() == rows
     assert box.enqueue([energy(1)]) == 1
-    assert box._db.execute("SELECT id FROM events WHERE kind = 'energy'").fetchall() == [
+    assert box.store._db.execute("SELECT id FROM events WHERE kind = 'energy'").fetchall() == [
         (5,)]  # ids are never reused
-    assert [e.kind for e in box.due()] == ["stop"]  # and the energy waits for the stop
-    indexes = {r[0] for r in box._db.execute(
+    assert [e.kind for e in box.queue.due()] == ["stop"]  # and the energy waits for the stop
+    indexes = {r[0] for r in box.store._db.execute(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
         "AND sql IS NOT NULL")}
     assert indexes == {"events_due", "events_pending", "events_delivered"}
     assert box.open_runs("c") == [(2, 100)]  # the runs table was filled from the old rows
     box.close()
     box = Outbox(path, clock=clock)  # done once: the next open finds the new table
-    assert box.stats()["counts"]["energy:pending"] == 1
+    assert admin.stats(box.store)["counts"]["energy:pending"] == 1
     box.close()

@@ -11,7 +11,7 @@ from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
 from ccadapter.lastrun import LastRun
-from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result
+from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
 from ccadapter.reconcilers.nodestate import NodeStates
@@ -195,7 +195,7 @@ def energy_env(env):
 
 
 def energies(box):
-    return {e["jobId"]: e["status"] for e in box.list_events(None, "energy")}
+    return {e["jobId"]: e["status"] for e in admin.list_events(box.store, None, "energy")}
 
 
 def test_window_sends_the_energy_of_runs_it_reads(energy_env):
@@ -204,7 +204,7 @@ def test_window_sends_the_energy_of_runs_it_reads(energy_env):
     SlurmWindow(collector, box, last, settings(energy=True), clock).run_once()
     ids = meta["ids"]
     assert energies(box) == {ids["complete"][0]: "pending", ids["fail"][0]: "pending"}
-    assert "energy" not in {e.kind for e in box.due(1000)}  # each waits for its stop
+    assert "energy" not in {e.kind for e in box.queue.due(1000)}  # each waits for its stop
 
 
 def test_window_reads_energy_the_fast_path_could_not_see(energy_env):
@@ -250,7 +250,7 @@ def test_nodestate_counts_open_runs_per_host(env):
                  NewEvent(CLUSTER, 3, 10, "start", {"resources": [{"hostname": "m1"}]}),
                  NewEvent(CLUSTER, 3, 10, "stop", {"stop": {}})])
     NodeStates(collector, box, CLUSTER, None, clock).run_once()
-    (event,) = [e for e in box.due() if e.kind == "nodestate"]
+    (event,) = [e for e in box.queue.due() if e.kind == "nodestate"]
     nodes = {n["hostname"]: n for n in event.payload["nodes"]}
     assert nodes["m1"]["jobsRunning"] == 2 and nodes["m2"]["jobsRunning"] == 1
     assert nodes["m1"]["gpusAllocated"] == 1 and nodes["m2"]["states"] == ["idle", "drain"]
@@ -272,10 +272,10 @@ def client(standin):
 
 def _deliver(box, standin):
     client = CcClient(standin.url, "t")
-    for ev in box.due():
+    for ev in box.queue.due():
         answer = client.send(ev.kind, ev.payload if ev.kind != "stop" else ev.payload["stop"])
         assert answer.status in (200, 201), answer
-        box.record([Result(ev.id, DELIVERED)])
+        box.queue.record([Result(ev.id, DELIVERED)])
     client.close()
 
 
@@ -290,7 +290,7 @@ def test_cc_cache_sends_the_stop_cc_backend_missed(env, standin, client):
     cache = CcCache(client, collector, box, CLUSTER, commit_interval=300, clock=clock)
     summary = cache.run_once()
     assert summary["cc_running"] == 1 and summary["ended"] == 1  # its stop (start: known)
-    assert [e.kind for e in box.due()] == ["stop"]
+    assert [e.kind for e in box.queue.due()] == ["stop"]
     assert running_id  # the recorded runs all ended: nothing is missing on cc-backend's side
     assert summary["reopened"] == 0 and summary["new_events"] == 0
 
@@ -314,15 +314,15 @@ def test_cc_cache_resends_a_lost_start_only_after_the_commit_interval(env, clien
     job_id = rec["job_id"]
     box.enqueue([NewEvent(CLUSTER, job_id, start, "start",
                           {"jobId": job_id, "resources": [{"hostname": "m1"}]})])
-    (ev,) = box.due()
-    box.record([Result(ev.id, DELIVERED)])  # delivered just now: in cc-backend's job cache
+    (ev,) = box.queue.due()
+    box.queue.record([Result(ev.id, DELIVERED)])  # delivered just now: in cc-backend's job cache
     cache = CcCache(client, collector, box, CLUSTER, commit_interval=120, clock=clock)
     summary = cache.run_once()
     assert summary["slurm_running"] == 1 and summary["in_cc_job_cache"] == 1
-    assert box.due() == []  # not sent again: cc-backend 1.5 would answer 500
+    assert box.queue.due() == []  # not sent again: cc-backend 1.5 would answer 500
     clock.now += 121
     summary = cache.run_once()
-    assert summary["reopened"] == 1 and [e.job_id for e in box.due()] == [job_id]
+    assert summary["reopened"] == 1 and [e.job_id for e in box.queue.due()] == [job_id]
 
 
 # --- heterogeneous jobs: one job under the leader's id on every reconciler's path ----------
@@ -344,10 +344,10 @@ def test_window_sends_a_het_job_once_under_its_leaders_id(env):
     last.set(meta["since"])
     SlurmWindow(collector, box, last, settings(), clock).run_once()
     leader, comp = meta["ids"]["hetjob"]
-    events = box.list_events(limit=1000)
+    events = admin.list_events(box.store, limit=1000)
     assert sorted(e["kind"] for e in events if e["jobId"] == leader) == ["start", "stop"]
     assert not [e for e in events if e["jobId"] == comp]
-    (start,) = [e for e in box.due() if e.job_id == leader]
+    (start,) = [e for e in box.queue.due() if e.job_id == leader]
     assert start.payload["metaData"]["hetJobComponents"] == \
         f"{leader}+0={leader},{leader}+1={comp}"
     assert start.payload["numHwthreads"] == 3 and start.payload["numNodes"] == 2
@@ -366,7 +366,7 @@ def test_stale_jobs_stops_a_het_job_only_when_its_last_component_ended(env):
     assert listing[listing.index("--jobs") + 1] == str(job_id)  # the leader's id alone
     slurm.doc = slurm.listed = {**slurm.doc, "jobs": [*others, comp]}
     assert stale.run_once()["stopped"] == 1
-    (stop,) = [e for e in box.list_events(kind="stop")]
+    (stop,) = [e for e in admin.list_events(box.store, kind="stop")]
     assert (stop["jobId"], stop["startTime"]) == (job_id, start)
     assert box.open_runs(CLUSTER) == []
 
@@ -385,7 +385,7 @@ def test_cc_cache_sees_a_running_het_job_as_the_leaders_run(env, client, standin
     summary = cache.run_once()
     assert summary["cc_running"] == 1 and summary["slurm_running"] == 1
     assert summary["ended"] == summary["new_events"] == summary["reopened"] == 0
-    assert box.due() == []
+    assert box.queue.due() == []
     slurm.doc = slurm.listed = {**slurm.doc, "jobs": [lead, comp]}  # the component ended
     assert cache.run_once()["ended"] == 1
-    assert [(e.job_id, e.kind) for e in box.due()] == [(lead["job_id"], "stop")]
+    assert [(e.job_id, e.kind) for e in box.queue.due()] == [(lead["job_id"], "stop")]

@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.config import Config
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
@@ -145,7 +145,8 @@ def test_fast_path_and_poll_agree_on_every_recorded_start(version, tmp_path):
     box = Outbox(tmp_path / "o.sqlite")
     box.enqueue([e for job in fast for e in events_for(job)])
     box.enqueue([e for job in collector.window(host.since).jobs for e in events_for(job)])
-    starts = [(e["jobId"], e["startTime"]) for e in box.list_events(kind="start", limit=1000)]
+    starts = [(e["jobId"], e["startTime"])
+              for e in admin.list_events(box.store, kind="start", limit=1000)]
     assert len(starts) == len({j for j, _ in starts})  # no job id with two startTimes
     box.close()
 
@@ -258,13 +259,13 @@ def test_fast_path_sends_no_start_before_the_job_leaves_configuring(version, tmp
         assert wait(lambda: host.runner.calls["scontrol"] >= 2 and not fast._pending
                     and not fast._later)
         time.sleep(0.3)  # the last query's outcome is stored
-        assert box.list_events(kind="start") == []
+        assert admin.list_events(box.store, kind="start") == []
         # the nodes are up: RUNNING, StartTime reset (job_mgr.c job_config_fini)
         reset = datetime.fromtimestamp(later, UTC).strftime(_FMT)
         host.scontrol = recorded.replace(f"StartTime={start}", f"StartTime={reset}")
         fast.submit(HookMessage(job_id, "start", None))
         assert wait(woken.is_set)
-        assert [e["startTime"] for e in box.list_events(kind="start")] == [int(later)]
+        assert [e["startTime"] for e in admin.list_events(box.store, kind="start")] == [int(later)]
     finally:
         fast.stop()
         box.close()

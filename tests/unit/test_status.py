@@ -78,7 +78,8 @@ def test_outbox_cycles_and_last_run(config, outbox_file):
     box = Outbox(outbox_file, clock=lambda: now - 30)
     box.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1}),
                  NewEvent("c", 2, 100, "start", {"jobId": 2})])
-    box.record([Result(box.due()[0].id, REJECTED, f"HTTP 400: token {JWT} not allowed")])
+    first = box.queue.due()[0]
+    box.queue.record([Result(first.id, REJECTED, f"HTTP 400: token {JWT} not allowed")])
     routine = Routine("slurm-window", lambda: None, 60, last_ok=now - 5)
     CycleLog(box, clock=lambda: now - 5)(routine)
     routine.last_error = "SlurmCommandError: sacct: exit code 1"
@@ -167,7 +168,7 @@ def test_failover_role_is_shown_and_absent_without_failover(config, outbox_file)
             return [ControllerPing("primary", "ctld1", True), ControllerPing("backup", "ctld2",
                                                                              True)]
 
-    Control(Pings(), "ctld2", record=box.set_state, clock=lambda: now - 40).run_once()
+    Control(Pings(), "ctld2", record=box.store.set_state, clock=lambda: now - 40).run_once()
     box.close()
     doc = collect(config, outbox_file, clock=lambda: now)
     assert doc["control"] == {"role": "standby", "since": now - 40, "host": "ctld2",

@@ -8,7 +8,7 @@ import pytest
 
 from ccadapter.config import Config
 from ccadapter.errors import OutboxError
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.slurm.collector import Collector
@@ -54,7 +54,7 @@ def test_start_is_enqueued_from_slurmctld_alone(env):
     gpu = meta["ids"]["gpujob"][0]
     fast.submit(HookMessage(gpu, "start", None))
     assert wait(woken.is_set)
-    (event,) = box.due()
+    (event,) = box.queue.due()
     body = event.payload
     assert body["jobId"] == gpu and body["cluster"] == "cluster24"
     assert body["resources"][0]["accelerators"] and body["resources"][0]["hwthreads"]
@@ -69,7 +69,7 @@ def test_end_retried_until_slurmctld_has_it(env):
     fast.submit(HookMessage(job, "end", None))
     assert wait(lambda: len(runner.stdins) >= 2)  # asked again while it is not ended
     state["text"] = final
-    assert wait(lambda: box.stats()["counts"].get("stop:pending") == 1)
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
 
 
 def test_burst_is_coalesced(env):
@@ -94,11 +94,11 @@ def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, m
     monkeypatch.setattr(box, "enqueue", full)
     fast.submit(HookMessage(gpu, "start", None))
     assert wait(lambda: "left to the poll" in caplog.text)
-    assert "disk is full" in caplog.text and box.due() == []
+    assert "disk is full" in caplog.text and box.queue.due() == []
     monkeypatch.setattr(box, "enqueue", real)
     fast.submit(HookMessage(gpu, "start", None))  # the fast path still runs
-    assert wait(lambda: box.due()), caplog.text
-    assert [e.job_id for e in box.due()] == [gpu]
+    assert wait(lambda: box.queue.due()), caplog.text
+    assert [e.job_id for e in box.queue.due()] == [gpu]
 
 
 @pytest.fixture

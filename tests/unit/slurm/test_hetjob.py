@@ -17,7 +17,7 @@ import hostlist
 import pytest
 
 from ccadapter.cc.payload import start_job_body
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import parse_message
 from tests.conftest import VERSIONS, fixture_json, fixture_text
@@ -189,8 +189,8 @@ def test_fast_path_from_the_recorded_hook_messages(version, tmp_path):
         time.sleep(0.2)
     finally:
         fast.stop()
-    events = [(e.job_id, e.kind) for e in box.due()]
+    events = [(e.job_id, e.kind) for e in box.queue.due()]
     assert events == [(ids[0], "start")]  # the stop follows its delivered start
-    counts = box.stats()["counts"]
+    counts = admin.stats(box.store)["counts"]
     assert counts == {"start:pending": 1, "stop:pending": 1}
     box.close()

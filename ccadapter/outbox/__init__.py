@@ -1,0 +1,17 @@
+"""The durable outbox (:mod:`ccadapter.outbox.events`): its file and transactions
+(:mod:`.store`), the queues the deliverers drain (:mod:`.queue`) and the operator's
+commands (:mod:`.operator`)."""
+
+from ccadapter.outbox.events import NewEvent, Outbox
+from ccadapter.outbox.queue import (
+    DELIVERED,
+    PENDING,
+    REJECTED,
+    Backoff,
+    DeliveryQueue,
+    Event,
+    Result,
+)
+
+__all__ = ["DELIVERED", "PENDING", "REJECTED", "Backoff", "DeliveryQueue", "Event",
+           "NewEvent", "Outbox", "Result"]

@@ -1,0 +1,164 @@
+"""A queue to drain: the events for cc-backend, and the NATS notifications owed for the
+delivered ones. Both hand out what is due in id order, hold an event back while an earlier
+one of its run waits, and take delivery results with the same backoff; they differ only in
+their table and their ordering query, so one class serves both.
+
+Per job the order is kept by what :meth:`DeliveryQueue.due` hands out: a stop only after
+the start of the same run was delivered (or rejected), a run's energy only after its stop,
+and the start of a requeued job's new run only after the old run's events.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ccadapter.outbox.store import Store
+
+PENDING, DELIVERED, REJECTED = "pending", "delivered", "rejected"
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    cluster: str
+    job_id: int
+    start_time: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    created_at: float
+
+    @classmethod
+    def from_row(cls, r: tuple[Any, ...]) -> Event:
+        """From (id, cluster, job_id, start_time, kind, payload, attempts, created_at)."""
+        return cls(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7])
+
+
+@dataclass(frozen=True)
+class Result:
+    """What became of one delivery attempt."""
+
+    event_id: int
+    status: str  # PENDING (retry later), DELIVERED or REJECTED
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before the n-th retry: exponential, capped, jittered between half and all of
+    the ceiling (no herds, and never a retry much sooner than the policy says)."""
+
+    base: float = 1.0
+    cap: float = 300.0
+
+    def delay(self, attempts: int, rng: Callable[[], float] = random.random) -> float:
+        ceiling = min(self.cap, self.base * 2 ** min(attempts, 30))
+        return ceiling / 2 + rng() * ceiling / 2
+
+
+@dataclass(frozen=True)
+class QueueTable:
+    """Where a queue keeps its rows: the table, its key column, its two indexes (pending
+    rows by due time, by id) and the query for the due ones in order."""
+
+    table: str
+    key: str
+    due_index: str
+    due_query: str
+
+
+EVENTS = QueueTable("events", "id", "events_due", """
+SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at
+FROM events e INDEXED BY events_pending
+WHERE status = 'pending' AND next_attempt_at <= :now
+  AND NOT (kind = 'stop' AND EXISTS (
+        SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
+          AND s.start_time = e.start_time AND s.kind = 'start' AND s.status = 'pending'))
+  AND NOT (kind = 'start' AND EXISTS (
+        SELECT 1 FROM events p WHERE p.cluster = e.cluster AND p.job_id = e.job_id
+          AND p.start_time < e.start_time AND p.kind IN ('start', 'stop')
+          AND p.status = 'pending'))
+  AND NOT (kind = 'energy' AND EXISTS (
+        SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
+          AND s.start_time = e.start_time AND s.kind = 'stop' AND s.status = 'pending'))
+ORDER BY id LIMIT :limit
+""")
+
+NOTIFY = QueueTable("notify", "event_id", "notify_due", """
+SELECT e.id, e.cluster, e.job_id, e.start_time, e.kind, e.payload, n.attempts, e.created_at
+FROM notify n INDEXED BY notify_pending JOIN events e ON e.id = n.event_id
+WHERE n.status = 'pending' AND n.next_attempt_at <= :now
+  AND NOT (e.kind = 'stop' AND EXISTS (
+        SELECT 1 FROM events s JOIN notify ns ON ns.event_id = s.id
+        WHERE s.cluster = e.cluster AND s.job_id = e.job_id AND s.start_time = e.start_time
+          AND s.kind = 'start' AND ns.status = 'pending'))
+ORDER BY n.event_id LIMIT :limit
+""")
+
+# Whether anything is due at all: during an outage the whole backlog waits, and walking it
+# in id order only to find nothing would cost tens of milliseconds per second.
+_ANY_DUE = ("SELECT 1 FROM {table} INDEXED BY {index} WHERE status = 'pending' "
+            "AND next_attempt_at <= ? LIMIT 1")
+
+
+class DeliveryQueue:
+    """The rows of one :class:`QueueTable` as a queue for :class:`ccadapter.delivery.Deliverer`.
+    ``on_delivered(db, event_id)`` runs in the transaction that records a delivery (the
+    events queue owes a NATS notification there)."""
+
+    def __init__(self, store: Store, spec: QueueTable, backoff: Backoff | None = None,
+                 on_delivered: Callable[[sqlite3.Connection, int], None] | None = None
+                 ) -> None:
+        self.store, self.spec = store, spec
+        self.backoff = backoff or Backoff()
+        self.on_delivered = on_delivered
+
+    def due(self, limit: int = 256) -> list[Event]:
+        now = self.store.clock()
+        spec = self.spec
+        with self.store.read() as db:
+            if db.execute(_ANY_DUE.format(table=spec.table, index=spec.due_index),
+                          (now,)).fetchone():
+                rows = db.execute(spec.due_query, {"now": now, "limit": limit}).fetchall()
+            else:
+                rows = []
+        return [Event.from_row(r) for r in rows]
+
+    def record(self, results: Iterable[Result]) -> None:
+        """Apply delivery results in one transaction."""
+        now = self.store.clock()
+        with self.store.tx() as db:
+            for res in results:
+                self._apply(db, res, now)
+                if self.on_delivered and res.status == DELIVERED:
+                    self.on_delivered(db, res.event_id)
+
+    def retry_now(self) -> None:
+        """Make every waiting row due (the target is back, or the operator says so)."""
+        with self.store.tx() as db:
+            db.execute(f"UPDATE {self.spec.table} SET next_attempt_at = 0 "
+                       "WHERE status = 'pending'")
+
+    def _apply(self, db: sqlite3.Connection, res: Result, now: float) -> None:
+        table, key = self.spec.table, self.spec.key
+        if res.status == DELIVERED:
+            db.execute(f"UPDATE {table} SET status = 'delivered', delivered_at = ?, "
+                       f"attempts = attempts + 1, last_error = NULL WHERE {key} = ?",
+                       (now, res.event_id))
+        elif res.status == REJECTED:
+            db.execute(f"UPDATE {table} SET status = 'rejected', attempts = attempts + 1, "
+                       f"last_error = ? WHERE {key} = ?", (res.error, res.event_id))
+        else:
+            row = db.execute(f"SELECT attempts FROM {table} WHERE {key} = ?",
+                             (res.event_id,)).fetchone()
+            if row is None:  # a newer nodestate replaced it while in flight
+                return
+            db.execute(f"UPDATE {table} SET attempts = ?, next_attempt_at = ?, last_error = ? "
+                       f"WHERE {key} = ?",
+                       (row[0] + 1, now + self.backoff.delay(row[0]), res.error,
+                        res.event_id))

@@ -1,0 +1,218 @@
+"""The outbox's SQLite file: schema and its upgrades, transactions, key-value state.
+
+WAL mode, one connection and one lock per process (the state directory's ``outbox.lock``
+keeps other processes out, :mod:`ccadapter.statelock`). ``synchronous=FULL``: a committed
+event survives power loss, not only a crash of the process.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from ccadapter.errors import OutboxError
+
+# The events table, by name: an outbox made before 'energy' events existed has it with a
+# narrower CHECK on kind and is rebuilt once from this (see _widen_kinds).
+_EVENTS = """
+CREATE TABLE IF NOT EXISTS {table} (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster         TEXT    NOT NULL,
+    job_id          INTEGER NOT NULL,
+    start_time      INTEGER NOT NULL,
+    kind            TEXT    NOT NULL CHECK (kind IN ('start', 'stop', 'nodestate', 'energy')),
+    payload         TEXT    NOT NULL,
+    rich            INTEGER NOT NULL DEFAULT 0,
+    status          TEXT    NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'rejected')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL    NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    created_at      REAL    NOT NULL,
+    delivered_at    REAL,
+    UNIQUE (cluster, job_id, start_time, kind)
+);
+"""
+_EVENTS_INDEXES = """
+CREATE INDEX IF NOT EXISTS events_due ON events (status, next_attempt_at);
+-- pending events in id order: due() reads the first few due ones without sorting them all
+CREATE INDEX IF NOT EXISTS events_pending ON events (status, id);
+-- delivered events by age: compaction reads the old ones only, not the whole history
+CREATE INDEX IF NOT EXISTS events_delivered ON events (status, delivered_at);
+"""
+SCHEMA = _EVENTS.format(table="events") + _EVENTS_INDEXES + """
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS notify (
+    event_id        INTEGER PRIMARY KEY,
+    status          TEXT    NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'rejected')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL    NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    delivered_at    REAL
+);
+CREATE INDEX IF NOT EXISTS notify_due ON notify (status, next_attempt_at);
+CREATE INDEX IF NOT EXISTS notify_pending ON notify (status, event_id);
+-- runs whose start is stored and whose stop is not: what cc-backend shows as running. Kept
+-- by enqueue, so that stale-jobs and nodestate cost what runs, not what ever ran (a week of
+-- history at 5 jobs/s is six million events).
+CREATE TABLE IF NOT EXISTS runs (
+    cluster         TEXT    NOT NULL,
+    job_id          INTEGER NOT NULL,
+    start_time      INTEGER NOT NULL,
+    hosts           TEXT    NOT NULL DEFAULT '',
+    PRIMARY KEY (cluster, job_id, start_time)
+) WITHOUT ROWID;
+"""
+
+# An outbox written before the runs table existed gets it filled once, from its events.
+_FILL_RUNS = """
+INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts)
+SELECT e.cluster, e.job_id, e.start_time, coalesce((SELECT group_concat(
+           json_extract(r.value, '$.hostname'), ',') FROM json_each(e.payload, '$.resources') r),
+       '')
+FROM events e WHERE e.kind = 'start' AND e.payload != '' AND NOT EXISTS (
+    SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
+      AND s.start_time = e.start_time AND s.kind = 'stop')
+"""
+
+
+class Store:
+    """Thread-safe: one connection, one lock; writes are batched by the callers."""
+
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                   timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+        with self.tx() as db:
+            if db.execute("SELECT 1 FROM state WHERE key = 'schema.runs'").fetchone() is None:
+                db.execute(_FILL_RUNS)
+                db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
+            _widen_kinds(db)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction. A failing COMMIT (disk full) is rolled back too: a
+        transaction left open would make every later BEGIN fail, for good."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        with suppress(sqlite3.Error):
+                            self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise OutboxError(str(self.path), str(exc)) from None
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads, under the lock (the delivery workers share it)."""
+        with self._lock:
+            yield self._db
+
+    # --- key-value state (window origins, cycle records, the controller's view) ---------
+
+    def get_state(self, key: str) -> str | None:
+        with self.read() as db:
+            return get_state(db, key)
+
+    def set_state(self, key: str, value: str) -> None:
+        with self.tx() as db:
+            put_state(db, key, value)
+
+    def del_state(self, key: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM state WHERE key = ?", (key,))
+
+    def state_items(self, prefix: str) -> dict[str, str]:
+        """Every state entry whose key starts with ``prefix``."""
+        with self.read() as db:
+            rows = db.execute("SELECT key, value FROM state WHERE substr(key, 1, ?) = ? "
+                              "ORDER BY key", (len(prefix), prefix)).fetchall()
+        return dict(rows)
+
+
+def get_state(db: sqlite3.Connection, key: str) -> str | None:
+    """A state entry read inside a caller's transaction."""
+    row = db.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def put_state(db: sqlite3.Connection, key: str, value: str) -> None:
+    """A state entry written inside a caller's transaction."""
+    db.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) "
+               "DO UPDATE SET value = excluded.value", (key, value))
+
+
+def copy_file(source: str | Path, target: str | Path) -> None:
+    """Copy an outbox through a read-only connection: the source is neither changed nor
+    created (a missing one is an error)."""
+    src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        dest = sqlite3.connect(target)
+        src.backup(dest)
+        dest.close()
+    finally:
+        src.close()
+
+
+def batches(ids: list[int], size: int = 500) -> Iterator[list[int]]:
+    """SQLite limits the parameters of one statement; a few hundred ids at a time."""
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
+
+
+def marks(ids: list[int]) -> str:
+    return ", ".join("?" * len(ids))
+
+
+def existing(db: sqlite3.Connection, ids: Iterable[int], condition: str) -> list[int]:
+    """Which of ``ids`` exist and meet ``condition`` (a fixed SQL fragment of ours)."""
+    found: list[int] = []
+    for chunk in batches(sorted(set(ids))):
+        found += [r[0] for r in db.execute(
+            f"SELECT id FROM events WHERE id IN ({marks(chunk)}) AND {condition} ORDER BY id",
+            chunk)]
+    return found
+
+
+def _widen_kinds(db: sqlite3.Connection) -> None:
+    """An outbox made before 'energy' events existed refuses them (a CHECK on kind), and
+    SQLite cannot alter a CHECK: the events table is copied once into one made from
+    :data:`_EVENTS`, in the caller's transaction (seconds for millions of events), keeping
+    every row and id and the AUTOINCREMENT counter (ids are never reused: notify rows name
+    events by id)."""
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' "
+                        "AND name = 'events'").fetchone()
+    if "'energy'" in sql:
+        return
+    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    db.execute(_EVENTS.format(table="events_widened"))
+    db.execute("INSERT INTO events_widened SELECT * FROM events")
+    db.execute("DROP TABLE events")
+    db.execute("ALTER TABLE events_widened RENAME TO events")
+    for statement in _EVENTS_INDEXES.split(";"):
+        if "CREATE" in statement:
+            db.execute(statement)
+    if row is not None:  # the copy has no counter if it copied no row
+        db.execute("INSERT INTO sqlite_sequence (name, seq) SELECT 'events', 0 WHERE NOT "
+                   "EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'events')")
+        db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'events'", row)
