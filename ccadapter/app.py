@@ -20,7 +20,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
+from ccadapter.retry import RetryPolicies
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 
@@ -67,6 +68,7 @@ class App:
     publisher: NatsPublisher | None = None
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
     control: Control | None = None  # slurmctldFailover: whether this daemon works
+    retries: RetryPolicies = field(default_factory=RetryPolicies)
 
     def daemon(self) -> Daemon:
         daemon = Daemon(self.deliverer)
@@ -89,8 +91,7 @@ class App:
         ``check_control``: run the control routine now (a standby daemon got a message)."""
         fast = FastPath(self.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
-                        max_retries=max(1, self.config.slurm_max_retries),
-                        max_delay=self.config.slurm_query_delay,
+                        retry=self.retries.fast_path,
                         on_received=self.metrics.hook_received,
                         on_drop=self.metrics.hook_dropped)
         on_message: Callable[[HookMessage], None] = fast.submit
@@ -179,19 +180,23 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
     when ``metricsListen`` is set, as nothing else could read them). An ``outbox`` passed
     in reports no enqueued events."""
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
+    retries = RetryPolicies.from_config(config)
     runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
-                                   on_command=recorder.slurm_command)
+                                   retry=retries.slurm, on_command=recorder.slurm_command)
     collector = Collector(runner, CollectorSettings.from_config(config))
     cluster = collector.cluster_name()
     nats_on = bool(config.nats_server)
-    outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
+    outbox = outbox or Outbox(outbox_path(config), backoff=retries.outbox,
+                              on_enqueued=recorder.events_enqueued)
     outbox.notify = nats_on and config.cc_rest_submit_jobs
     recorder.watch_outbox(outbox)
     # one connection per delivery worker, and one for a reconciler's read beside them
     client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
-                      on_request=recorder.cc_request) if config.cc_rest_url else None
-    publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
+                      retry=retries.http, on_request=recorder.cc_request
+                      ) if config.cc_rest_url else None
+    publisher = NatsPublisher(NatsOptions.from_config(config), retries.nats_connect) \
+        if nats_on else None
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
     nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
     node_states = node_state_path(config)
@@ -234,7 +239,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
                                               config.ignore_hosts_pattern(), time.time)
     control = _control(config, collector, outbox, recorder, slurm_window)
     return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
-               recorder, publisher, notifier, control)
+               recorder, publisher, notifier, control, retries)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,

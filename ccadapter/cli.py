@@ -43,6 +43,7 @@ from ccadapter.problems import describe, sqlite_advice
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.events import ignored as is_ignored
 from ccadapter.recover import claim, clear_socket, rebuild
+from ccadapter.retry import RetryPolicies
 from ccadapter.sdnotify import notify, watchdog_interval
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
@@ -109,7 +110,8 @@ class _Commands(click.Group):
 
 
 def _slurm_runner(config: Config) -> CommandRunner:
-    return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
+    return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
+                       retry=RetryPolicies.from_config(config).slurm)
 
 
 @dataclass(frozen=True)

@@ -36,15 +36,11 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from tenacity import (
-    Retrying,
-    retry_if_result,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
 from ccadapter.errors import CcAdapterError
+from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +136,7 @@ class CcClient:
         ca_bundle: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
-        quick_retries: int = 2,
+        retry: RetryPolicy | None = None,
         pool_size: int = 16,
         on_request: Callable[[str, int, float], None] | None = None,
     ) -> None:
@@ -149,7 +145,7 @@ class CcClient:
         exchange, quick retries included; status 0 when there was no answer (the daemon's
         metrics)."""
         self.url = url.rstrip("/")
-        self.quick_retries = quick_retries
+        self.retry = retry or RetryPolicies().http
         self.on_request = on_request
         # the latest request that got nowhere, said for an operator (one-shot commands
         # report it after their delivery); None until one failed
@@ -170,12 +166,9 @@ class CcClient:
         """Send one event (POST; PATCH for ``energy``). A few quick retries absorb blips
         (5xx); longer outages are the outbox's business (it reschedules the event with
         growing delays)."""
-        retrying = Retrying(
-            stop=stop_after_attempt(1 + self.quick_retries),
-            wait=wait_random_exponential(multiplier=0.2, max=2.0),
+        retrying = self.retry.retrying(
             retry=retry_if_result(lambda a: a.outcome is Outcome.RETRY and a.status != 0),
-            retry_error_callback=lambda state: state.outcome.result(),
-        )
+            retry_error_callback=lambda state: state.outcome.result())
         return retrying(self._post, kind, body)
 
     def _post(self, kind: str, body: dict[str, Any]) -> Answer:

@@ -31,6 +31,7 @@ import nats.js.errors
 from ccadapter.config import Config
 from ccadapter.loggate import LogGate
 from ccadapter.notify.message import Message
+from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,11 @@ def describe(exc: BaseException) -> str:
 
 
 class NatsPublisher:
-    def __init__(self, options: NatsOptions) -> None:
+    def __init__(self, options: NatsOptions, retry: RetryPolicy | None = None) -> None:
+        """``retry``: how long to wait before connecting again after our side was refused
+        (a refused or unreachable server nats-py retries by itself)."""
         self.options = options
+        self.retry = retry or RetryPolicies().nats_connect
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="nats",
                                         daemon=True)
@@ -133,7 +137,9 @@ class NatsPublisher:
     async def _connect_until_done(self) -> None:
         """nats-py retries a refused or unreachable server forever by itself; what it
         raises is a problem on our side (an unreadable creds file, a bad TLS key): said,
-        then tried again a minute later, in case the admin fixed it meanwhile."""
+        then tried again after the policy's delay (up to a minute), in case the admin fixed
+        it meanwhile."""
+        failures = 0
         while not self._stopping:
             nc = nats.NATS()
             try:
@@ -144,7 +150,8 @@ class NatsPublisher:
                 self.last_error = describe(exc)
                 log.error("NATS: cannot connect to %s: %s", safe_url(self.options.url),
                           self.last_error)
-                await asyncio.sleep(60)
+                failures += 1
+                await asyncio.sleep(self.retry.delay(failures))
                 continue
             self._js = nc.jetstream(timeout=self.options.publish_timeout) \
                 if self.options.jetstream else None

@@ -7,11 +7,10 @@ from ccadapter.outbox.queue import (
     DELIVERED,
     PENDING,
     REJECTED,
-    Backoff,
     DeliveryQueue,
     Event,
     Result,
 )
 
-__all__ = ["DELIVERED", "PENDING", "REJECTED", "Backoff", "DeliveryQueue", "Event",
+__all__ = ["DELIVERED", "PENDING", "REJECTED", "DeliveryQueue", "Event",
            "NewEvent", "Outbox", "Result"]

@@ -34,7 +34,6 @@ from ccadapter.outbox.queue import (
     EVENTS,
     NOTIFY,
     PENDING,
-    Backoff,
     DeliveryQueue,
 )
 from ccadapter.outbox.store import (
@@ -45,6 +44,7 @@ from ccadapter.outbox.store import (
     marks,
     put_state,
 )
+from ccadapter.retry import RetryPolicies, RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,14 @@ class Outbox:
     and ask about, and (``queue``) what the deliverer drains."""
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
-                 backoff: Backoff | None = None, notify: bool = False,
+                 backoff: RetryPolicy | None = None, notify: bool = False,
                  on_enqueued: Callable[[str, int], None] | None = None) -> None:
         """``on_enqueued(kind, count)`` hears of new events once they are committed
         (the daemon's metrics)."""
         self.store = Store(path, clock)
         self.path = self.store.path
         self.notify = notify  # queue a NATS notification for every delivered start/stop
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RetryPolicies().outbox
         self.on_enqueued = on_enqueued
         self.queue = DeliveryQueue(self.store, EVENTS, self.backoff, self._owe_notification)
 

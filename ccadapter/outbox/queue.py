@@ -11,13 +11,13 @@ and the start of a requeued job's new run only after the old run's events.
 from __future__ import annotations
 
 import json
-import random
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ccadapter.outbox.store import Store
+from ccadapter.retry import RetryPolicy
 
 PENDING, DELIVERED, REJECTED = "pending", "delivered", "rejected"
 
@@ -46,19 +46,6 @@ class Result:
     event_id: int
     status: str  # PENDING (retry later), DELIVERED or REJECTED
     error: str = ""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before the n-th retry: exponential, capped, jittered between half and all of
-    the ceiling (no herds, and never a retry much sooner than the policy says)."""
-
-    base: float = 1.0
-    cap: float = 300.0
-
-    def delay(self, attempts: int, rng: Callable[[], float] = random.random) -> float:
-        ceiling = min(self.cap, self.base * 2 ** min(attempts, 30))
-        return ceiling / 2 + rng() * ceiling / 2
 
 
 @dataclass(frozen=True)
@@ -111,11 +98,11 @@ class DeliveryQueue:
     ``on_delivered(db, event_id)`` runs in the transaction that records a delivery (the
     events queue owes a NATS notification there)."""
 
-    def __init__(self, store: Store, spec: QueueTable, backoff: Backoff | None = None,
+    def __init__(self, store: Store, spec: QueueTable, backoff: RetryPolicy | None = None,
                  on_delivered: Callable[[sqlite3.Connection, int], None] | None = None
                  ) -> None:
         self.store, self.spec = store, spec
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RetryPolicy()
         self.on_delivered = on_delivered
 
     def due(self, limit: int = 256) -> list[Event]:
@@ -160,5 +147,5 @@ class DeliveryQueue:
                 return
             db.execute(f"UPDATE {table} SET attempts = ?, next_attempt_at = ?, last_error = ? "
                        f"WHERE {key} = ?",
-                       (row[0] + 1, now + self.backoff.delay(row[0]), res.error,
+                       (row[0] + 1, now + self.backoff.delay(row[0] + 1), res.error,
                         res.event_id))

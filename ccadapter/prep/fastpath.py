@@ -35,6 +35,7 @@ from ccadapter.model import base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
+from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,8 @@ log = logging.getLogger(__name__)
 
 class FastPath:
     def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
-                 ignore: re.Pattern[str] | None = None, max_retries: int = 10,
-                 max_delay: float = 1.0, max_pending: int = 10_000,
+                 ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
+                 max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
@@ -53,8 +54,7 @@ class FastPath:
         self.outbox = outbox
         self.wake = wake
         self.ignore = ignore
-        self.max_retries = max_retries
-        self.max_delay = max_delay
+        self.retry = retry or RetryPolicies().fast_path
         self.max_pending = max_pending
         self.coalesce = coalesce
         self.start_settle = start_settle
@@ -169,11 +169,11 @@ class FastPath:
             self.wake()
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
-        if attempts + 1 >= self.max_retries:
+        if self.retry.exhausted(attempts + 1):
             log.info("fast path: job %d not %s after %d tries; left to the poll", job_id,
                      "ended" if event == "end" else "running", attempts + 1)
             return
-        delay = min(self.max_delay, 0.05 * 2 ** attempts)
+        delay = self.retry.delay(attempts + 1)
         with self._cond:
             heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts + 1))
             self._cond.notify()

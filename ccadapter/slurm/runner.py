@@ -27,15 +27,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState, retry_if_exception
 
 from ccadapter.errors import SlurmCommandError
+from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +42,6 @@ _TRANSIENT = re.compile(
     r"Unable to establish connection|Insane message length",
     re.IGNORECASE,
 )
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently to retry a transient failure."""
-
-    attempts: int = 3
-    initial_wait: float = 0.5
-    max_wait: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +128,7 @@ class SlurmRunner:
         (the daemon's metrics)."""
         self.prefix = list(prefix)
         self.timeout = timeout
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or RetryPolicies().slurm
         self.env = dict(env) if env is not None else None
         self.calls: Counter[str] = Counter()
         self.on_command = on_command
@@ -167,15 +153,9 @@ class SlurmRunner:
         set for the Slurm client only."""
         if not retry:
             return self._run_once(argv, timeout, env)
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retry.attempts),
-            wait=wait_random_exponential(
-                multiplier=self.retry.initial_wait, max=self.retry.max_wait
-            ),
+        retrying = self.retry.retrying(
             retry=retry_if_exception(lambda e: isinstance(e, TransientSlurmError)),
-            before_sleep=_log_retry,
-            reraise=True,
-        )
+            before_sleep=_log_retry, reraise=True)
         return retrying(self._run_once, argv, timeout, env)
 
     def _run_once(self, argv: Sequence[str], timeout: float | None,

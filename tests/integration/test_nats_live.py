@@ -19,7 +19,8 @@ import pytest
 from ccadapter.delivery import Deliverer
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
-from ccadapter.outbox import DELIVERED, Backoff, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
+from ccadapter.retry import RetryPolicy
 from tests.lineproto import parse_line
 from tests.natsserver import (
     NatsServer,
@@ -86,7 +87,7 @@ def wait_connected(pub: NatsPublisher, timeout: float = 20) -> None:
 
 
 def nats_only(tmp_path, pub: NatsPublisher) -> tuple[Outbox, Deliverer]:
-    box = Outbox(tmp_path / "outbox.sqlite", backoff=Backoff(base=0.2, cap=1.0))
+    box = Outbox(tmp_path / "outbox.sqlite", backoff=RetryPolicy(base=0.2, cap=1.0))
     return box, Deliverer(box.queue, NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
 
 

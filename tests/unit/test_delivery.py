@@ -9,6 +9,7 @@ import pytest
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
 from ccadapter.delivery import ENERGY_ATTEMPTS, Deliverer, RestDelivery
 from ccadapter.outbox import NewEvent, Outbox, admin
+from ccadapter.retry import RetryPolicy
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body
 
 TOKEN = "secret-jwt-value"
@@ -38,7 +39,7 @@ def standin():
 @pytest.fixture
 def setup(tmp_path, standin):
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(standin.url, TOKEN, quick_retries=0, read_timeout=2)
+    client = CcClient(standin.url, TOKEN, retry=RetryPolicy(attempts=1), read_timeout=2)
     deliverer = Deliverer(box.queue, RestDelivery(client), workers=2)
     yield box, deliverer, standin
     deliverer.close()
@@ -131,7 +132,7 @@ def test_dropped_connections_and_hangs_are_retried(setup):
 
 def test_auth_error_said_plainly(tmp_path, standin, caplog):
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(standin.url, "wrong-token", quick_retries=0)
+    client = CcClient(standin.url, "wrong-token", retry=RetryPolicy(attempts=1))
     d = Deliverer(box.queue, RestDelivery(client), workers=1)
     box.enqueue(events()[:1])
     d.run_once()
@@ -182,7 +183,7 @@ def test_an_outage_is_said_once_not_once_per_event(tmp_path, caplog):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(f"http://127.0.0.1:{port}", TOKEN, quick_retries=0)
+    client = CcClient(f"http://127.0.0.1:{port}", TOKEN, retry=RetryPolicy(attempts=1))
     d = Deliverer(box.queue, RestDelivery(client), workers=4)
     box.enqueue([NewEvent("c", j, 100 + j, "start", start_body(j, 100 + j)) for j in range(20)])
     with caplog.at_level(logging.WARNING):
@@ -236,7 +237,7 @@ def test_energy_cc_backend_never_takes_is_rejected_after_its_attempts(setup, clo
     """A run cc-backend does not have (422, e.g. a NATS stop it dropped) is given up after
     ENERGY_ATTEMPTS, with cc-backend's answer; an outage is retried without end."""
     box, clock = clock_box
-    client = CcClient(setup[2].url, TOKEN, quick_retries=0, read_timeout=2)
+    client = CcClient(setup[2].url, TOKEN, retry=RetryPolicy(attempts=1), read_timeout=2)
     d = Deliverer(box.queue, RestDelivery(client), workers=1)
     box.enqueue([energy_event(job=99)])  # no start, no stop: cc-backend has no job 99
     setup[2].fail_with(503)

@@ -32,7 +32,8 @@ from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.server import PrepServer
-from ccadapter.slurm.runner import RetryPolicy, SlurmRunner, TransientSlurmError
+from ccadapter.retry import RetryPolicy
+from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
 from tests.standin.ccbackend import CcBackendStandin
 
 TOKEN = "metrics-test-jwt"
@@ -157,7 +158,8 @@ def standin():
 
 def test_delivered_and_rejected_by_kind_and_requests_by_status(tmp_path, standin, metrics):
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(standin.url, TOKEN, quick_retries=0, on_request=metrics.cc_request)
+    client = CcClient(standin.url, TOKEN, retry=RetryPolicy(attempts=1),
+                      on_request=metrics.cc_request)
     deliverer = Deliverer(box.queue, RestDelivery(client), workers=2,
                           on_result=metrics.delivery_result)
     box.enqueue([*job_events(1), NewEvent("c", 2, T0, "start", start_body(2, bogus=1))])
@@ -179,7 +181,8 @@ def test_delivered_and_rejected_by_kind_and_requests_by_status(tmp_path, standin
 
 def test_a_retry_later_is_neither_delivered_nor_rejected(tmp_path, standin, metrics):
     box = Outbox(tmp_path / "o.sqlite")
-    client = CcClient(standin.url, TOKEN, quick_retries=1, on_request=metrics.cc_request)
+    client = CcClient(standin.url, TOKEN, retry=RetryPolicy(0.2, 2.0, 2),
+                      on_request=metrics.cc_request)
     deliverer = Deliverer(box.queue, RestDelivery(client), workers=1,
                           on_result=metrics.delivery_result)
     standin.fail_with(503)
@@ -195,7 +198,7 @@ def test_a_retry_later_is_neither_delivered_nor_rejected(tmp_path, standin, metr
 
 
 def test_no_answer_is_status_0(metrics):
-    client = CcClient(f"http://127.0.0.1:{free_port()}", TOKEN, quick_retries=0,
+    client = CcClient(f"http://127.0.0.1:{free_port()}", TOKEN, retry=RetryPolicy(attempts=1),
                       on_request=metrics.cc_request)
     assert client.send("nodestate", {"cluster": "c", "nodes": []}).status == 0
     client.close()
@@ -207,7 +210,7 @@ def test_no_answer_is_status_0(metrics):
 
 def runner(bindir: str, metrics: Metrics, **kw) -> SlurmRunner:
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
-    return SlurmRunner(env=env, retry=RetryPolicy(3, 0.01, 0.02),
+    return SlurmRunner(env=env, retry=RetryPolicy(0.01, 0.02, 3),
                        on_command=metrics.slurm_command, **kw)
 
 

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Backoff, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, NewEvent, Outbox, Result, admin
 
 
 class Clock:
@@ -89,13 +89,6 @@ def test_retry_backoff_and_retry_now(box, clock):
     box.queue.record([Result(box.queue.due()[0].id, PENDING, "HTTP 503")])
     box.queue.retry_now()
     assert len(box.queue.due()) == 1
-
-
-def test_backoff_grows_and_is_capped():
-    b = Backoff(base=1, cap=300)
-    assert [b.delay(n, rng=lambda: 1.0) for n in (0, 1, 2, 3)] == [1, 2, 4, 8]
-    assert b.delay(50, rng=lambda: 0.0) == 150
-    assert b.delay(50, rng=lambda: 1.0) == 300
 
 
 def test_survives_reopen(tmp_path, clock):

@@ -44,6 +44,7 @@ from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
+from ccadapter.retry import RetryPolicy
 from ccadapter.slurm import timefmt
 from ccadapter.slurm.collector import Collector
 from tests.conftest import VERSIONS, fixture_json, fixture_text
@@ -253,7 +254,7 @@ def test_fast_path_sends_no_start_before_the_job_leaves_configuring(version, tmp
     later = datetime.strptime(start, _FMT).replace(tzinfo=UTC).timestamp() + BOOTED
     box = Outbox(tmp_path / "o.sqlite")
     woken = threading.Event()
-    fast = FastPath(host.collector(), box, woken.set, max_retries=3, max_delay=0.05).start()
+    fast = FastPath(host.collector(), box, woken.set, retry=RetryPolicy(0.05, 0.05, 3)).start()
     try:
         fast.submit(HookMessage(job_id, "start", None))
         assert wait(lambda: host.runner.calls["scontrol"] >= 2 and not fast._pending

@@ -19,6 +19,7 @@ import responses
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome
 from ccadapter.cc.http import HttpSession, TransportError, system_ca
+from ccadapter.retry import RetryPolicy
 
 URL = "http://cc.example.org:8080"
 TOKEN = "jwt-secret-0123456789abcdef"
@@ -211,7 +212,7 @@ def free_port() -> int:
 
 
 def test_refused_connection():
-    client = CcClient(f"http://127.0.0.1:{free_port()}", TOKEN, quick_retries=0)
+    client = CcClient(f"http://127.0.0.1:{free_port()}", TOKEN, retry=RetryPolicy(attempts=1))
     got = client.send("start", BODY)
     client.close()
     assert (got.outcome, got.status, got.detail) == (Outcome.RETRY, 0, "connection refused")
@@ -274,7 +275,7 @@ def no_ca_env(monkeypatch):
 def test_tls_is_verified_with_the_configured_bundle(tls_server, no_ca_env):
     url, cert, other = tls_server
     for bundle in (None, str(other)):  # the system store, a bundle of someone else
-        untrusted = CcClient(url, TOKEN, ca_bundle=bundle, quick_retries=0)
+        untrusted = CcClient(url, TOKEN, ca_bundle=bundle, retry=RetryPolicy(attempts=1))
         got = untrusted.send("start", {**BODY, "jobId": 10})
         untrusted.close()
         assert got.status == 0 and got.detail.startswith("TLS: certificate not trusted")
@@ -289,7 +290,8 @@ def test_requests_ca_bundle_when_no_bundle_is_configured(tls_server, monkeypatch
     client = CcClient(url, TOKEN)
     assert client.send("start", {**BODY, "jobId": 12}).status == 201
     client.close()
-    client = CcClient(url, TOKEN, ca_bundle=str(other), quick_retries=0)  # the key wins
+    client = CcClient(url, TOKEN, ca_bundle=str(other),  # the key wins
+                      retry=RetryPolicy(attempts=1))
     got = client.send("start", {**BODY, "jobId": 13})
     client.close()
     assert got.detail.startswith("TLS: certificate not trusted")
@@ -304,7 +306,8 @@ def test_the_system_store_is_the_default(no_ca_env):
 
 def test_plain_http_on_an_https_url_is_a_tls_error():
     server = KeepAliveServer()
-    client = CcClient(server.url.replace("http://", "https://"), TOKEN, quick_retries=0)
+    client = CcClient(server.url.replace("http://", "https://"), TOKEN,
+                      retry=RetryPolicy(attempts=1))
     got = client.send("start", BODY)
     client.close()
     server.stop()
@@ -320,7 +323,7 @@ def test_proxies_come_from_the_environment(monkeypatch):
     assert client.send("start", {**BODY, "jobId": 20}).status == 201
     client.close()
     monkeypatch.setenv("NO_PROXY", "cc.invalid")
-    client = CcClient("http://cc.invalid:8080", TOKEN, quick_retries=0)
+    client = CcClient("http://cc.invalid:8080", TOKEN, retry=RetryPolicy(attempts=1))
     got = client.send("start", {**BODY, "jobId": 21})
     client.close()
     server.stop()

@@ -11,6 +11,7 @@ from ccadapter.errors import OutboxError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
+from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
@@ -35,7 +36,7 @@ def env(tmp_path):
     collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
     box = Outbox(tmp_path / "o.sqlite")
     woken = threading.Event()
-    fast = FastPath(collector, box, woken.set, max_retries=3, max_delay=0.05).start()
+    fast = FastPath(collector, box, woken.set, retry=RetryPolicy(0.05, 0.05, 3)).start()
     yield fast, box, runner, Controller(runner), woken, final
     fast.stop()
     box.close()

@@ -7,9 +7,10 @@ import time
 import pytest
 
 from ccadapter.errors import SlurmCommandError
-from ccadapter.slurm.runner import RetryPolicy, SlurmRunner, TransientSlurmError
+from ccadapter.retry import RetryPolicy
+from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
 
-FAST = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.02)
+FAST = RetryPolicy(0.01, 0.02, 3)
 
 
 @pytest.fixture
