@@ -65,15 +65,6 @@ class PidLock:
             self.pid_path.unlink(missing_ok=True)
         self._lock.release()
 
-    def is_held_elsewhere(self) -> bool:
-        """True when a running daemon holds the lock (for ``status``)."""
-        try:
-            self._lock.acquire(timeout=0)
-        except Timeout:
-            return True
-        self._lock.release()
-        return False
-
     def lock_owners(self) -> list[int] | None:
         """PIDs holding the lock (see :func:`flock_owners`)."""
         return flock_owners(self._lock.lock_file)

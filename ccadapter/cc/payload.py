@@ -1,4 +1,5 @@
-"""Job -> cc-backend request bodies. Pure; golden-file tested.
+"""Job -> cc-backend request bodies. Pure; tested against bodies written out in full
+(tests/unit/test_payload.py).
 
 cc-backend decodes bodies strictly (an unknown field is a 400), so only fields of its
 ``schema.Job`` appear, and only when they carry information: ``walltime`` is omitted for

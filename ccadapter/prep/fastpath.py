@@ -65,8 +65,6 @@ class FastPath:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="fast-path", daemon=True)
-        self.received = 0
-        self.dropped = 0
         self.on_received = on_received
         self.on_drop = on_drop
 
@@ -85,9 +83,7 @@ class FastPath:
         if self.on_received:
             self.on_received()
         with self._cond:
-            self.received += 1
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
-                self.dropped += 1
                 log.warning("fast path full (%d jobs pending): job %d left to the poll",
                             self.max_pending, msg.job_id)
                 if self.on_drop:

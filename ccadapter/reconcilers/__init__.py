@@ -3,8 +3,8 @@ and puts the difference into the outbox. Each runs alone (``ccadapter sync --onc
 NAME``) and has its own interval in the daemon.
 
 Every cycle has two phases: first read the state (Slurm, cc-backend, the outbox), then
-decide what to enqueue, in one transaction. Nothing is sent from here: delivery is the
-outbox's business.
+decide what to enqueue, one transaction per batch of events. Nothing is sent from here:
+delivery is the outbox's business.
 """
 
 from __future__ import annotations

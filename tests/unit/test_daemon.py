@@ -64,7 +64,7 @@ def test_pid_lock(tmp_path):
     assert f"PID {os.getpid()}" in other.stderr and AlreadyRunning.__name__ in other.stderr
     lock.release()
     assert not pid.exists()
-    assert not PidLock(pid).is_held_elsewhere()
+    assert PidLock(pid).lock_owners() == []
 
 
 def test_last_run_is_a_file_mtime(tmp_path):

@@ -59,7 +59,7 @@ def test_with_a_daemon_holding_the_lock_then_gone(config, outbox_file):
         assert doc["daemon"]["alive"] is True
         assert doc["daemon"]["lockHeld"] is True and doc["daemon"]["lockPids"] == [proc.pid]
         assert f"PID {proc.pid} alive; lock held by PID {proc.pid}" in render_table(doc)
-        assert PidLock(config.pid_file_path).is_held_elsewhere()  # status did not take it
+        assert PidLock(config.pid_file_path).lock_owners() == [proc.pid]  # not status
     finally:
         proc.stdin.close()
         proc.wait(10)
