@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
+from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
+from ccadapter.kinds import EventKind
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
@@ -304,7 +305,8 @@ def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats
     message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
 
     def deliver(event: Event) -> Result:
-        if event.kind in (START, STOP) or (event.kind == NODESTATE and node_states_on_nats):
+        if event.kind in (EventKind.START, EventKind.STOP) or (
+                event.kind == EventKind.NODESTATE and node_states_on_nats):
             return nats(event)
         if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
             return Result(event.id, REJECTED, f"{event.kind} has no way out: "
@@ -314,5 +316,5 @@ def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats
     return deliver
 
 
-_NO_WAY_OUT = {NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
-               ENERGY: "it goes over REST only: set ccRestUrl"}
+_NO_WAY_OUT = {EventKind.NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
+               EventKind.ENERGY: "it goes over REST only: set ccRestUrl"}

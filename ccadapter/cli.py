@@ -27,12 +27,12 @@ import click
 from ccadapter import __version__
 from ccadapter.app import App, build, node_state_warnings, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
-from ccadapter.cc.client import KINDS
 from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError, ConfigError, FileAccessError, OutboxError
+from ccadapter.kinds import EventKind
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import MetricsServer
 from ccadapter.model import Job
@@ -537,7 +537,7 @@ def _ids(ids: list[int]) -> str:
 @_config_option
 @click.option("--status", "status_", default="pending", show_default=True,
               type=click.Choice(["pending", "rejected", "delivered", "all"]))
-@click.option("--kind", type=click.Choice(KINDS), default=None)
+@click.option("--kind", type=click.Choice([k.value for k in EventKind]), default=None)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @_format_option
 @click.pass_obj

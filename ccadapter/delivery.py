@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, Answer, Outcome
+from ccadapter.cc.client import Answer, Outcome
+from ccadapter.kinds import EventKind
 from ccadapter.loggate import LogGate
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class Sender(Protocol):
-    def send(self, kind: str, body: dict) -> Answer: ...
+    def send(self, kind: EventKind, body: dict) -> Answer: ...
 
 
 class Queue(Protocol):
@@ -119,25 +120,25 @@ class RestDelivery:
         self._gate = LogGate()
 
     def __call__(self, event: Event) -> Result:
-        if event.kind == STOP:
+        if event.kind == EventKind.STOP:
             return self._deliver_stop(event)
         answer = self.sender.send(event.kind, event.payload)
         return self._result(event, answer)
 
     def _deliver_stop(self, event: Event) -> Result:
-        answer = self.sender.send(STOP, event.payload["stop"])
+        answer = self.sender.send(EventKind.STOP, event.payload["stop"])
         if answer.outcome is not Outcome.NEEDS_START:
             return self._result(event, answer)
         # cc-backend never saw this run: its start first, then the stop again.
         start = event.payload.get("start")
         if not start:
             return Result(event.id, REJECTED, "stop answered 404 and no start body is known")
-        first = self.sender.send(START, start)
+        first = self.sender.send(EventKind.START, start)
         if first.outcome is not Outcome.DELIVERED:
             return self._result(event, first, note="start before stop: ")
         log.info("job %d (%s): start delivered late, before its stop", event.job_id,
                  event.cluster)
-        again = self.sender.send(STOP, event.payload["stop"])
+        again = self.sender.send(EventKind.STOP, event.payload["stop"])
         if again.outcome is Outcome.NEEDS_START:
             return Result(event.id, REJECTED,
                           f"cc-backend has no run of job {event.job_id} starting at "
@@ -146,7 +147,7 @@ class RestDelivery:
         return self._result(event, again)
 
     def _result(self, event: Event, answer: Answer, note: str = "") -> Result:
-        what = (f"nodestate of {event.cluster}" if event.kind == NODESTATE else
+        what = (f"nodestate of {event.cluster}" if event.kind == EventKind.NODESTATE else
                 f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
             log.info("delivered %s: HTTP %d", what, answer.status)
@@ -154,14 +155,14 @@ class RestDelivery:
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
             return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
-        if event.kind == ENERGY and answer.status in _ENERGY_NOT_YET:
+        if event.kind == EventKind.ENERGY and answer.status in _ENERGY_NOT_YET:
             return self._energy_not_yet(event, answer, what)
         # the same problem for every event: keyed by the status (and the transport error)
         said = self._gate.allow(f"{answer.status} {answer.detail if not answer.status else ''}")
         if answer.outcome is Outcome.AUTH and said:
             log.error("cc-backend refused our token (HTTP %d) for %s: check ccRestJwt; "
                       "will retry", answer.status, what)
-        elif event.kind == NODESTATE and answer.status == 0:
+        elif event.kind == EventKind.NODESTATE and answer.status == 0:
             log.debug("nodestate not delivered: %s", answer.detail)
         elif said:
             log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from ccadapter.cc.client import KINDS
+from ccadapter.kinds import EventKind
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Metrics:
         self.rejected = Counter("ccadapter_events_rejected",
                                 "Events cc-backend refused for good; parked in the outbox.",
                                 ["kind"], registry=registry)
-        for kind in KINDS:  # present from the start, so rate() sees the first event
+        for kind in EventKind:  # present from the start, so rate() sees the first event
             for counter in (self.enqueued, self.delivered, self.rejected):
                 counter.labels(kind)
         self.nats = Counter("ccadapter_nats_notifications",
@@ -147,7 +147,7 @@ class Metrics:
 
     # --- callbacks handed to the components --------------------------------------------
 
-    def events_enqueued(self, kind: str, count: int) -> None:
+    def events_enqueued(self, kind: EventKind, count: int) -> None:
         self.enqueued.labels(kind).inc(count)
 
     def delivery_result(self, event: Event, result: Result) -> None:
@@ -211,7 +211,7 @@ class Metrics:
 class Recorder(Protocol):
     """The callbacks app.build hands to the components; :class:`Metrics` records them."""
 
-    def events_enqueued(self, kind: str, count: int) -> None: ...
+    def events_enqueued(self, kind: EventKind, count: int) -> None: ...
     def delivery_result(self, event: Event, result: Result) -> None: ...
     def nats_result(self, event: Event, result: Result) -> None: ...
     def slurm_command(self, command: str, seconds: float, ok: bool) -> None: ...
@@ -227,7 +227,7 @@ class NoMetrics:
     """Metrics switched off (one-shot commands, no ``metricsListen``): the same callbacks,
     doing nothing, so the components need no "if metrics" of their own."""
 
-    def events_enqueued(self, kind: str, count: int) -> None:
+    def events_enqueued(self, kind: EventKind, count: int) -> None:
         pass
 
     def delivery_result(self, event: Event, result: Result) -> None:
@@ -286,7 +286,7 @@ class OutboxCollector:
             "ccadapter_outbox_rejected_events",
             "Events cc-backend refused, parked in the outbox until an operator acts.",
             labels=["kind"])
-        for kind in KINDS:
+        for kind in EventKind:
             pending.add_metric([kind], counts.get(f"{kind}:pending", 0))
             rejected.add_metric([kind], counts.get(f"{kind}:rejected", 0))
         age = GaugeMetricFamily(

@@ -40,16 +40,14 @@ from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
 from ccadapter.errors import CcAdapterError
+from ccadapter.kinds import EventKind
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)
 
-# The kinds of outbox events. ENERGY: the consumed energy of a stopped run, into its metaData.
-START, STOP, NODESTATE, ENERGY = "start", "stop", "nodestate", "energy"
-KINDS = (START, STOP, NODESTATE, ENERGY)
-_PATHS = {START: "/api/jobs/start_job/", STOP: "/api/jobs/stop_job/",
-          NODESTATE: "/api/nodestate/", ENERGY: "/api/jobs/edit_meta/"}
-_METHODS = {ENERGY: "PATCH"}  # the others: POST
+_PATHS = {EventKind.START: "/api/jobs/start_job/", EventKind.STOP: "/api/jobs/stop_job/",
+          EventKind.NODESTATE: "/api/nodestate/", EventKind.ENERGY: "/api/jobs/edit_meta/"}
+_METHODS = {EventKind.ENERGY: "PATCH"}  # the others: POST
 
 
 class Outcome(StrEnum):
@@ -76,25 +74,25 @@ class Answer:
 _CACHED_START = "UNIQUE constraint failed: job_cache."
 
 
-def classify(kind: str, status: int, body: str = "") -> Outcome:
+def classify(kind: EventKind, status: int, body: str = "") -> Outcome:
     """What an HTTP answer means for an event of this kind. Pure."""
-    if kind == START and status == 500 and _CACHED_START in body:
+    if kind == EventKind.START and status == 500 and _CACHED_START in body:
         return Outcome.DELIVERED
     if status == 0 or status >= 500 or status in (408, 429):
         return Outcome.RETRY
     if status in (401, 403):
         return Outcome.AUTH
-    if kind == START and status in (200, 201, 422):
+    if kind == EventKind.START and status in (200, 201, 422):
         return Outcome.DELIVERED
-    if kind == STOP and status in (200, 422):
+    if kind == EventKind.STOP and status in (200, 422):
         return Outcome.DELIVERED
-    if kind == STOP and status == 404:
+    if kind == EventKind.STOP and status == 404:
         return Outcome.NEEDS_START
-    if kind == NODESTATE and 200 <= status < 300:
+    if kind == EventKind.NODESTATE and 200 <= status < 300:
         return Outcome.DELIVERED
-    if kind == ENERGY and status == 200:
+    if kind == EventKind.ENERGY and status == 200:
         return Outcome.DELIVERED
-    if kind == ENERGY and status == 422:  # finding job failed (job.go:520-524)
+    if kind == EventKind.ENERGY and status == 422:  # finding job failed (job.go:520-524)
         return Outcome.RETRY
     return Outcome.REJECTED
 
@@ -162,7 +160,7 @@ class CcClient:
     def close(self) -> None:
         self._http.close()
 
-    def send(self, kind: str, body: dict[str, Any]) -> Answer:
+    def send(self, kind: EventKind, body: dict[str, Any]) -> Answer:
         """Send one event (POST; PATCH for ``energy``). A few quick retries absorb blips
         (5xx); longer outages are the outbox's business (it reschedules the event with
         growing delays)."""
@@ -171,7 +169,7 @@ class CcClient:
             retry_error_callback=lambda state: state.outcome.result())
         return retrying(self._post, kind, body)
 
-    def _post(self, kind: str, body: dict[str, Any]) -> Answer:
+    def _post(self, kind: EventKind, body: dict[str, Any]) -> Answer:
         data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         what = f"{_METHODS.get(kind, 'POST')} {_PATHS[kind]}"
         try:

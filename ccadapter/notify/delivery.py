@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccadapter.cc.client import NODESTATE, START, STOP
+from ccadapter.kinds import EventKind
 from ccadapter.loggate import LogGate
 from ccadapter.notify.lineproto import LineProtocolError
 from ccadapter.notify.message import Message, job_message, nodestate_message
@@ -33,16 +33,16 @@ class Subjects:
 def event_message(event: Event, hostname: str, subjects: Subjects) -> Message:
     """A stop event's payload holds the stop body and, when known, its run's start body,
     which gives the ``partition`` tag. A nodestate event's payload is the REST body."""
-    if event.kind == NODESTATE:
+    if event.kind == EventKind.NODESTATE:
         if not subjects.node_state:
             raise ValueError("node states are not published on NATS (natsNodeStateSubject "
                              "is empty)")
         return nodestate_message(event.payload, event.start_time, subjects.node_state)
-    if event.kind == START:
-        return job_message(START, event.payload, hostname, subjects.job)
-    if event.kind == STOP:
+    if event.kind == EventKind.START:
+        return job_message(EventKind.START, event.payload, hostname, subjects.job)
+    if event.kind == EventKind.STOP:
         start = event.payload.get("start") or {}
-        return job_message(STOP, event.payload["stop"], hostname, subjects.job,
+        return job_message(EventKind.STOP, event.payload["stop"], hostname, subjects.job,
                            start.get("partition", ""))
     raise ValueError(f"{event.kind} events have no NATS form")
 
@@ -55,7 +55,8 @@ class NatsDelivery:
         self._gate = LogGate()
 
     def __call__(self, event: Event) -> Result:
-        what = (f"nodestate of {event.cluster} ({event.start_time})" if event.kind == NODESTATE
+        what = (f"nodestate of {event.cluster} ({event.start_time})"
+                if event.kind == EventKind.NODESTATE
                 else f"{event.kind} of job {event.job_id} ({event.cluster}, start "
                      f"{event.start_time})")
         try:

@@ -28,10 +28,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ccadapter.cc.client import NODESTATE, START, STOP
+from ccadapter.kinds import EventKind
 from ccadapter.notify.lineproto import encode_line
 
-FUNCTIONS = {START: "start_job", STOP: "stop_job"}
+FUNCTIONS = {EventKind.START: "start_job", EventKind.STOP: "stop_job"}
 NODESTATE_MEASUREMENT = "nodestate"
 
 
@@ -47,19 +47,19 @@ def body_json(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
-def msg_id(cluster: str, job_id: int, start_time: int, kind: str) -> str:
+def msg_id(cluster: str, job_id: int, start_time: int, kind: EventKind) -> str:
     """Derived from the outbox's identity of an event: a resend has the same id."""
     return f"{cluster}/{job_id}/{start_time}/{kind}"
 
 
-def job_message(kind: str, body: dict[str, Any], hostname: str, subject: str,
+def job_message(kind: EventKind, body: dict[str, Any], hostname: str, subject: str,
                 partition: str = "") -> Message:
     """``kind`` is the outbox's ("start"/"stop"); ``body`` the REST body of that call."""
     tags = {"hostname": hostname, "type": "node", "type-id": "0",
             "function": FUNCTIONS[kind]}
-    if kind == STOP and partition:
+    if kind == EventKind.STOP and partition:
         tags["partition"] = partition
-    when = body["startTime"] if kind == START else body["stopTime"]
+    when = body["startTime"] if kind == EventKind.START else body["stopTime"]
     line = encode_line("job", tags, {"event": body_json(body)}, int(when) * 1_000_000_000)
     return Message(line.encode(), msg_id(body["cluster"], body["jobId"], body["startTime"],
                                          kind), subject)
@@ -70,4 +70,5 @@ def nodestate_message(body: dict[str, Any], taken_at: int, subject: str) -> Mess
     is also the outbox's identity of this snapshot (its startTime)."""
     line = encode_line(NODESTATE_MEASUREMENT, {}, {"event": body_json(body)},
                        int(taken_at) * 1_000_000_000)
-    return Message(line.encode(), msg_id(body["cluster"], 0, taken_at, NODESTATE), subject)
+    return Message(line.encode(), msg_id(body["cluster"], 0, taken_at, EventKind.NODESTATE),
+                   subject)

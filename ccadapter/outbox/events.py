@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.cc.payload import keep_script, start_hosts, with_start
+from ccadapter.kinds import EventKind
 from ccadapter.outbox.queue import (
     EVENTS,
     NOTIFY,
@@ -52,7 +53,7 @@ class NewEvent:
     cluster: str
     job_id: int
     start_time: int
-    kind: str
+    kind: EventKind
     payload: dict[str, Any]
     rich: bool = False  # carries allocation details captured from slurmctld
 
@@ -63,7 +64,7 @@ class Outbox:
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
                  backoff: RetryPolicy | None = None, notify: bool = False,
-                 on_enqueued: Callable[[str, int], None] | None = None) -> None:
+                 on_enqueued: Callable[[EventKind, int], None] | None = None) -> None:
         """``on_enqueued(kind, count)`` hears of new events once they are committed
         (the daemon's metrics)."""
         self.store = Store(path, clock)
@@ -90,7 +91,7 @@ class Outbox:
     def enqueue(self, events: Iterable[NewEvent]) -> int:
         """Store events in one transaction; returns how many were new."""
         now = self.store.clock()
-        added: Counter[str] = Counter()
+        added: Counter[EventKind] = Counter()
         with self.store.tx() as db:
             for ev in events:
                 added[ev.kind] += self._enqueue_one(db, ev, now)
@@ -103,10 +104,10 @@ class Outbox:
     def _enqueue_one(self, db: sqlite3.Connection, ev: NewEvent, now: float) -> int:
         payload = ev.payload
         run = (ev.cluster, ev.job_id, ev.start_time)
-        if ev.kind == "nodestate":  # only the newest state of a cluster matters
+        if ev.kind == EventKind.NODESTATE:  # only the newest state of a cluster matters
             db.execute("DELETE FROM events WHERE kind = 'nodestate' AND cluster = ? "
                        "AND status != 'delivered'", (ev.cluster,))
-        if ev.kind == "stop":
+        if ev.kind == EventKind.STOP:
             row = db.execute(
                 "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
                 "AND kind = 'start' AND payload != ''", run).fetchone()
@@ -118,7 +119,7 @@ class Outbox:
             "INSERT OR IGNORE INTO events (cluster, job_id, start_time, kind, payload, rich, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (*run, ev.kind, dumps(payload), int(ev.rich), now))
-        if ev.kind == "start" and cur.rowcount:
+        if ev.kind == EventKind.START and cur.rowcount:
             db.execute(
                 "INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts) SELECT ?, ?, ?, ? "
                 "WHERE NOT EXISTS (SELECT 1 FROM events WHERE cluster = ? AND job_id = ? "
@@ -126,7 +127,7 @@ class Outbox:
                 (*run, start_hosts(payload), *run))
         if cur.rowcount:
             return 1
-        if ev.kind == "start" and ev.rich:
+        if ev.kind == EventKind.START and ev.rich:
             row = db.execute(
                 "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
                 "AND kind = 'start' AND status = 'pending' AND rich = 0", run).fetchone()
@@ -222,12 +223,12 @@ class Outbox:
         starts: set[int] = set()
         for job_id, start, finished in wanted:
             have = stored.get((job_id, start), {})
-            first = have.get("start")
+            first = have.get(EventKind.START)
             if first is None or (first == (PENDING, 0)):
                 details.add(job_id)
                 starts.add(job_id)
-            elif finished and ("stop" not in have or (
-                    "energy" not in have and (job_id, start) in energy)):
+            elif finished and (EventKind.STOP not in have or (
+                    EventKind.ENERGY not in have and (job_id, start) in energy)):
                 details.add(job_id)
         return details, starts
 

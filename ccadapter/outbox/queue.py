@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ccadapter.kinds import EventKind
 from ccadapter.outbox.store import Store
 from ccadapter.retry import RetryPolicy
 
@@ -28,7 +29,7 @@ class Event:
     cluster: str
     job_id: int
     start_time: int
-    kind: str
+    kind: EventKind
     payload: dict[str, Any]
     attempts: int
     created_at: float
@@ -36,7 +37,7 @@ class Event:
     @classmethod
     def from_row(cls, r: tuple[Any, ...]) -> Event:
         """From (id, cluster, job_id, start_time, kind, payload, attempts, created_at)."""
-        return cls(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6], r[7])
+        return cls(r[0], r[1], r[2], r[3], EventKind(r[4]), json.loads(r[5]), r[6], r[7])
 
 
 @dataclass(frozen=True)

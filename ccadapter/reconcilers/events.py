@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 
-from ccadapter.cc.client import ENERGY, START, STOP
 from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.errors import SlurmParseError
+from ccadapter.kinds import EventKind
 from ccadapter.model import Job
 from ccadapter.outbox import NewEvent
 from ccadapter.slurm.formats._common import ParseContext, expand_hostlist
@@ -44,11 +44,12 @@ def events_for(job: Job, ignore: re.Pattern[str] | None = None) -> list[NewEvent
     if not job.started or job.het_part or ignored(job, ignore) or not job.user:
         return []
     start = start_job_body(job)
-    events = [NewEvent(job.cluster, job.job_id, job.start_time, START, start,
+    events = [NewEvent(job.cluster, job.job_id, job.start_time, EventKind.START, start,
                        rich=job.allocation_known)]
     if job.finished:
-        events.append(NewEvent(job.cluster, job.job_id, job.start_time, STOP,
+        events.append(NewEvent(job.cluster, job.job_id, job.start_time, EventKind.STOP,
                                {"stop": stop_job_body(job), "start": start}))
         if (energy := energy_meta_body(job)) is not None:
-            events.append(NewEvent(job.cluster, job.job_id, job.start_time, ENERGY, energy))
+            events.append(NewEvent(job.cluster, job.job_id, job.start_time, EventKind.ENERGY,
+                                   energy))
     return events

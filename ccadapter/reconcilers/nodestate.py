@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ccadapter.cc.client import NODESTATE
+from ccadapter.kinds import EventKind
 from ccadapter.outbox import NewEvent, Outbox
 from ccadapter.slurm.collector import Collector
 
@@ -37,5 +37,6 @@ class NodeStates:
              "cpusAllocated": n.cpus_allocated, "memoryAllocated": n.memory_allocated,
              "gpusAllocated": n.gpus_allocated, "jobsRunning": jobs_per_host.get(n.hostname, 0)}
             for n in nodes if not (self.ignore and self.ignore.search(n.hostname))]}
-        self.outbox.enqueue([NewEvent(self.cluster, 0, int(self.clock()), NODESTATE, payload)])
+        self.outbox.enqueue([NewEvent(self.cluster, 0, int(self.clock()), EventKind.NODESTATE,
+                                      payload)])
         return {"nodes": len(payload["nodes"])}

@@ -14,9 +14,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.cc.client import START, STOP, CcClient
+from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.delivery import Deliverer, DeliveryStats, RestDelivery
+from ccadapter.kinds import EventKind
 from ccadapter.model import Job
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin
 from ccadapter.reconcilers.cc_cache import CcCache
@@ -43,11 +44,12 @@ def stop_body(job: int = 1, t: int = T) -> dict:
 
 
 def start_event(job: int = 1, t: int = T) -> NewEvent:
-    return NewEvent("c", job, t, START, start_body(job, t))
+    return NewEvent("c", job, t, EventKind.START, start_body(job, t))
 
 
 def stop_event(job: int = 1, t: int = T) -> NewEvent:
-    return NewEvent("c", job, t, STOP, {"stop": stop_body(job, t), "start": start_body(job, t)})
+    return NewEvent("c", job, t, EventKind.STOP,
+                    {"stop": stop_body(job, t), "start": start_body(job, t)})
 
 
 @dataclass
@@ -97,8 +99,8 @@ def test_start_sent_again_while_cached_counts_as_delivered_and_its_stop_follows(
     again.enqueue([stop_event()])
     stats = rig.drain(again)
     assert (stats.delivered, stats.rejected) == (2, 0)
-    assert status_of(again, START) == [(DELIVERED, None)]
-    assert status_of(again, STOP) == [(DELIVERED, None)]
+    assert status_of(again, EventKind.START) == [(DELIVERED, None)]
+    assert status_of(again, EventKind.STOP) == [(DELIVERED, None)]
     assert rig.standin.count("/api/jobs/start_job/", 500) == 1  # one answer, no flood
     assert admin.stats(again.store)["rejected"] == 0
     assert rig.standin.commit_now() == 0  # moved by its stop already
@@ -155,7 +157,7 @@ def test_two_start_times_of_one_run_once_committed_end_in_a_rejected_stop(rig, t
     box.enqueue([start_event(t=T + 3600), stop_event(t=T + 3600)])
     stats = rig.drain(box)
     assert (stats.delivered, stats.rejected) == (1, 1)
-    ((state, error),) = status_of(box, STOP)
+    ((state, error),) = status_of(box, EventKind.STOP)
     assert state == REJECTED and "another run within 24 h?" in error
     assert [(j["startTime"], j["jobState"]) for j in rig.standin.jobs()] == [(T, "running")]
     box.close()
