@@ -13,7 +13,7 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 VERSIONS = ("22.05", "24.11", "26.05")
 
-# The workload recorded in tests/fixtures/<version>/ (see tests/fixtures/README.md):
+# The first workload recorded in tests/fixtures/<version>/ (see tests/fixtures/README.md):
 # job name -> job id, per version.
 WORKLOAD_IDS = {
     "22.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,

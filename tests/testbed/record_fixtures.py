@@ -8,7 +8,6 @@ Writes tests/fixtures/<version>/testbed/:
   sacct-window.json    sacct --json --allusers --duplicates over the window, after all ended
   scontrol-d-final.txt scontrol show job -d (all jobs) after all ended (no GPU indices left)
   sacct-scripts.json   sacct --json -B -j IDS (24.11 and later only)
-  sinfo.json           sinfo --json
   commands-busy.json   every command the collector runs, with its answer (tests/recorded.py),
   commands-final.json  while most of the workload runs / after all ended: the window as
                        `ccadapter jobs` reads it, the reconcilers' run listings, the fast
@@ -123,7 +122,6 @@ def record(cluster: Cluster) -> Path:
         (out / "sacct-scripts.json").write_text(cluster.run(
             "sacct", "--json", "--allusers", "--duplicates", "-B", "--jobs", ids))
     (out / "scontrol-d-final.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
-    (out / "sinfo.json").write_text(cluster.run("sinfo", "--json"))
     record_commands(cluster, sub, out / "commands-final.json")
     (out / "workload.json").write_text(json.dumps(
         {"cluster": cluster.name, "version": cluster.version, "since": sub.submitted_at - 5,

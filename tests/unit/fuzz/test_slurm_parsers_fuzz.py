@@ -5,10 +5,6 @@ keys deleted, values replaced by other types, nulls, huge or non-finite numbers,
 text cut short. Every case must end in a parse or in a SlurmParseError that names the Slurm
 version and the command, never in another exception; and a broken record must fail alone:
 the records that were not touched parse exactly as they did before.
-
-``scontrol -o show node`` has no text recording in the fixtures (the test bed records its
-JSON form), so its text is rendered from the recorded JSON of the same moment (sinfo.json),
-in the layout the parser reads.
 """
 
 from __future__ import annotations
@@ -261,26 +257,13 @@ def test_scontrol_record_breaks_alone(version: str, data: st.DataObject) -> None
         assert built is None or built.job_id == job.job_id
 
 
-# --- scontrol -o show node (text rendered from the recorded JSON) ----------------------
+# --- scontrol -o show node (as the collector ran it on the test bed) -------------------
 
 def _nodes_text(version: str) -> str:
-    doc = fixture_json(version, "testbed/sinfo.json")
-    lines = []
-    if "nodes" in doc:  # 22.05: one entry per node
-        for n in doc["nodes"]:
-            used = re.search(r"gpu:(?:\w+:)?(\d+)", n.get("gres_used", "")) or [None, "0"]
-            lines.append(f"NodeName={n['name']} CPUAlloc={n['alloc_cpus']} "
-                         f"AllocMem={n['alloc_memory']} State={n['state'].upper()} "
-                         f"AllocTRES=cpu={n['alloc_cpus']},gres/gpu={used[1]}")
-    else:  # 23.02+: one entry per node set
-        for n in doc["sinfo"]:
-            used = re.search(r"gpu:(?:\w+:)?(\d+)", n["gres"]["used"]) or [None, "0"]
-            for host in n["nodes"]["nodes"]:
-                lines.append(f"NodeName={host} CPUAlloc={n['cpus']['allocated']} "
-                             f"AllocMem={n['memory']['allocated']} "
-                             f"State={'+'.join(n['node']['state'])} "
-                             f"AllocTRES=cpu={n['cpus']['allocated']},gres/gpu={used[1]}")
-    return "\n".join(lines)
+    """nodestate's ``scontrol -o show node`` answer, recorded (tests/recorded.py)."""
+    commands = fixture_json(version, "testbed/commands-busy.json")["commands"]
+    (answer,) = [c["stdout"] for c in commands if c["argv"][:3] == ["scontrol", "-o", "show"]]
+    return answer.strip("\n")
 
 
 @st.composite
