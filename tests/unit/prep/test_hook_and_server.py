@@ -174,8 +174,16 @@ def test_stale_socket_file_is_replaced(tmp_path):
     old = socket.socket(socket.AF_UNIX)
     old.bind(str(path))
     old.close()  # a crash leaves the file behind
+    probe = socket.socket(socket.AF_UNIX)
+    with probe, pytest.raises(ConnectionRefusedError):  # nobody listens on the stale one
+        probe.connect(str(path))
     lst = Listener([str(path)])
-    lst.server.stop()
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o660  # made afresh by the server
+        assert hook.main(["--socket", str(path)], env=ENV) == 0  # and it answers
+        assert [m.job_id for m in lst.wait(1)] == [42]
+    finally:
+        lst.server.stop()
 
 
 def test_hook_exits_0_fast_without_daemon(tmp_path, capsys):
