@@ -40,7 +40,10 @@ _AUTH_KEYS = "natsUser/natsPassword, natsCredsFile or natsNKeySeedFile"
 
 @dataclass(frozen=True)
 class NatsOptions:
-    url: str
+    """How to reach the NATS server. The URL may carry ``user:password@`` (natsServer as a
+    URL): reprs show it without them."""
+
+    url: str = field(repr=False)
     jetstream: bool = False
     user: str = ""
     password: str = field(default="", repr=False)
@@ -61,6 +64,9 @@ class NatsOptions:
                    tls_cert_file=config.nats_tls_cert_file,
                    tls_key_file=config.nats_tls_key_file,
                    publish_timeout=config.nats_publish_timeout)
+
+    def __repr__(self) -> str:
+        return f"NatsOptions({safe_url(self.url)!r}, jetstream={self.jetstream})"
 
     def tls_context(self) -> ssl.SSLContext | None:
         if not (self.tls_ca_file or self.tls_cert_file or self.url.startswith("tls://")):
@@ -103,7 +109,7 @@ class NatsPublisher:
         self.last_error = "not connected yet"
 
     def __repr__(self) -> str:  # options hold the password
-        return f"NatsPublisher({self.options.url!r})"
+        return f"NatsPublisher({safe_url(self.options.url)!r})"
 
     # --- life cycle ----------------------------------------------------------------------
 
