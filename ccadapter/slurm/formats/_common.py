@@ -13,6 +13,7 @@ from typing import Any
 
 import hostlist
 
+from ccadapter import clustername
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
 
@@ -410,3 +411,20 @@ def parse_cluster_name(out: str) -> str | None:
     """``scontrol show config``: ``ClusterName             = cluster22``."""
     m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
     return m[1] if m else None
+
+
+# --- sacctmgr list clusters (argv and form per generation: see the version modules) ------
+
+
+def cluster_names(values: list[Any], ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """The cluster names of a ``sacctmgr list clusters`` answer, in its order, duplicates
+    dropped; a value that is no cluster name (:mod:`ccadapter.clustername`) is an error
+    string and skipped: it would end up in a file name and a command line."""
+    names: list[str] = []
+    errors: list[str] = []
+    for value in values:
+        if not clustername.valid(value):
+            errors.append(str(ctx.error(f"not a cluster name: {str(value)[:80]!r}")))
+        elif value not in names:
+            names.append(value)
+    return names, errors

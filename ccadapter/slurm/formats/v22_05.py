@@ -8,7 +8,9 @@ The baseline generation:
 - sacct has no ``script``, ``exclusive`` or ``oversubscribe``: scripts come from slurmctld
   (``scontrol write batch_script``) and sharing from ``scontrol show job`` only
   (``sacct -B`` prints scripts in text form only, one header per job; not used);
-- ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``.
+- ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``;
+- sacctmgr has no ``--json``: the cluster list is read as parsable text, one name a line
+  (``sacctmgr -n -P list clusters format=Cluster``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ccadapter.slurm.formats._common import (
     ParseContext,
     SacctRecord,
     build_sacct_record,
+    cluster_names,
     field,
     job_id_of,
     mapping,
@@ -28,6 +31,8 @@ from ccadapter.slurm.formats._common import (
 
 # sacct --json -B -j IDS does not fill "script" on this generation.
 SACCT_HAS_SCRIPTS = False
+# sacctmgr's arguments for the cluster list that parse_cluster_list reads.
+CLUSTER_LIST_ARGS = ("-n", "-P", "list", "clusters", "format=Cluster")
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
@@ -45,3 +50,8 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
         shared=None,
         script=None,
     )
+
+
+def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """``sacctmgr -n -P list clusters format=Cluster``: one name a line, no header."""
+    return cluster_names([line.strip() for line in out.splitlines() if line.strip()], ctx)

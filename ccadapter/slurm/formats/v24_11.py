@@ -10,11 +10,14 @@ Differences from 22.05 and how they are handled:
 - sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
   when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
   even after slurmctld forgot them;
-- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy.
+- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy;
+- sacctmgr speaks JSON: the cluster list is ``sacctmgr list clusters --json``, one object
+  per cluster in ``clusters`` with its ``name`` (as cc-slurm-adapter reads it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +26,7 @@ from ccadapter.slurm.formats._common import (
     ParseContext,
     SacctRecord,
     build_sacct_record,
+    cluster_names,
     field,
     job_id_of,
     number,
@@ -31,6 +35,8 @@ from ccadapter.slurm.formats._common import (
 
 # sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
 SACCT_HAS_SCRIPTS = True
+# sacctmgr's arguments for the cluster list that parse_cluster_list reads.
+CLUSTER_LIST_ARGS = ("list", "clusters", "--json")
 
 
 def parse_sacct_job(
@@ -52,3 +58,16 @@ def parse_sacct_job(
         shared=shared,
         script=text(record.get("script"), "script", ctx),
     )
+
+
+def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """``sacctmgr list clusters --json``: the ``name`` of each entry of ``clusters``."""
+    try:
+        doc = json.loads(out)
+    except (ValueError, RecursionError):
+        raise ctx.error(f"output is not JSON: {out[:80]!r}") from None
+    clusters = doc.get("clusters") if isinstance(doc, Mapping) else None
+    if not isinstance(clusters, list):
+        raise ctx.error("output has no 'clusters' list")
+    return cluster_names([c.get("name") if isinstance(c, Mapping) else None
+                          for c in clusters], ctx)
