@@ -8,6 +8,13 @@ something, so a job reaches cc-backend within a cycle, not a cycle later.
 Each deliverer (the outbox to cc-backend; the NATS notifications of what cc-backend took)
 drains in a thread of its own, so a NATS outage never slows REST delivery; what one of them
 delivered wakes the others.
+
+Where one daemon serves several clusters (``slurmClusters``), a routine may belong to a
+cluster: each cluster's routines run in a thread of their own (its *lane*), one after the
+other as in the main loop, so a cluster whose Slurm hangs or fails for minutes (every command
+running into ``slurmCommandTimeout``) delays its own cycles only. Lanes come and go with
+their clusters (:meth:`Daemon.add_routine`, :meth:`Daemon.remove_cluster`). The routines of
+no cluster -- all of them in the default mode -- run in the main loop, as before.
 """
 
 from __future__ import annotations
@@ -25,6 +32,11 @@ from ccadapter.errors import CcAdapterError
 log = logging.getLogger(__name__)
 
 
+# How long a stopping daemon waits for a lane's cycle in flight (a Slurm command that hangs
+# is killed after slurmCommandTimeout; what a cut cycle leaves is repeated by the next one).
+LANE_JOIN = 30.0
+
+
 @dataclass
 class Routine:
     name: str
@@ -33,6 +45,14 @@ class Routine:
     next_at: float = 0.0  # 0: run at start, not one interval later
     last_ok: float | None = None
     last_error: str | None = None
+    cluster: str | None = None  # runs in this cluster's lane; None: in the main loop
+    retry: float | None = None  # after a failure, run again this soon (None: interval)
+    retired: bool = False  # its cluster is no longer served
+
+    @property
+    def label(self) -> str:
+        """How logs name it: ``slurm-window``, or ``slurm-window[CLUSTER]``."""
+        return self.name if self.cluster is None else f"{self.name}[{self.cluster}]"
 
 
 class Daemon:
@@ -51,9 +71,36 @@ class Daemon:
         # a stuck loop stops the pings and systemd restarts the daemon.
         self.heartbeat = heartbeat
         self.heartbeat_interval = heartbeat_interval
+        self._lock = threading.Lock()  # self.routines and self._lanes
+        self._lanes: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._running = False
 
-    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None) -> None:
-        self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval))
+    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None, *,
+                    cluster: str | None = None, retry: float | None = None) -> None:
+        """``cluster``: run it in that cluster's lane (started now if the daemon runs).
+        ``retry``: after a failure, try again after this many seconds instead of
+        ``interval``."""
+        routine = Routine(name or getattr(fn, "__name__", "routine"), fn, interval,
+                          cluster=cluster, retry=retry)
+        with self._lock:
+            self.routines.append(routine)
+            if self._running and cluster is not None and cluster not in self._lanes:
+                self._start_lane(cluster)
+
+    def remove_cluster(self, cluster: str) -> None:
+        """Stop running ``cluster``'s routines; its lane ends after the cycle in flight."""
+        with self._lock:
+            for routine in self.routines:
+                if routine.cluster == cluster:
+                    routine.retired = True
+            self.routines = [r for r in self.routines if r.cluster != cluster]
+            lane = self._lanes.pop(cluster, None)
+        if lane is not None:
+            lane[1].set()
+
+    def _of(self, cluster: str | None) -> list[Routine]:
+        with self._lock:
+            return [r for r in self.routines if r.cluster == cluster]
 
     @property
     def deliverer(self) -> Deliverer:
@@ -66,6 +113,9 @@ class Daemon:
     def stop(self) -> None:
         self.stopping.set()
         self.wake_delivery()
+        with self._lock:
+            for _, wake in self._lanes.values():
+                wake.set()
 
     def wake_delivery(self) -> None:
         """Deliver now: something was enqueued outside the routines (the fast path)."""
@@ -80,12 +130,16 @@ class Daemon:
                    for (name, d), wake in zip(self.deliverers, self._wakes, strict=True)]
         for sender in senders:
             sender.start()
+        with self._lock:
+            self._running = True
+            for cluster in dict.fromkeys(r.cluster for r in self.routines if r.cluster):
+                self._start_lane(cluster)
         try:
             while not self.stopping.is_set():
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
-                wait = min(r.next_at for r in self.routines) - self.clock()
+                wait = self._until_due(self._of(None))
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
                 self.stopping.wait(max(0.05, wait))
@@ -93,13 +147,40 @@ class Daemon:
             self.stop()
             for sender in senders:
                 sender.join()
+            with self._lock:
+                lanes = [thread for thread, _ in self._lanes.values()]
+            for lane in lanes:
+                lane.join(LANE_JOIN)
 
-    def run_due(self) -> None:
-        for routine in self.routines:
+    def run_due(self, cluster: str | None = None) -> None:
+        """The due routines of ``cluster``'s lane (None: the main loop's), here and now."""
+        for routine in self._of(cluster):
             if self.stopping.is_set():
                 return
-            if self.clock() >= routine.next_at:
+            if not routine.retired and self.clock() >= routine.next_at:
                 self._run(routine)
+
+    def _until_due(self, routines: list[Routine]) -> float:
+        if not routines:
+            return self.idle_delivery_wait
+        return min(r.next_at for r in routines) - self.clock()
+
+    def _start_lane(self, cluster: str) -> None:
+        """Under ``self._lock``."""
+        wake = threading.Event()
+        thread = threading.Thread(target=self._lane, args=(cluster, wake),
+                                  name=f"lane-{cluster}", daemon=True)
+        self._lanes[cluster] = (thread, wake)
+        thread.start()
+
+    def _lane(self, cluster: str, wake: threading.Event) -> None:
+        while not self.stopping.is_set():
+            wake.clear()
+            mine = self._of(cluster)
+            if not mine:
+                return  # the cluster is no longer served
+            self.run_due(cluster)
+            wake.wait(max(0.05, self._until_due(mine)))
 
     def _run(self, routine: Routine) -> None:
         started = self.clock()
@@ -107,12 +188,15 @@ class Daemon:
             summary = routine.fn()
         except Exception as exc:  # a failing routine must not stop the others
             routine.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("%s failed: %s", routine.name, routine.last_error)
+            log.error("%s failed: %s", routine.label, routine.last_error)
         else:
             routine.last_ok = time.time()
             routine.last_error = None
-            log.info("%s: %s (%.2f s)", routine.name, summary, self.clock() - started)
-        routine.next_at = started + routine.interval
+            log.info("%s: %s (%.2f s)", routine.label, summary, self.clock() - started)
+        wait = routine.interval
+        if routine.last_error is not None and routine.retry is not None:
+            wait = routine.retry
+        routine.next_at = started + wait
         self.wake_delivery()
         if self.on_cycle:
             self.on_cycle(routine)
