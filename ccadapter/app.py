@@ -4,18 +4,29 @@ Delivery paths: cc-backend's REST API (``ccRestSubmitJobs``, the default), then 
 notification of what cc-backend took (``natsServer``); or, with ``ccRestSubmitJobs=false``,
 NATS alone as the durable path (the outbox keeps an event until NATS has it; nodestate still
 goes over REST when ``ccRestUrl`` is set).
+
+Clusters: by default the local one (``scontrol show config``), read without ``--clusters``;
+with ``slurmClusters`` each named cluster (or, for ``["*"]``, each that ``sacctmgr list
+clusters`` names) gets a :class:`~ccadapter.clusters.ClusterSync` of its own: its collector,
+lastRun, reconcilers and hook fast path. The outbox, cc-backend's client and the delivery
+are shared: events carry their cluster.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ccadapter import clustername
 from ccadapter.cc.client import CcClient
+from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
@@ -26,56 +37,149 @@ from ccadapter.notify.delivery import NatsDelivery
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
+from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
+from ccadapter.status import SERVED_KEY
+
+log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
 # Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
 LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
+# A cluster's lastRun by its scope: None for the default mode's lastRunPath.
+LastRuns = Callable[[str | None], LastRun]
 
 
 @dataclass
 class App:
     config: Config
-    collector: Collector
     outbox: Outbox
     client: CcClient | None  # None: no ccRestUrl (NATS is the only path)
     deliverer: Deliverer
-    reconcilers: dict[str, Reconciler]
+    roster: Roster
     intervals: dict[str, float]
-    cluster: str
     metrics: Recorder
     publisher: NatsPublisher | None = None
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
+    router: HookRouter = field(default_factory=HookRouter)
+
+    # --- the clusters --------------------------------------------------------------------
+
+    @property
+    def syncs(self) -> list[ClusterSync]:
+        """The clusters served now, in the roster's order."""
+        return list(self.roster.syncs.values())
+
+    def lanes(self) -> list[str | None]:
+        """The daemon's lanes of the clusters served now (:attr:`ClusterSync.scope`)."""
+        return [s.scope for s in self.syncs]
+
+    def only(self) -> ClusterSync:
+        """The one cluster of the default mode (or of a slurmClusters list of one)."""
+        syncs = self.syncs
+        if len(syncs) != 1:
+            raise ValueError(f"this app serves {len(syncs)} clusters, not one")
+        return syncs[0]
+
+    @property
+    def collector(self) -> Collector:
+        return self.only().collector
+
+    @property
+    def reconcilers(self) -> dict[str, Reconciler]:
+        return self.only().reconcilers
+
+    @property
+    def cluster(self) -> str:
+        return self.only().name
+
+    def refresh_clusters(self) -> tuple[list[ClusterSync], list[ClusterSync]]:
+        """``["*"]``: read the cluster list again (raises when sacctmgr fails); say and
+        record what changed. Returns the clusters added and removed."""
+        added, removed = self.roster.refresh()
+        for sync in removed:
+            log.warning("cluster %s: no longer in `sacctmgr list clusters`: not polled any "
+                        "more (what the outbox holds of it is still delivered)", sync.name)
+            self.metrics.cluster_served(sync.name, False)
+        for sync in added:
+            log.info("cluster %s: served from now on (listed by `sacctmgr list clusters`)",
+                     sync.name)
+            self.metrics.cluster_served(sync.name, True)
+        if added or removed:
+            self.record_served()
+        return added, removed
+
+    def record_served(self) -> None:
+        """The served clusters into the outbox's state, for ``status`` (slurmClusters)."""
+        if self.config.multi_cluster():
+            self.outbox.set_state(SERVED_KEY, json.dumps(self.roster.names()))
+
+    # --- the daemon ----------------------------------------------------------------------
 
     def daemon(self) -> Daemon:
         daemon = Daemon(self.deliverer)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
-        tally = getattr(self.collector.runner, "tally", None)
-        for name, rec in self.reconcilers.items():
-            daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally)),
-                               self.intervals[name], name)
+        for sync in self.syncs:
+            self.metrics.cluster_served(sync.name, True)
+            self._add_routines(daemon, sync)
+        if self.roster.dynamic:
+            # a failed reading is tried again one poll later, not one list interval later
+            daemon.add_routine(partial(self._refresh_daemon, daemon),
+                               self.config.slurm_cluster_list_interval, "slurm-clusters",
+                               retry=self.config.slurm_poll_interval)
         daemon.add_routine(self.compact, 3600, "compact")
+        self.record_served()
         return daemon
 
-    def prep(self, wake: Callable[[], None]) -> tuple[PrepServer, FastPath]:
-        """The hook's listener and the fast path behind it (started by the caller)."""
-        fast = FastPath(self.collector, self.outbox, wake,
+    def _add_routines(self, daemon: Daemon, sync: ClusterSync) -> None:
+        tally = getattr(sync.collector.runner, "tally", None)
+        for name, rec in sync.reconcilers.items():
+            daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally),
+                                                     sync.name),
+                               self.intervals[name], name, cluster=sync.scope)
+
+    def _refresh_daemon(self, daemon: Daemon) -> dict[str, Any]:
+        added, removed = self.refresh_clusters()
+        for sync in removed:
+            daemon.remove_cluster(sync.name)
+            self.router.remove(sync.name)
+        for sync in added:
+            self._add_routines(daemon, sync)
+            self.router.add(sync.name, self._fast_path(sync, daemon.wake_delivery))
+        return {"clusters": self.roster.names(), "added": [s.name for s in added],
+                "removed": [s.name for s in removed]}
+
+    def prep(self, wake: Callable[[], None]) -> tuple[PrepServer, HookRouter]:
+        """The hook's listeners and the fast path of every served cluster behind them
+        (started by the caller)."""
+        for sync in self.syncs:
+            self.router.add(sync.name, self._fast_path(sync, wake))
+        cfg = self.config
+        # the default mode's socket is the local cluster's; with slurmClusters it is
+        # everyone's (messages name their cluster), beside each cluster's own
+        main = None if cfg.multi_cluster() else self.cluster
+        own = {spec: name for name, spec in cfg.prep_sock_cluster_listen_paths.items()}
+        server = PrepServer([cfg.prep_sock_listen_path], main, self.router.submit,
+                            group=cfg.prep_sock_group, on_drop=self.metrics.hook_dropped,
+                            cluster_specs=own)
+        return server, self.router
+
+    def _fast_path(self, sync: ClusterSync, wake: Callable[[], None]) -> FastPath:
+        return FastPath(sync.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
                         max_retries=max(1, self.config.slurm_max_retries),
                         max_delay=self.config.slurm_query_delay,
-                        on_received=self.metrics.hook_received,
+                        on_received=partial(self.metrics.hook_received, sync.name),
                         on_drop=self.metrics.hook_dropped)
-        server = PrepServer([self.config.prep_sock_listen_path], self.cluster, fast.submit,
-                            group=self.config.prep_sock_group, on_drop=self.metrics.hook_dropped)
-        return server, fast
 
     def serve_metrics(self) -> MetricsServer | None:
         """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
@@ -126,17 +230,28 @@ def outbox_path(config: Config) -> Path:
     return config.state_dir() / OUTBOX_FILE
 
 
-def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None = None,
+def last_runs(config: Config) -> LastRuns:
+    """Each cluster's lastRun: ``lastRunPath`` in the default mode; with slurmClusters its
+    own file beside it, read from ``lastRunPath`` until it exists (:mod:`ccadapter.lastrun`)."""
+
+    def of(scope: str | None) -> LastRun:
+        path = clustername.last_run_path(config.last_run_path, scope)
+        return LastRun(path, seed=None if scope is None else config.last_run_path)
+
+    return of
+
+
+def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | None = None,
           workers: int = 16, runner: CommandRunner | None = None,
           metrics: bool = False) -> App:
     """``metrics``: record Prometheus metrics (the daemon asks; they are recorded only
     when ``metricsListen`` is set, as nothing else could read them). An ``outbox`` passed
-    in reports no enqueued events."""
+    in reports no enqueued events. ``runner``: runs every cluster's Slurm commands (else
+    one runner per cluster, counting its commands under its name). With ``slurmClusters:
+    ["*"]`` the roster starts empty: :meth:`App.refresh_clusters` (or the daemon's
+    ``slurm-clusters`` routine) fills it."""
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
-    runner = runner or SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
-                                   on_command=recorder.slurm_command)
-    collector = Collector(runner, CollectorSettings.from_config(config))
-    cluster = collector.cluster_name()
+    base = runner or _runner(config, recorder, "")
     nats_on = bool(config.nats_server)
     outbox = outbox or Outbox(outbox_path(config), on_enqueued=recorder.events_enqueued)
     outbox.notify = nats_on and config.cc_rest_submit_jobs
@@ -159,30 +274,68 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRun | None
         assert nats is not None, "natsServer is checked before build()"
         deliver = _route(nats, rest)
     deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
-    last_run = last_run or LastRun(config.last_run_path)
-    window = WindowSettings(cluster, config.slurm_poll_interval, config.slurm_query_max_span,
-                            config.slurm_window_overlap, config.ignore_hosts_pattern())
-    reconcilers: dict[str, Reconciler] = {
-        "slurm-window": SlurmWindow(collector, outbox, last_run, window),
-        "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
-                                      lookback=LOOKBACK_SPAN),
-        "stale-jobs": StaleJobs(collector, outbox, cluster),
-    }
     intervals = {"slurm-window": config.slurm_poll_interval,
                  "slurm-lookback": LOOKBACK_INTERVAL,
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    if client is not None and config.cc_rest_submit_jobs:
-        # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job path,
-        # the stream's acknowledgement is the proof of delivery, not cc-backend's job list.
-        reconcilers["cc-cache"] = CcCache(client, collector, outbox, cluster,
-                                          config.cc_commit_job_interval)
-    if client is not None:
-        reconcilers["nodestate"] = NodeStates(collector, outbox, cluster,
-                                              config.ignore_hosts_pattern(), time.time)
-    return App(config, collector, outbox, client, deliverer, reconcilers, intervals, cluster,
-               recorder, publisher, notifier)
+    parts = _Parts(config, outbox, client, last_run or last_runs(config))
+
+    def make(name: str) -> ClusterSync:
+        return parts.sync(name, config.multi_cluster(), runner or _runner(config, recorder, name))
+
+    if not config.multi_cluster():
+        local = Collector(base, CollectorSettings.from_config(config)).cluster_name()
+        roster = Roster(make, [local])
+    elif config.slurm_clusters == [clustername.ALL]:
+        roster = Roster(make, listing=ClusterList(base))
+    else:
+        roster = Roster(make, config.slurm_clusters)
+    return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
+               notifier)
+
+
+def _runner(config: Config, recorder: Recorder, cluster: str) -> SlurmRunner:
+    """Slurm commands whose metrics count under ``cluster`` ("": of no one cluster)."""
+    return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
+                       on_command=partial(recorder.slurm_command, cluster=cluster))
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What every cluster's sync is built from."""
+
+    config: Config
+    outbox: Outbox
+    client: CcClient | None
+    last_runs: LastRuns
+
+    def sync(self, name: str, scoped: bool, runner: CommandRunner) -> ClusterSync:
+        """``name``'s collector (``--clusters NAME`` when ``scoped``), lastRun and
+        reconcilers."""
+        cfg, outbox, client = self.config, self.outbox, self.client
+        collector = Collector(runner, CollectorSettings.from_config(cfg),
+                              cluster=name if scoped else None)
+        last_run = self.last_runs(name if scoped else None)
+        window = WindowSettings(name, cfg.slurm_poll_interval, cfg.slurm_query_max_span,
+                                cfg.slurm_window_overlap, cfg.ignore_hosts_pattern(),
+                                scoped=scoped)
+        reconcilers: dict[str, Reconciler] = {
+            "slurm-window": SlurmWindow(collector, outbox, last_run, window),
+            "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
+                                          lookback=LOOKBACK_SPAN),
+            "stale-jobs": StaleJobs(collector, outbox, name),
+        }
+        if client is not None and cfg.cc_rest_submit_jobs:
+            # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job
+            # path, the stream's acknowledgement is the proof of delivery, not cc-backend's
+            # job list.
+            reconcilers["cc-cache"] = CcCache(client, collector, outbox, name,
+                                              cfg.cc_commit_job_interval)
+        if client is not None:
+            reconcilers["nodestate"] = NodeStates(collector, outbox, name,
+                                                  cfg.ignore_hosts_pattern(), time.time)
+        return ClusterSync(name, scoped, collector, last_run, reconcilers)
 
 
 def _route(nats: NatsDelivery, rest: RestDelivery | None) -> Callable[[Event], Result]:

@@ -46,7 +46,11 @@ class FastPath:
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="fast-path", daemon=True)
+        # logs (and the thread) name the cluster where one daemon serves several
+        cluster = getattr(collector, "cluster", None)
+        self.name = f"fast path[{cluster}]" if cluster else "fast path"
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"fast-path-{cluster}" if cluster else "fast-path")
         self.received = 0
         self.dropped = 0
         self.on_received = on_received
@@ -70,7 +74,7 @@ class FastPath:
             self.received += 1
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
                 self.dropped += 1
-                log.warning("fast path full (%d jobs pending): job %d left to the poll",
+                log.warning("%s full (%d jobs pending): job %d left to the poll", self.name,
                             self.max_pending, msg.job_id)
                 if self.on_drop:
                     self.on_drop("fast_path_full")
@@ -95,7 +99,7 @@ class FastPath:
                 try:
                     self._sync(batch)
                 except Exception:  # a bug must not end the fast path: the poll goes on
-                    log.exception("fast path: %d job(s) left to the poll", len(batch))
+                    log.exception("%s: %d job(s) left to the poll", self.name, len(batch))
 
     def _due_later(self) -> bool:
         return bool(self._later) and self._later[0][0] <= time.monotonic()
@@ -113,7 +117,7 @@ class FastPath:
             # needs its script; for an end it costs a request, not a process).
             jobs, missing = self.collector.controller_jobs(batch, scripts_for=batch)
         except CcAdapterError as exc:
-            log.warning("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
             return
         events = []
         for job in jobs:
@@ -122,19 +126,19 @@ class FastPath:
                 self._retry(job.job_id, "end", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
-            log.info("fast path: slurmctld does not show job %d; left to the poll", job_id)
+            log.info("%s: slurmctld does not show job %d; left to the poll", self.name, job_id)
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
-            log.error("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
             return
         if added:
             self.wake()
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if attempts + 1 >= self.max_retries:
-            log.info("fast path: job %d not ended after %d tries; left to the poll", job_id,
-                     attempts + 1)
+            log.info("%s: job %d not ended after %d tries; left to the poll", self.name,
+                     job_id, attempts + 1)
             return
         delay = min(self.max_delay, 0.05 * 2 ** attempts)
         with self._cond:
