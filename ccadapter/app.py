@@ -2,8 +2,12 @@
 
 Delivery paths: cc-backend's REST API (``ccRestSubmitJobs``, the default), then a NATS
 notification of what cc-backend took (``natsServer``); or, with ``ccRestSubmitJobs=false``,
-NATS alone as the durable path (the outbox keeps an event until NATS has it; nodestate still
-goes over REST when ``ccRestUrl`` is set).
+NATS alone as the durable path (the outbox keeps an event until NATS has it). Node states
+then go to ``natsNodeStateSubject`` when it is set (cc-backend 1.5.4's ``subject-node-state``),
+else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler). With REST as
+the job path node states go over REST only: a cc-backend that takes REST jobs does not read
+NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
+Energy events (a run's consumed energy into its metaData) go over REST in both cases.
 
 Clusters: by default the local one (``scontrol show config``), read without ``--clusters``;
 with ``slurmClusters`` each named cluster (or, for ``["*"]``, each that ``sacctmgr list
@@ -25,15 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter import clustername
-from ccadapter.cc.client import CcClient
+from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
 from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
+from ccadapter.errors import CcAdapterError
 from ccadapter.lastrun import LastRun
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
-from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
@@ -261,7 +266,9 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       on_request=recorder.cc_request) if config.cc_rest_url else None
     publisher = NatsPublisher(NatsOptions.from_config(config)) if nats_on else None
-    nats = NatsDelivery(publisher, socket.gethostname()) if publisher else None
+    subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
+    nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
+    node_states = node_state_path(config)
     rest = RestDelivery(client) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
@@ -272,21 +279,24 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                                  on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
-        deliver = _route(nats, rest)
+        deliver = _route(nats, rest, node_states_on_nats=node_states == "nats")
     deliverer = Deliverer(outbox, deliver, workers=workers, on_result=recorder.delivery_result)
     intervals = {"slurm-window": config.slurm_poll_interval,
                  "slurm-lookback": LOOKBACK_INTERVAL,
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    parts = _Parts(config, outbox, client, last_run or last_runs(config))
+    parts = _Parts(config, outbox, client, last_run or last_runs(config), node_states)
 
-    def make(name: str) -> ClusterSync:
-        return parts.sync(name, config.multi_cluster(), runner or _runner(config, recorder, name))
+    def make(name: str, config_text: str = "") -> ClusterSync:
+        return parts.sync(name, config.multi_cluster(), runner or _runner(config, recorder, name),
+                          config_text)
 
     if not config.multi_cluster():
-        local = Collector(base, CollectorSettings.from_config(config)).cluster_name()
-        roster = Roster(make, [local])
+        probe = Collector(base, CollectorSettings.from_config(config))
+        local = probe.cluster_name()
+        # the config just read also says whether energy is gathered: not asked twice
+        roster = Roster(partial(make, config_text=probe.config_text), [local])
     elif config.slurm_clusters == [clustername.ALL]:
         roster = Roster(make, listing=ClusterList(base))
     else:
@@ -309,21 +319,27 @@ class _Parts:
     outbox: Outbox
     client: CcClient | None
     last_runs: LastRuns
+    node_states: str | None  # node_state_path()
 
-    def sync(self, name: str, scoped: bool, runner: CommandRunner) -> ClusterSync:
+    def sync(self, name: str, scoped: bool, runner: CommandRunner,
+             config_text: str = "") -> ClusterSync:
         """``name``'s collector (``--clusters NAME`` when ``scoped``), lastRun and
-        reconcilers."""
+        reconcilers; ``config_text``: its ``scontrol show config`` if read already."""
         cfg, outbox, client = self.config, self.outbox, self.client
         collector = Collector(runner, CollectorSettings.from_config(cfg),
-                              cluster=name if scoped else None)
+                              cluster=name if scoped else None, config_text=config_text)
         last_run = self.last_runs(name if scoped else None)
+        # the default mode asks at start (its one slurmctld must answer to start at all)
+        probe = _EnergyProbe(collector, name) if scoped else None
         window = WindowSettings(name, cfg.slurm_poll_interval, cfg.slurm_query_max_span,
                                 cfg.slurm_window_overlap, cfg.ignore_hosts_pattern(),
+                                energy=False if scoped else _energy_sent(collector, None),
                                 scoped=scoped)
         reconcilers: dict[str, Reconciler] = {
-            "slurm-window": SlurmWindow(collector, outbox, last_run, window),
+            "slurm-window": SlurmWindow(collector, outbox, last_run, window,
+                                        energy_probe=probe),
             "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
-                                          lookback=LOOKBACK_SPAN),
+                                          lookback=LOOKBACK_SPAN, energy_probe=probe),
             "stale-jobs": StaleJobs(collector, outbox, name),
         }
         if client is not None and cfg.cc_rest_submit_jobs:
@@ -332,20 +348,93 @@ class _Parts:
             # job list.
             reconcilers["cc-cache"] = CcCache(client, collector, outbox, name,
                                               cfg.cc_commit_job_interval)
-        if client is not None:
+        if self.node_states is not None:
             reconcilers["nodestate"] = NodeStates(collector, outbox, name,
                                                   cfg.ignore_hosts_pattern(), time.time)
         return ClusterSync(name, scoped, collector, last_run, reconcilers)
 
 
-def _route(nats: NatsDelivery, rest: RestDelivery | None) -> Callable[[Event], Result]:
-    """NATS as the only job path: starts and stops to NATS, nodestate to REST."""
+class _EnergyProbe:
+    """With slurmClusters: whether a cluster's consumed energy is sent, asked of its
+    slurmctld in the cluster's own lane at its first window rather than at start (a hung
+    slurmctld must not hold up the start of the other clusters), and asked again at each
+    window until it answers; until then no run is read again for energy."""
+
+    def __init__(self, collector: Collector, cluster: str) -> None:
+        self.collector = collector
+        self.cluster = cluster
+        self.known: bool | None = None
+        self._said = False
+
+    def __call__(self) -> bool:
+        if self.known is None:
+            try:
+                self.known = _energy_sent(self.collector, self.cluster)
+            except CcAdapterError as exc:
+                if not self._said:
+                    log.warning("cluster %s: energy: cannot read slurmctld's config (%s); "
+                                "asked again at the next window", self.cluster, exc)
+                    self._said = True
+                return False
+        return self.known
+
+
+def _energy_sent(collector: Collector, cluster: str | None) -> bool:
+    """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
+    REST path for it (the collector keeps it only then). Said once; the line names
+    ``cluster`` where slurmClusters names clusters (None: the default mode)."""
+    of = "" if cluster is None else f"cluster {cluster}: "
+    if not collector.energy_accounted():
+        log.info("%senergy: slurmctld gathers none (AcctGatherEnergyType); no "
+                 "metaData.energy", of)
+        return False
+    if not collector.settings.energy:
+        log.info("%senergy: slurmctld gathers it, but it goes to cc-backend over REST only "
+                 "and ccRestUrl is empty: no metaData.energy", of)
+        return False
+    log.info("%senergy: the consumed energy of each run goes into its metaData.energy "
+             "(PATCH /api/jobs/edit_meta/ after the stop)", of)
+    return True
+
+
+def node_state_path(config: Config) -> str | None:
+    """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
+    or None (nowhere: no nodestate reconciler). See the module docstring."""
+    if not config.cc_rest_submit_jobs and config.nats_server and \
+            config.nats_node_state_subject:
+        return "nats"
+    return "rest" if config.cc_rest_url else None
+
+
+def node_state_warnings(config: Config) -> list[str]:
+    """What an admin may not expect of their node-state settings, one line each."""
+    if config.nats_node_state_subject and node_state_path(config) != "nats":
+        return ["natsNodeStateSubject is used only when NATS is the job path "
+                "(ccRestSubmitJobs: false, natsServer set); node states go to cc-backend's "
+                "REST API (/api/nodestate/), as a cc-backend that takes jobs over REST does "
+                "not read NATS"]
+    if not config.cc_rest_submit_jobs and node_state_path(config) is None:
+        return ["node states are not sent: set natsNodeStateSubject to cc-backend's "
+                "subject-node-state (e.g. cc.node.state), or ccRestUrl for /api/nodestate/"]
+    return []
+
+
+def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
+           ) -> Callable[[Event], Result]:
+    """NATS as the only job path: starts and stops to NATS; node states to NATS when
+    natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
+    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
 
     def deliver(event: Event) -> Result:
-        if event.kind in ("start", "stop"):
+        if event.kind in (START, STOP) or (event.kind == NODESTATE and node_states_on_nats):
             return nats(event)
-        if rest is None:  # left from a time with ccRestUrl; cc-backend takes it only by REST
-            return Result(event.id, REJECTED, "nodestate goes over REST; ccRestUrl is empty")
+        if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
+            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
+                          f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
         return rest(event)
 
     return deliver
+
+
+_NO_WAY_OUT = {NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
+               ENERGY: "it goes over REST only: set ccRestUrl"}

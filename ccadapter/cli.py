@@ -26,9 +26,10 @@ from typing import Any, NoReturn
 import click
 
 from ccadapter import __version__, clustername
-from ccadapter.app import App, LastRuns, build, last_runs, outbox_path
+from ccadapter.app import App, LastRuns, build, last_runs, node_state_warnings, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
-from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.cc.client import KINDS
+from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config, missing_files
 from ccadapter.daemon import Routine
@@ -299,6 +300,8 @@ def _require_delivery(config: Config) -> None:
         log.warning("ccRestSubmitJobs is false and natsJetStream is off: jobs go out on core "
                     "NATS only, which keeps no message a subscriber misses; set natsJetStream "
                     "to true for delivery that is acknowledged and deduplicated")
+    for line in node_state_warnings(config):
+        log.warning("%s", line)
     for key, path in missing_files(config):
         if key == "ccRestCaBundle" or (key.startswith("nats") and config.nats_server):
             _config_exit(key, f"file {path} does not exist")
@@ -513,6 +516,8 @@ def _job_view(job: Job, ignore: Any) -> dict[str, Any]:
         view["startJob"] = start_job_body(job)
         if job.finished:
             view["stopJob"] = stop_job_body(job)
+        if (energy := energy_meta_body(job)) is not None:  # only where Slurm accounted it
+            view["editMeta"] = energy
     else:
         view["reason"] = "never started: nothing is sent to cc-backend"
     return view
@@ -526,6 +531,8 @@ def _table(jobs_: list[Job], views: list[dict[str, Any]]) -> str:
         array = f"{job.array_job_id}_{job.array_task_id}" if job.array_task_id is not None else ""
         sent = "ignored" if view["ignored"] else (
             "start+stop" if view["stopJob"] else "start" if view["startJob"] else "never started")
+        if "editMeta" in view and not view["ignored"]:
+            sent += "+energy"
         rows.append((
             job.cluster, str(job.job_id), array, job.state, job.user, job.account,
             job.partition, _ts(job.start_time), _ts(job.end_time),
@@ -590,7 +597,7 @@ def _ids(ids: list[int]) -> str:
 @_config_option
 @click.option("--status", "status_", default="pending", show_default=True,
               type=click.Choice(["pending", "rejected", "delivered", "all"]))
-@click.option("--kind", type=click.Choice(["start", "stop", "nodestate"]), default=None)
+@click.option("--kind", type=click.Choice(KINDS), default=None)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @_format_option
 @click.pass_obj

@@ -111,6 +111,11 @@ class Config(BaseModel):
     nats_tls_key_file: str = Field("", alias="natsTlsKeyFile")
     # Seconds a publish may wait for the server's (or the stream's) acknowledgement.
     nats_publish_timeout: float = Field(5.0, alias="natsPublishTimeout", gt=0, le=300)
+    # The subject cc-backend (1.5.4+) reads node states from (its `subject-node-state`, e.g.
+    # "cc.node.state"). Used when NATS is the job path (ccRestSubmitJobs=false): node states
+    # then go there instead of to /api/nodestate/. Empty: node states keep going over REST
+    # (when ccRestUrl is set), as before this key existed.
+    nats_node_state_subject: str = Field("", alias="natsNodeStateSubject")
     # Where the daemon serves Prometheus metrics: "127.0.0.1:9102", "[::1]:9102" or ":9102"
     # (every IPv4 address). Empty: no metrics, no listening socket.
     metrics_listen: str = Field("", alias="metricsListen")
@@ -168,6 +173,19 @@ class Config(BaseModel):
         if bad:  # the value is not echoed: a URL may carry user:password@
             raise ValueError("must be a host name (as in cc-slurm-adapter) or a nats:// or "
                              "tls:// URL")
+        return value
+
+    @field_validator("nats_node_state_subject")
+    @classmethod
+    def _publish_subject(cls, value: str) -> str:
+        """A subject one can publish to: dot-separated tokens without wildcards (cc-backend
+        subscribes to one literal subject) or white space (which would split the protocol's
+        PUB line)."""
+        if value and not all(tok and not set(tok) & set("*> \t\r\n")
+                             for tok in value.split(".")):
+            raise ValueError(f"must be a NATS subject to publish to, such as "
+                             f"\"cc.node.state\" (no wildcards, spaces or empty tokens), "
+                             f"got {value!r}")
         return value
 
     @field_validator("metrics_listen")

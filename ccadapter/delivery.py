@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccadapter.cc.client import NODESTATE, START, STOP, Answer, Outcome
+from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, Answer, Outcome
 from ccadapter.loggate import LogGate
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
@@ -97,6 +97,18 @@ class Deliverer:
         return stats
 
 
+# cc-backend answers an energy edit 422 while it has no such job in its job table (a stop it
+# received over NATS and has not applied yet) and 500 when it stored the value but could not
+# update the job's archive (v1.5.4 repository/job.go:301-310, pkg/archive/archive.go:374-390:
+# the archiver is still writing it, failed, or monitoring is off for the job). Both are
+# retried with the outbox's backoff; an event that gets one of them at its tenth attempt
+# or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's answer
+# (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
+# long as it takes, like every event, but count as attempts.
+ENERGY_ATTEMPTS = 10
+_ENERGY_NOT_YET = frozenset({422, 500})
+
+
 class RestDelivery:
     """One event to cc-backend, following its answers to a final result. A failure that
     repeats for every event (cc-backend down, the token refused) is logged once a minute,
@@ -142,6 +154,8 @@ class RestDelivery:
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
             return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
+        if event.kind == ENERGY and answer.status in _ENERGY_NOT_YET:
+            return self._energy_not_yet(event, answer, what)
         # the same problem for every event: keyed by the status (and the transport error)
         said = self._gate.allow(f"{answer.status} {answer.detail if not answer.status else ''}")
         if answer.outcome is Outcome.AUTH and said:
@@ -153,3 +167,14 @@ class RestDelivery:
             log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,
                         answer.status, answer.detail)
         return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")
+
+    def _energy_not_yet(self, event: Event, answer: Answer, what: str) -> Result:
+        """An energy edit cc-backend could not apply yet (see :data:`ENERGY_ATTEMPTS`)."""
+        error = f"HTTP {answer.status}: {answer.detail}"
+        if event.attempts + 1 >= ENERGY_ATTEMPTS:
+            log.error("cc-backend did not take %s after %d attempts: %s", what,
+                      event.attempts + 1, error)
+            return Result(event.id, REJECTED, f"gave up after {event.attempts + 1} attempts: "
+                                              f"{error}")
+        log.info("%s not taken yet, will retry: %s", what, error)
+        return Result(event.id, PENDING, error)

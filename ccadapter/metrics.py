@@ -33,11 +33,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from ccadapter.cc.client import KINDS
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)
 
-KINDS = ("start", "stop", "nodestate")
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
 # PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
 HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")

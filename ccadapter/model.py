@@ -35,7 +35,6 @@ _SLURM_TO_CC: dict[str, JobState] = {
     "RESIZING": JobState.RUNNING,
     "SIGNALING": JobState.RUNNING,
     "STAGE_OUT": JobState.RUNNING,
-    "CONFIGURING": JobState.RUNNING,
     "COMPLETED": JobState.COMPLETED,
     "FAILED": JobState.FAILED,
     "CANCELLED": JobState.CANCELLED,
@@ -53,8 +52,13 @@ _SLURM_TO_CC: dict[str, JobState] = {
     "REVOKED": JobState.CANCELLED,
 }
 
-# States in which a job has not (yet) run.
-PENDING_STATES = frozenset({"PENDING", "REQUEUE_HOLD", "REVOKED"})
+# States in which a job has not (yet) run. CONFIGURING: its nodes are allocated but still
+# booting (power saving, --reboot) or its PrologSlurmctld still runs; when nodes power up,
+# slurmctld resets the job's StartTime once they are up and sends the new one to slurmdbd
+# (job_mgr.c job_config_fini: "Resetting %pJ start time for node power up", 22.05.8
+# :9146-9160, 24.11.5 :9027, 26.05.3 :9303): a start sent before would carry a startTime
+# that is not the run's, and cc-backend would get two jobs.
+PENDING_STATES = frozenset({"PENDING", "REQUEUE_HOLD", "REVOKED", "CONFIGURING"})
 
 
 def base_state(slurm_state: str) -> str:
@@ -111,6 +115,7 @@ class Job:
     slurm_info: str = ""
     job_script: str = ""
     allocation_known: bool = False  # True when hwthreads came from slurmctld
+    energy: int | None = None  # joules consumed, from slurmdbd; None when not accounted
 
     @property
     def started(self) -> bool:

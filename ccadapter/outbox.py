@@ -1,11 +1,12 @@
-"""The durable outbox: every start, stop and nodestate event is on disk before anyone may
-count it as handled, and leaves only when cc-backend took it.
+"""The durable outbox: every start, stop, nodestate and energy event is on disk before anyone
+may count it as handled, and leaves only when cc-backend took it.
 
 SQLite in WAL mode in the state directory. An event is identified by (cluster, jobId,
 startTime, kind): enqueueing it twice is a no-op, so overlapping Slurm windows, restarts and
 hook-plus-poll double sightings never become double deliveries. Per job the order is kept by
 what :meth:`Outbox.due` hands out: a stop only after the start of the same run was delivered
-(or rejected), and the start of a requeued job's new run only after the old run's events.
+(or rejected), a run's energy only after its stop, and the start of a requeued job's new run
+only after the old run's events.
 
 With NATS notifications on (REST and NATS both), an event cc-backend took gets a row in
 ``notify`` in the same transaction that records the delivery, so a notification survives a
@@ -24,7 +25,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +33,15 @@ from typing import Any
 
 from ccadapter.errors import OutboxError
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
+# The events table, by name: an outbox made before 'energy' events existed has it with a
+# narrower CHECK on kind and is rebuilt once from this (see _widen_kinds).
+_EVENTS = """
+CREATE TABLE IF NOT EXISTS {table} (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     cluster         TEXT    NOT NULL,
     job_id          INTEGER NOT NULL,
     start_time      INTEGER NOT NULL,
-    kind            TEXT    NOT NULL CHECK (kind IN ('start', 'stop', 'nodestate')),
+    kind            TEXT    NOT NULL CHECK (kind IN ('start', 'stop', 'nodestate', 'energy')),
     payload         TEXT    NOT NULL,
     rich            INTEGER NOT NULL DEFAULT 0,
     status          TEXT    NOT NULL DEFAULT 'pending'
@@ -50,9 +53,15 @@ CREATE TABLE IF NOT EXISTS events (
     delivered_at    REAL,
     UNIQUE (cluster, job_id, start_time, kind)
 );
+"""
+_EVENTS_INDEXES = """
 CREATE INDEX IF NOT EXISTS events_due ON events (status, next_attempt_at);
 -- pending events in id order: due() reads the first few due ones without sorting them all
 CREATE INDEX IF NOT EXISTS events_pending ON events (status, id);
+-- delivered events by age: compaction reads the old ones only, not the whole history
+CREATE INDEX IF NOT EXISTS events_delivered ON events (status, delivered_at);
+"""
+SCHEMA = _EVENTS.format(table="events") + _EVENTS_INDEXES + """
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS notify (
     event_id        INTEGER PRIMARY KEY,
@@ -65,8 +74,6 @@ CREATE TABLE IF NOT EXISTS notify (
 );
 CREATE INDEX IF NOT EXISTS notify_due ON notify (status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS notify_pending ON notify (status, event_id);
--- delivered events by age: compaction reads the old ones only, not the whole history
-CREATE INDEX IF NOT EXISTS events_delivered ON events (status, delivered_at);
 -- runs whose start is stored and whose stop is not: what cc-backend shows as running. Kept
 -- by enqueue, so that stale-jobs and nodestate cost what runs, not what ever ran (a week of
 -- history at 5 jobs/s is six million events).
@@ -147,6 +154,9 @@ WHERE status = 'pending' AND next_attempt_at <= :now
         SELECT 1 FROM events p WHERE p.cluster = e.cluster AND p.job_id = e.job_id
           AND p.start_time < e.start_time AND p.kind IN ('start', 'stop')
           AND p.status = 'pending'))
+  AND NOT (kind = 'energy' AND EXISTS (
+        SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
+          AND s.start_time = e.start_time AND s.kind = 'stop' AND s.status = 'pending'))
 ORDER BY id LIMIT :limit
 """
 
@@ -192,6 +202,7 @@ class Outbox:
             if db.execute("SELECT 1 FROM state WHERE key = 'schema.runs'").fetchone() is None:
                 db.execute(_FILL_RUNS)
                 db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
+            _widen_kinds(db)
 
     def close(self) -> None:
         with self._lock:
@@ -398,13 +409,16 @@ class Outbox:
                 counts.update(h for h in hosts.split(",") if h)
         return counts
 
-    def needs(self, cluster: str, runs: Iterable[tuple[int, int, bool]]
-              ) -> tuple[set[int], set[int]]:
+    def needs(self, cluster: str, runs: Iterable[tuple[int, int, bool]], *,
+              energy: Collection[tuple[int, int]] = ()) -> tuple[set[int], set[int]]:
         """Of listed runs (jobId, startTime, finished), which the outbox cannot answer yet:
         returns (ids to read in detail, ids among them whose start may be needed). A run
         needs reading when its start is not stored, when it finished and its stop is not
         stored, or when its start waits undelivered without allocation details (a richer
-        one may be had while slurmctld holds the job)."""
+        one may be had while slurmctld holds the job). Runs named in ``energy`` (finished
+        runs whose energy may still come) need reading while no energy event is stored for
+        them: their stop came from slurmctld (the hook's fast path cannot see energy) or
+        from a slurmdbd record read before the energy reached it."""
         wanted = list(runs)
         stored: dict[tuple[int, int], dict[str, tuple[str, int]]] = {}
         with self._lock:
@@ -422,7 +436,8 @@ class Outbox:
             if first is None or (first == (PENDING, 0)):
                 details.add(job_id)
                 starts.add(job_id)
-            elif finished and "stop" not in have:
+            elif finished and ("stop" not in have or (
+                    "energy" not in have and (job_id, start) in energy)):
                 details.add(job_id)
         return details, starts
 
@@ -646,6 +661,30 @@ def _apply(db: sqlite3.Connection, table: str, res: Result, now: float,
         db.execute(f"UPDATE {table} SET attempts = ?, next_attempt_at = ?, last_error = ? "
                    f"WHERE {key} = ?",
                    (row[0] + 1, now + backoff.delay(row[0]), res.error, res.event_id))
+
+
+def _widen_kinds(db: sqlite3.Connection) -> None:
+    """An outbox made before 'energy' events existed refuses them (a CHECK on kind), and
+    SQLite cannot alter a CHECK: the events table is copied once into one made from
+    :data:`_EVENTS`, in the caller's transaction (seconds for millions of events), keeping
+    every row and id and the AUTOINCREMENT counter (ids are never reused: notify rows name
+    events by id)."""
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' "
+                        "AND name = 'events'").fetchone()
+    if "'energy'" in sql:
+        return
+    row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    db.execute(_EVENTS.format(table="events_widened"))
+    db.execute("INSERT INTO events_widened SELECT * FROM events")
+    db.execute("DROP TABLE events")
+    db.execute("ALTER TABLE events_widened RENAME TO events")
+    for statement in _EVENTS_INDEXES.split(";"):
+        if "CREATE" in statement:
+            db.execute(statement)
+    if row is not None:  # the copy has no counter if it copied no row
+        db.execute("INSERT INTO sqlite_sequence (name, seq) SELECT 'events', 0 WHERE NOT "
+                   "EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'events')")
+        db.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'events'", row)
 
 
 def _keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:

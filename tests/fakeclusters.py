@@ -59,17 +59,19 @@ class SharedDbd:
         return self.clusters[name].run(rest, retry=retry, timeout=timeout, env=env)
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
+                  timeout: float | None = None, env: Mapping[str, str] | None = None
+                  ) -> Completed:
         argv = self._count(argv)
         name, rest = self._route(argv)
         if name not in self.clusters:
             return Completed("", _UNKNOWN.format(name=name), 1)
-        return self.clusters[name].unchecked(rest, stdin=stdin, timeout=timeout)
+        return self.clusters[name].unchecked(rest, stdin=stdin, timeout=timeout, env=env)
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
         argv = self._count(argv)
         name, rest = self._route(argv)
-        return self.clusters[name].lines(rest, timeout=timeout)
+        return self.clusters[name].lines(rest, timeout=timeout, env=env)
 
     # --- answers ------------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ commands); :class:`RecordedSlurm` answers each the way the real commands select 
 - ``sacct --json -j IDS``: the recorded document with the records of those ids;
 - ``scontrol -d`` reading commands: the recorded record of each ``show job ID`` (an error on
   stderr for jobs it does not hold), the script of each ``write batch_script ID -``, the
-  argument of ``show hostnames``, each command echoed as scontrol echoes it;
+  argument of ``show hostnames``, each command echoed as scontrol echoes it; with
+  ``SLURM_TIME_FORMAT=%s`` the recorded wall-clock times (UTC) printed as epochs;
 - ``scontrol -d show job``: the whole recorded text, line by line.
 
 Switches: ``sacct_down``/``controller_down`` (the daemons unreachable), ``controller``
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -34,6 +36,7 @@ from typing import Any
 from ccadapter.slurm.runner import Completed, TransientSlurmError
 
 RELEASE = {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}
+_WALL = re.compile(r"(?<==)(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 _NO_VAL = 0xFFFFFFFE
 
 
@@ -107,11 +110,13 @@ class RecordedSlurm:
         raise AssertionError(f"unexpected command {argv}")
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed:
         argv = list(argv)
         self._count(argv)
         assert argv[0] == "scontrol" and argv[-1] == "-d" and stdin is not None, argv
         self.stdins.append(stdin)
+        held = self._held(env)
         out, err = [], []
         for command in stdin.splitlines():
             out.append(f"scontrol: {command}\n")
@@ -122,13 +127,13 @@ class RecordedSlurm:
                 err.append("slurm_load_jobs error: Unable to contact slurm controller "
                            "(connect failure)\n")
             elif words[:2] == ["show", "job"]:
-                record = self._held().get(int(words[2]))
+                record = held.get(int(words[2]))
                 if record is None:
                     err.append("slurm_load_jobs error: Invalid job id specified\n")
                 else:
                     out.append(record + "\n\n")
             elif words[:2] == ["write", "batch_script"]:
-                record = self._held().get(int(words[2]))
+                record = held.get(int(words[2]))
                 if record is None or "BatchFlag=1" not in record:
                     err.append("job script retrieval failed: Invalid job id specified\n")
                 else:
@@ -138,13 +143,14 @@ class RecordedSlurm:
         out.append("scontrol: ")
         return Completed("".join(out), "".join(err), 1 if err else 0)
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
         argv = list(argv)
         self._count(argv)
         assert argv[0] == "scontrol" and argv[-3:] == ["-d", "show", "job"], argv
         if self.controller_down:
             raise TransientSlurmError(argv, "exit code 1", "Unable to contact slurm controller")
-        yield from (line + "\n" for line in self.controller.splitlines())
+        yield from (line + "\n" for line in self.controller_text(env).splitlines())
 
     # --- answers ------------------------------------------------------------------------------
 
@@ -156,9 +162,17 @@ class RecordedSlurm:
         self.calls[argv[0]] += 1
         self.argvs.append(argv)
 
-    def _held(self) -> dict[int, str]:
+    def controller_text(self, env: Mapping[str, str] | None) -> str:
+        """The recorded text (wall-clock times, recorded in UTC), with times as epochs when
+        asked with ``SLURM_TIME_FORMAT=%s``, as scontrol prints them then."""
+        if (env or {}).get("SLURM_TIME_FORMAT") != "%s":
+            return self.controller
+        return _WALL.sub(lambda m: str(int(datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S")
+                                           .replace(tzinfo=UTC).timestamp())), self.controller)
+
+    def _held(self, env: Mapping[str, str] | None = None) -> dict[int, str]:
         held = {}
-        for record in self.controller.split("\n\n"):
+        for record in self.controller_text(env).split("\n\n"):
             record = record.strip("\n")
             if record.startswith("JobId="):
                 held[int(record[6:].split(" ", 1)[0])] = record

@@ -41,18 +41,21 @@ class RecordingRunner:
         return out
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
-        done = self.inner.unchecked(argv, stdin=stdin, timeout=timeout)
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed:
+        done = self.inner.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
         marker = _MARKER.search(stdin or "")
         strip = (lambda text: text.replace(marker[0], PLACEHOLDER)) if marker else str
-        self.commands.append({"argv": list(argv), "stdin": strip(stdin or ""),
-                              "stdout": strip(done.stdout), "stderr": done.stderr,
-                              "returncode": done.returncode})
+        self.commands.append({"argv": list(argv), "env": dict(env or {}),
+                              "stdin": strip(stdin or ""), "stdout": strip(done.stdout),
+                              "stderr": done.stderr, "returncode": done.returncode})
         return done
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
-        lines = list(self.inner.lines(argv, timeout=timeout))
-        self.commands.append({"argv": list(argv), "stdout": "".join(lines), "lines": True})
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
+        lines = list(self.inner.lines(argv, timeout=timeout, env=env))
+        self.commands.append({"argv": list(argv), "env": dict(env or {}),
+                              "stdout": "".join(lines), "lines": True})
         yield from lines
 
     def save(self, path: Path, **meta: Any) -> None:
@@ -81,15 +84,19 @@ class Replay:
         return self._find(argv, env=dict(env or {}))["stdout"]
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed:
         marker = _MARKER.search(stdin or "")
         assert marker, stdin
-        entry = self._find(argv, stdin=(stdin or "").replace(marker[0], PLACEHOLDER))
+        entry = self._find(argv, stdin=(stdin or "").replace(marker[0], PLACEHOLDER),
+                           env=dict(env or {}))
         return Completed(entry["stdout"].replace(PLACEHOLDER, marker[0]), entry["stderr"],
                          entry["returncode"])
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
-        yield from self._find(argv, lines=True)["stdout"].splitlines(keepends=True)
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
+        entry = self._find(argv, lines=True, env=dict(env or {}))
+        yield from entry["stdout"].splitlines(keepends=True)
 
     def answers(self, program: str) -> list[dict[str, Any]]:
         """The recorded commands of one program (for parser tests on their real text)."""

@@ -6,12 +6,19 @@ The meaning of each answer is data (:func:`classify`), in one place:
 kind       status                      outcome
 =========  ==========================  ===============================================
 start      201, 422 (already there)    delivered
+start      500 "UNIQUE constraint      delivered: the run waits in cc-backend 1.5's job
+           failed: job_cache..."       cache, where a start sent before put it
 stop       200, 422 (already stopped)  delivered
 stop       404 (never saw the job)     needs_start: deliver its start, then the stop
+energy     200                         delivered
+energy     422 (no such job yet)       retry later (a stop cc-backend has not applied)
 any        5xx, timeout, no connection retry later (exponential backoff, jitter)
 any        401, 403                    auth: a configuration error, said plainly
 any        other 4xx                   rejected: parked with the body, not retried
 =========  ==========================  ===============================================
+
+Every kind is a POST of a JSON body, but ``energy``: a PATCH of ``/api/jobs/edit_meta/``
+(cc-backend v1.5.4 internal/api/rest.go:103, job.go:503-534).
 
 The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
 Transport: :mod:`ccadapter.cc.http` (requests, one pool of keep-alive connections sized to
@@ -41,9 +48,12 @@ from ccadapter.errors import CcAdapterError
 
 log = logging.getLogger(__name__)
 
-START, STOP, NODESTATE = "start", "stop", "nodestate"
+# The kinds of outbox events. ENERGY: the consumed energy of a stopped run, into its metaData.
+START, STOP, NODESTATE, ENERGY = "start", "stop", "nodestate", "energy"
+KINDS = (START, STOP, NODESTATE, ENERGY)
 _PATHS = {START: "/api/jobs/start_job/", STOP: "/api/jobs/stop_job/",
-          NODESTATE: "/api/nodestate/"}
+          NODESTATE: "/api/nodestate/", ENERGY: "/api/jobs/edit_meta/"}
+_METHODS = {ENERGY: "PATCH"}  # the others: POST
 
 
 class Outcome(StrEnum):
@@ -61,8 +71,19 @@ class Answer:
     detail: str  # response body or the transport error, cut to 500 characters
 
 
-def classify(kind: str, status: int) -> Outcome:
-    """What an HTTP status means for an event of this kind. Pure."""
+# cc-backend 1.5 inserts a new job into its job cache without looking there for duplicates
+# (internal/api/job.go:748-776, repository/jobFind.go:96 reads `job` only): a start sent
+# again before the commit worker moved the first one is refused by the cache's UNIQUE
+# (job_id, cluster, start_time) constraint (migrations/sqlite3/09_add-job-cache.up.sql:33)
+# with this text in a 500. The run is in cc-backend: retrying would only repeat the 500
+# until the commit (up to two minutes of requests).
+_CACHED_START = "UNIQUE constraint failed: job_cache."
+
+
+def classify(kind: str, status: int, body: str = "") -> Outcome:
+    """What an HTTP answer means for an event of this kind. Pure."""
+    if kind == START and status == 500 and _CACHED_START in body:
+        return Outcome.DELIVERED
     if status == 0 or status >= 500 or status in (408, 429):
         return Outcome.RETRY
     if status in (401, 403):
@@ -75,6 +96,10 @@ def classify(kind: str, status: int) -> Outcome:
         return Outcome.NEEDS_START
     if kind == NODESTATE and 200 <= status < 300:
         return Outcome.DELIVERED
+    if kind == ENERGY and status == 200:
+        return Outcome.DELIVERED
+    if kind == ENERGY and status == 422:  # finding job failed (job.go:520-524)
+        return Outcome.RETRY
     return Outcome.REJECTED
 
 
@@ -142,8 +167,9 @@ class CcClient:
         self._http.close()
 
     def send(self, kind: str, body: dict[str, Any]) -> Answer:
-        """POST one event. A few quick retries absorb blips (5xx); longer outages are the
-        outbox's business (it reschedules the event with growing delays)."""
+        """Send one event (POST; PATCH for ``energy``). A few quick retries absorb blips
+        (5xx); longer outages are the outbox's business (it reschedules the event with
+        growing delays)."""
         retrying = Retrying(
             stop=stop_after_attempt(1 + self.quick_retries),
             wait=wait_random_exponential(multiplier=0.2, max=2.0),
@@ -154,16 +180,16 @@ class CcClient:
 
     def _post(self, kind: str, body: dict[str, Any]) -> Answer:
         data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        what = f"{_METHODS.get(kind, 'POST')} {_PATHS[kind]}"
         try:
-            resp = self._request("POST", _PATHS[kind], data)
+            resp = self._request(_METHODS.get(kind, "POST"), _PATHS[kind], data)
         except TransportError as exc:
-            self.last_problem = self._problem(f"POST {_PATHS[kind]}", str(exc),
-                                              _TRANSPORT_ADVICE[exc.kind])
+            self.last_problem = self._problem(what, str(exc), _TRANSPORT_ADVICE[exc.kind])
             return Answer(Outcome.RETRY, 0, str(exc))
         text = resp.data[:500].decode("utf-8", "replace").strip()
-        outcome = classify(kind, resp.status)
+        outcome = classify(kind, resp.status, text)
         if outcome in (Outcome.RETRY, Outcome.AUTH):
-            self.last_problem = self._problem(f"POST {_PATHS[kind]}", f"HTTP {resp.status}",
+            self.last_problem = self._problem(what, f"HTTP {resp.status}",
                                               _status_advice(resp.status))
         return Answer(outcome, resp.status, text)
 
@@ -211,8 +237,8 @@ class CcClient:
         started = time.monotonic()
         status = 0
         try:
-            reply = self._http.post(path, body or b"") if method == "POST" else \
-                self._http.get(path)
+            reply = self._http.get(path) if method == "GET" else \
+                self._http.post(path, body or b"", method)
             status = reply.status
             return reply
         finally:

@@ -109,19 +109,20 @@ class HttpSession:
                                                        ca_bundle or None, None)
         self._proxies: dict[str, str] = env["proxies"]
         self._verify: str | bool = env["verify"]
-        self._templates: dict[str, requests.PreparedRequest] = {}
+        self._templates: dict[tuple[str, str], requests.PreparedRequest] = {}
 
     def __repr__(self) -> str:  # the headers hold the JWT
         return f"HttpSession({self.base_url!r})"
 
-    def post(self, path: str, body: bytes) -> Reply:
-        """POST a JSON body (already encoded). The request is a copy of one prepared per
-        path: preparing it anew (URL parsing, header merging) costs more than the copy."""
-        template = self._templates.get(path)
+    def post(self, path: str, body: bytes, method: str = "POST") -> Reply:
+        """POST (or ``method``: PATCH) a JSON body (already encoded). The request is a copy
+        of one prepared per method and path: preparing it anew (URL parsing, header merging)
+        costs more than the copy."""
+        template = self._templates.get((method, path))
         if template is None:
-            template = requests.Request("POST", self.base_url + path,
+            template = requests.Request(method, self.base_url + path,
                                         headers=self._headers).prepare()
-            self._templates[path] = template
+            self._templates[(method, path)] = template
         request = template.copy()
         request.body = body
         request.headers["Content-Length"] = str(len(body))

@@ -4,6 +4,11 @@ cc-backend decodes bodies strictly (an unknown field is a 400), so only fields o
 ``schema.Job`` appear, and only when they carry information: ``walltime`` is omitted for
 jobs without a limit (cc-backend requires >= 1 when present), empty ``hwthreads`` and
 ``accelerators`` lists are left out. ``metaData`` values are strings, as the schema says.
+
+The consumed energy cannot ride on the stop: ``StopJobAPIRequest`` has no metaData (an
+unknown field is a 400, cc-backend v1.5.4 internal/api/job.go:40-46), and the start is sent
+before anyone knows it. It goes into the stopped job's metaData by ``PATCH
+/api/jobs/edit_meta/`` (:func:`energy_meta_body`).
 """
 
 from __future__ import annotations
@@ -80,3 +85,22 @@ def _meta(job: Job) -> dict[str, str]:
     if job.job_script:
         meta["jobScript"] = job.job_script
     return meta
+
+
+ENERGY_KEY = "energy"  # the metaData key of the consumed energy
+
+
+def energy_meta_body(job: Job) -> dict[str, Any] | None:
+    """The body of ``PATCH /api/jobs/edit_meta/`` that sets ``metaData.energy`` of this
+    stopped run to the joules Slurm accounted, as a decimal string (metaData values are
+    strings). cc-backend's ``JobMetaRequest`` (v1.5.4 internal/api/job.go:70-81) finds the
+    run by jobId, cluster and startTime (job.go:520) and sets one key (job.go:526). None
+    when the run has not ended or Slurm accounted no energy for it.
+
+    Not cc-backend's own ``energy`` field: that one is computed from the metric data when
+    the job is archived, in kWh, and overwrites whatever was sent (repository/job.go:956-1003).
+    """
+    if job.energy is None or not job.started or not job.finished:
+        return None
+    return {"jobId": job.job_id, "cluster": job.cluster, "startTime": job.start_time,
+            "payload": {"key": ENERGY_KEY, "value": str(job.energy)}}

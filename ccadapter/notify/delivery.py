@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Protocol
 
+from ccadapter.cc.client import NODESTATE, START, STOP
 from ccadapter.loggate import LogGate
 from ccadapter.notify.lineproto import LineProtocolError
-from ccadapter.notify.message import Message, job_message
+from ccadapter.notify.message import Message, job_message, nodestate_message
 from ccadapter.notify.nats import Published
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
@@ -18,32 +20,53 @@ class Publisher(Protocol):
     def publish(self, msg: Message) -> Published: ...
 
 
-def event_message(event: Event, hostname: str) -> Message:
+@dataclass(frozen=True)
+class Subjects:
+    """Where each kind of event goes: cc-backend subscribes to job events and node states
+    on two subjects (its ``subject-job-event`` and ``subject-node-state``). ``node_state``
+    empty: node states are not published."""
+
+    job: str
+    node_state: str = ""
+
+
+def event_message(event: Event, hostname: str, subjects: Subjects) -> Message:
     """A stop event's payload holds the stop body and, when known, its run's start body,
-    which gives the ``partition`` tag."""
-    if event.kind == "start":
-        return job_message("start", event.payload, hostname)
-    start = event.payload.get("start") or {}
-    return job_message("stop", event.payload["stop"], hostname, start.get("partition", ""))
+    which gives the ``partition`` tag. A nodestate event's payload is the REST body."""
+    if event.kind == NODESTATE:
+        if not subjects.node_state:
+            raise ValueError("node states are not published on NATS (natsNodeStateSubject "
+                             "is empty)")
+        return nodestate_message(event.payload, event.start_time, subjects.node_state)
+    if event.kind == START:
+        return job_message(START, event.payload, hostname, subjects.job)
+    if event.kind == STOP:
+        start = event.payload.get("start") or {}
+        return job_message(STOP, event.payload["stop"], hostname, subjects.job,
+                           start.get("partition", ""))
+    raise ValueError(f"{event.kind} events have no NATS form")
 
 
 class NatsDelivery:
-    def __init__(self, publisher: Publisher, hostname: str) -> None:
+    def __init__(self, publisher: Publisher, hostname: str, subjects: Subjects) -> None:
         self.publisher = publisher
         self.hostname = hostname
+        self.subjects = subjects
         self._gate = LogGate()
 
     def __call__(self, event: Event) -> Result:
-        what = f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})"
+        what = (f"nodestate of {event.cluster} ({event.start_time})" if event.kind == NODESTATE
+                else f"{event.kind} of job {event.job_id} ({event.cluster}, start "
+                     f"{event.start_time})")
         try:
-            msg = event_message(event, self.hostname)
+            msg = event_message(event, self.hostname, self.subjects)
         except (LineProtocolError, KeyError, TypeError, ValueError) as exc:
             log.error("NATS: cannot encode %s: %s", what, exc)
             return Result(event.id, REJECTED, f"cannot encode for NATS: {exc}")
         pub = self.publisher.publish(msg)
         if pub.ok:
-            log.info("published %s on NATS%s", what, " (a resend: dropped by the stream)"
-                     if pub.duplicate else "")
+            log.info("published %s on NATS subject %s%s", what, msg.subject,
+                     " (a resend: dropped by the stream)" if pub.duplicate else "")
             return Result(event.id, DELIVERED)
         if pub.permanent:
             log.error("NATS refused %s for good: %s", what, pub.error)

@@ -1,9 +1,25 @@
-"""The NATS message of a start or stop event: what cc-backend's NATS ingest consumes.
+"""The NATS messages cc-backend's NATS ingest consumes (cc-backend v1.5.4,
+``internal/api/nats.go``). Pure.
 
-``job,function=start_job,hostname=H,type=node,type-id=0 event="<start_job JSON>" <start ns>``
+Job events, on ``natsSubject`` (cc-backend's ``subject-job-event``)::
+
+    job,function=start_job,hostname=H,type=node,type-id=0 event="<start_job JSON>" <start ns>
+
 and the same with ``function=stop_job`` (plus ``partition`` when known) and the stop time.
-The JSON is byte for byte the body the REST call sends, so a consumer may decode it with the
-same strict schema. Pure.
+cc-backend routes on the measurement ``job`` and the ``function`` tag (nats.go:196-222,
+251), takes the ``event`` string field (nats.go:205, 213) and decodes it with
+``DisallowUnknownFields`` into ``schema.Job`` or ``StopJobAPIRequest`` (nats.go:272-274,
+341-343): the JSON is byte for byte the body the REST call sends.
+
+Node state, on ``natsNodeStateSubject`` (cc-backend's ``subject-node-state``)::
+
+    nodestate event="<UpdateNodeStatesRequest JSON>" <snapshot ns>
+
+cc-backend reads the measurement ``nodestate`` (nats.go:544), needs no tag, and decodes the
+``event`` field strictly into ``UpdateNodeStatesRequest`` (nats.go:428-432; the struct is
+``internal/api/node.go:23-26``), the body of ``POST /api/nodestate/``. The timestamp is
+required (cc-lib v2.12.0 ``ccMessage.NewMessage`` refuses a zero time), though cc-backend
+stamps the states with the time it receives them (nats.go:438).
 """
 
 from __future__ import annotations
@@ -12,15 +28,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ccadapter.cc.client import NODESTATE, START, STOP
 from ccadapter.notify.lineproto import encode_line
 
-FUNCTIONS = {"start": "start_job", "stop": "stop_job"}
+FUNCTIONS = {START: "start_job", STOP: "stop_job"}
+NODESTATE_MEASUREMENT = "nodestate"
 
 
 @dataclass(frozen=True)
 class Message:
     data: bytes
     msg_id: str  # JetStream's Nats-Msg-Id: the stream drops a resend within its window
+    subject: str
 
 
 def body_json(body: dict[str, Any]) -> str:
@@ -33,14 +52,22 @@ def msg_id(cluster: str, job_id: int, start_time: int, kind: str) -> str:
     return f"{cluster}/{job_id}/{start_time}/{kind}"
 
 
-def job_message(kind: str, body: dict[str, Any], hostname: str,
+def job_message(kind: str, body: dict[str, Any], hostname: str, subject: str,
                 partition: str = "") -> Message:
     """``kind`` is the outbox's ("start"/"stop"); ``body`` the REST body of that call."""
     tags = {"hostname": hostname, "type": "node", "type-id": "0",
             "function": FUNCTIONS[kind]}
-    if kind == "stop" and partition:
+    if kind == STOP and partition:
         tags["partition"] = partition
-    when = body["startTime"] if kind == "start" else body["stopTime"]
+    when = body["startTime"] if kind == START else body["stopTime"]
     line = encode_line("job", tags, {"event": body_json(body)}, int(when) * 1_000_000_000)
     return Message(line.encode(), msg_id(body["cluster"], body["jobId"], body["startTime"],
-                                         kind))
+                                         kind), subject)
+
+
+def nodestate_message(body: dict[str, Any], taken_at: int, subject: str) -> Message:
+    """``body`` is the ``/api/nodestate/`` body; ``taken_at`` the snapshot's time (s), which
+    is also the outbox's identity of this snapshot (its startTime)."""
+    line = encode_line(NODESTATE_MEASUREMENT, {}, {"event": body_json(body)},
+                       int(taken_at) * 1_000_000_000)
+    return Message(line.encode(), msg_id(body["cluster"], 0, taken_at, NODESTATE), subject)

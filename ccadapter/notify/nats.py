@@ -40,7 +40,6 @@ _AUTH_KEYS = "natsUser/natsPassword, natsCredsFile or natsNKeySeedFile"
 @dataclass(frozen=True)
 class NatsOptions:
     url: str
-    subject: str
     jetstream: bool = False
     user: str = ""
     password: str = field(default="", repr=False)
@@ -54,8 +53,7 @@ class NatsOptions:
 
     @classmethod
     def from_config(cls, config: Config) -> NatsOptions:
-        return cls(url=config.nats_url(), subject=config.nats_subject,
-                   jetstream=config.nats_jetstream, user=config.nats_user,
+        return cls(url=config.nats_url(), jetstream=config.nats_jetstream, user=config.nats_user,
                    password=config.nats_password, creds_file=config.nats_creds_file,
                    nkey_seed_file=config.nats_nkey_seed_file,
                    tls_ca_file=config.nats_tls_ca_file,
@@ -110,7 +108,9 @@ class NatsPublisher:
         asyncio.run_coroutine_threadsafe(self._spawn_connect(), self._loop).result(10)
 
     def close(self) -> None:
-        if not self._thread.is_alive():
+        if not self._thread.is_alive():  # never started: only the loop to give back
+            if not self._loop.is_closed():
+                self._loop.close()
             return
         self._stopping = True
         try:
@@ -210,8 +210,8 @@ class NatsPublisher:
     # --- publishing ----------------------------------------------------------------------
 
     def publish(self, msg: Message) -> Published:
-        """Blocks until the server (core) or the stream (JetStream) has the message, or
-        says why not. Never raises for a NATS problem."""
+        """Publishes on ``msg.subject``; blocks until the server (core) or the stream
+        (JetStream) has the message, or says why not. Never raises for a NATS problem."""
         if self._stopping or not self._thread.is_alive():
             return Published(False, "publisher stopped")
         fut = asyncio.run_coroutine_threadsafe(self._publish(msg), self._loop)
@@ -227,18 +227,18 @@ class NatsPublisher:
             return Published(False, f"not connected: {self.last_error or 'reconnecting'}")
         try:
             if js is not None:
-                ack = await js.publish(o.subject, msg.data, timeout=o.publish_timeout,
+                ack = await js.publish(msg.subject, msg.data, timeout=o.publish_timeout,
                                        headers={"Nats-Msg-Id": msg.msg_id})
                 return Published(True, duplicate=bool(ack.duplicate))
-            await nc.publish(o.subject, msg.data)
+            await nc.publish(msg.subject, msg.data)
             await nc.flush(timeout=o.publish_timeout)
             return Published(True)
         except nats.errors.MaxPayloadError as exc:
             return Published(False, f"message of {len(msg.data)} bytes: {describe(exc)}",
                              permanent=True)
         except nats.js.errors.NoStreamResponseError:
-            return Published(False, f"no JetStream stream takes subject {o.subject!r}: create "
-                             f"one, e.g. `nats stream add --subjects {o.subject} "
+            return Published(False, f"no JetStream stream takes subject {msg.subject!r}: "
+                             f"create one, e.g. `nats stream add --subjects {msg.subject} "
                              f"--dupe-window 1h`, or set natsJetStream to false")
         except (TimeoutError, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
             return Published(False, describe(exc))

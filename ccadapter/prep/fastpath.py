@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
@@ -124,6 +125,10 @@ class FastPath:
             wanted, attempts = batch[job.job_id]
             if "end" in wanted and not job.finished:
                 self._retry(job.job_id, "end", attempts)
+            elif "start" in wanted and base_state(job.state) == "CONFIGURING":
+                # its PrologSlurmctld (this hook) still runs, or its nodes boot: the start
+                # is not final yet (ccadapter.model.PENDING_STATES)
+                self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
             log.info("%s: slurmctld does not show job %d; left to the poll", self.name, job_id)
@@ -137,8 +142,8 @@ class FastPath:
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if attempts + 1 >= self.max_retries:
-            log.info("%s: job %d not ended after %d tries; left to the poll", self.name,
-                     job_id, attempts + 1)
+            log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
+                     job_id, "ended" if event == "end" else "running", attempts + 1)
             return
         delay = min(self.max_delay, 0.05 * 2 ** attempts)
         with self._cond:

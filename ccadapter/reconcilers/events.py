@@ -3,6 +3,7 @@
     never started ──────────────────────────────► nothing (never sent)
     started, running ───────────────────────────► start
     started, ended (completed, failed, ...) ─────► start, stop (the outbox orders them)
+      ... with energy accounted by slurmdbd ────► start, stop, energy (after the stop)
     all hosts match ignoreHosts ────────────────► nothing
 
 A requeued job's runs are separate (same jobId, other startTime): the old run's stop and the
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ccadapter.cc.client import START, STOP
-from ccadapter.cc.payload import start_job_body, stop_job_body
+from ccadapter.cc.client import ENERGY, START, STOP
+from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Job
 from ccadapter.outbox import NewEvent
@@ -46,4 +47,6 @@ def events_for(job: Job, ignore: re.Pattern[str] | None = None) -> list[NewEvent
     if job.finished:
         events.append(NewEvent(job.cluster, job.job_id, job.start_time, STOP,
                                {"stop": stop_job_body(job), "start": start}))
+        if (energy := energy_meta_body(job)) is not None:
+            events.append(NewEvent(job.cluster, job.job_id, job.start_time, ENERGY, energy))
     return events

@@ -55,15 +55,28 @@ SLICE = 3600.0  # seconds of Slurm history per listing in a long window
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """What the window depends on, from the config. ``scoped``: the outbox's state keys
-    carry the cluster's name (``slurmClusters`` set)."""
+    """What the window depends on, from the config. ``energy``: the cluster gathers energy
+    and it can be sent, so a run that ended less than :data:`ENERGY_WAIT` ago is read until
+    its energy is stored (:meth:`Outbox.needs`). ``scoped``: the outbox's state keys carry
+    the cluster's name (``slurmClusters`` set)."""
 
     cluster: str
     poll_interval: float = 60
     max_span: float = 7 * 86400
     overlap: float = 120
     ignore: re.Pattern[str] | None = None
+    energy: bool = False
     scoped: bool = False
+
+
+# slurmctld adds a step's consumed energy to its job when the step completes, and slurmdbd
+# gets the sum with the last one: the extern step's (PrologFlags=Contain) completes after the
+# job's end, once the node's epilog ran, so a job record can show an end but no energy yet.
+# A finished run without an energy event is read again while it ended less than this long
+# ago: as often as a listing names it then (a run that never gets any: at most 5 times with
+# the defaults, the window listing a run for slurmWindowOverlap + slurmPollInterval after
+# its end and slurm-lookback once), once in the common case, never without energy gathering.
+ENERGY_WAIT = 300.0
 
 
 @dataclass
@@ -78,8 +91,12 @@ class _Tally:
 class SlurmWindow:
     def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun,
                  settings: WindowSettings, clock: Callable[[], float] = time.time, *,
-                 lookback: float | None = None, outage_grace: float = 600.0) -> None:
+                 lookback: float | None = None, outage_grace: float = 600.0,
+                 energy_probe: Callable[[], bool] | None = None) -> None:
+        """``energy_probe``: asked at each window instead of ``settings.energy`` (one of
+        several clusters: whether its slurmctld gathers energy is asked in its own lane)."""
         self.collector = collector
+        self.energy_probe = energy_probe
         self.outbox = outbox
         self.last_run = last_run
         self.settings = settings
@@ -152,7 +169,12 @@ class SlurmWindow:
         tally.skipped += len(listing.errors)
         runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
                 if s.started and not hosts_ignored(s.nodes, cfg.ignore)]
-        details, starts = self.outbox.needs(cfg.cluster, runs)
+        recent = self.clock() - ENERGY_WAIT
+        energy = {s.run for s in listing.stamps if s.finished and s.end_time >= recent}
+        # the probe asks slurmctld (until it answered once): only when it matters
+        if energy and not (self.energy_probe() if self.energy_probe else cfg.energy):
+            energy = set()
+        details, starts = self.outbox.needs(cfg.cluster, runs, energy=energy)
         known = partial(self.outbox.known_starts, cluster=cfg.cluster)
         for result in self.collector.iter_jobs(details, starts=starts, known=known):
             events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]

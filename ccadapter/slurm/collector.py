@@ -43,6 +43,7 @@ from ccadapter.slurm.formats._common import (
     SacctRecord,
     SlurmVersion,
     parse_cluster_name,
+    parse_energy_plugin,
     parse_nodes,
     version_from_meta,
     version_from_text,
@@ -51,7 +52,7 @@ from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, p
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
-from ccadapter.slurm.timefmt import local_zone, sacct_bound, wall_readings
+from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
 if TYPE_CHECKING:
     from ccadapter.config import Config
@@ -88,14 +89,18 @@ class Listing:
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    """What the collector depends on, from the config."""
+    """What the collector depends on, from the config. ``energy``: keep the consumed energy
+    slurmdbd accounted on the runs read (it goes to cc-backend over REST only, so only when
+    ``ccRestUrl`` is set)."""
 
     gpu_patterns: GpuPatterns = field(default_factory=list)
     fetch_job_scripts: bool = True
+    energy: bool = True
 
     @classmethod
     def from_config(cls, config: Config) -> CollectorSettings:
-        return cls(config.gpu_pci_patterns(), config.slurm_fetch_job_scripts)
+        return cls(config.gpu_pci_patterns(), config.slurm_fetch_job_scripts,
+                   energy=bool(config.cc_rest_url))
 
 
 @dataclass
@@ -137,9 +142,11 @@ class Collector:
         tz: tzinfo | None = None,
         costs: RouteCosts | None = None,
         cluster: str | None = None,
+        config_text: str = "",
     ) -> None:
         """``cluster``: the cluster every query asks (``--clusters NAME``) when the call
-        names none; None asks the local one, without ``--clusters``."""
+        names none; None asks the local one, without ``--clusters``. ``config_text``: its
+        ``scontrol show config`` where it was read already (:attr:`config_text`)."""
         self.runner = runner
         if settings is None:
             settings = CollectorSettings()
@@ -152,6 +159,7 @@ class Collector:
         self._known_version: str | None = None  # for error messages only
         self.cluster = cluster
         self._cluster: str | None = cluster  # the name jobs carry, once known
+        self._config_text = config_text  # `scontrol show config`, once read
 
     # --- which runs exist -----------------------------------------------------------------
 
@@ -260,10 +268,11 @@ class Collector:
         jobs = []
         for rec in records:
             ctl = controller.get(rec.job_id)
-            if ctl is not None and rec.start_time not in wall_readings(ctl.start_time, self.tz):
+            if ctl is not None and rec.start_time not in readings(ctl.start_time, self.tz):
                 ctl = None  # another run of a requeued job
             script = scripts.get(rec.job_id, "") if ctl is not None and ctl.batch else ""
-            jobs.append(build_job(rec, ctl, script, self.settings.gpu_patterns))
+            job = build_job(rec, ctl, script, self.settings.gpu_patterns)
+            jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
             log.error("skipped: %s", err)
         return QueryResult(jobs, version, errors)
@@ -327,7 +336,7 @@ class Collector:
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
         done = self.runner.unchecked(["scontrol", *self._clusters(cluster), "-d"],
-                                     stdin=batch.stdin())
+                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
         self.costs.saw_singles(len(ids), time.monotonic() - started)
         answers = batch.answers(done.stdout)
         if done.transient and not any(answers):
@@ -343,7 +352,8 @@ class Collector:
               ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
         """Every job slurmctld holds, read line by line and filtered by id as it streams."""
         started = time.monotonic()
-        lines = self.runner.lines(["scontrol", *self._clusters(cluster), "-d", "show", "job"])
+        lines = self.runner.lines(["scontrol", *self._clusters(cluster), "-d", "show", "job"],
+                                  env=TIME_FORMAT_ENV)
         held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
         self.costs.saw_dump(time.monotonic() - started)
         return held, errors
@@ -364,12 +374,25 @@ class Collector:
 
     def cluster_name(self) -> str:
         """The local cluster's name, as jobs carry it."""
-        out = self.runner.run(["scontrol", "show", "config"])
+        out = self._config_text = self.runner.run(["scontrol", "show", "config"])
         name = parse_cluster_name(out)
         if not name:
             raise SlurmParseError(self._version_text(), "scontrol show config",
                                   "no ClusterName line")
         return name
+
+    @property
+    def config_text(self) -> str:
+        """``scontrol show config`` as :meth:`cluster_name` read it ("" before)."""
+        return self._config_text
+
+    def energy_accounted(self) -> bool:
+        """Whether slurmctld gathers energy (``AcctGatherEnergyType`` is a plugin other than
+        none), from the config :meth:`cluster_name` read (else asked now, of this
+        collector's cluster)."""
+        out = self._config_text or self.runner.run(["scontrol", *self._clusters(None), "show",
+                                                    "config"])
+        return parse_energy_plugin(out) is not None
 
     def cluster_name_cached(self) -> str:
         if self._cluster is None:

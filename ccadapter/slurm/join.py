@@ -12,9 +12,9 @@ import logging
 import re
 from datetime import tzinfo
 
-from ccadapter.model import Job, JobState, Resource, Shared, cc_state
+from ccadapter.model import Job, JobState, Resource, Shared, base_state, cc_state
 from ccadapter.slurm.formats._common import ControllerJob, SacctRecord
-from ccadapter.slurm.timefmt import wall_readings
+from ccadapter.slurm.timefmt import readings
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         resources = tuple(Resource(h) for h in rec.nodes) if rec.start_time else ()
     gpus = sum(len(n.gpu_indices) for n in ctl.nodes) if ctl else 0
     shared = rec.shared or (ctl.shared if ctl else Shared.MULTI_USER)
+    state = rec.state.upper()
+    if ctl is not None and rec.end_time == 0 and base_state(ctl.state) == "CONFIGURING":
+        state = "CONFIGURING"  # slurmdbd says running; its start is not final (model.py)
     return Job(
         job_id=rec.job_id,
         cluster=rec.cluster,
@@ -41,7 +44,7 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         user=rec.user,
         group=rec.group,
         name=rec.name,
-        state=rec.state.upper(),
+        state=state,
         submit_time=rec.submit_time,
         start_time=rec.start_time,
         end_time=rec.end_time,
@@ -57,6 +60,7 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         slurm_info=ctl.text if ctl else "",
         job_script=rec.script or script,
         allocation_known=bool(ctl and ctl.nodes),
+        energy=rec.energy,
     )
 
 
@@ -65,10 +69,10 @@ def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
     """A Job from slurmctld's view alone; None when a time is not exactly known. Pure."""
     times = []
     for text in (ctl.submit_time, ctl.start_time, ctl.end_time):
-        readings = wall_readings(text, tz)
-        if len(readings) > 1:
+        found = readings(text, tz)
+        if len(found) > 1:
             return None  # the repeated hour of a clock change: let sacct decide
-        times.append(readings[0] if readings else 0)
+        times.append(found[0] if found else 0)
     submit, start, end = times
     state = ctl.state.upper()
     running = cc_state(state) in (None, JobState.RUNNING)

@@ -79,9 +79,11 @@ class CommandRunner(Protocol):
             env: Mapping[str, str] | None = None) -> str: ...
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed: ...
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed: ...
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]: ...
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]: ...
 
 
 @dataclass
@@ -185,19 +187,21 @@ class SlurmRunner:
         return done.stdout
 
     def unchecked(self, argv: Sequence[str], *, stdin: str | None = None,
-                  timeout: float | None = None) -> Completed:
+                  timeout: float | None = None,
+                  env: Mapping[str, str] | None = None) -> Completed:
         """Run once, without retries, and return the answer whatever the exit status;
         raises only when the command cannot be run or times out."""
-        return self._counted(argv, lambda: self._execute(argv, timeout, stdin, None))
+        return self._counted(argv, lambda: self._execute(argv, timeout, stdin, env))
 
-    def lines(self, argv: Sequence[str], *, timeout: float | None = None) -> Iterator[str]:
+    def lines(self, argv: Sequence[str], *, timeout: float | None = None,
+              env: Mapping[str, str] | None = None) -> Iterator[str]:
         """stdout line by line while the command runs; raises at the end when it failed.
         The caller must read to the end (or close the generator) to reap the process."""
         self.calls[argv[0]] += 1
         started = time.monotonic()
         limit = timeout or self.timeout
         try:
-            proc = _Child([*self.prefix, *argv], stdout=subprocess.PIPE,
+            proc = _Child([*self.prefix, *_setenv(env), *argv], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=self.env)
         except OSError as exc:
             self._report(argv, started, False)
@@ -252,8 +256,7 @@ class SlurmRunner:
 
     def _execute(self, argv: Sequence[str], timeout: float | None, stdin: str | None,
                  env: Mapping[str, str] | None) -> Completed:
-        setenv = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
-        full = [*self.prefix, *setenv, *argv]
+        full = [*self.prefix, *_setenv(env), *argv]
         limit = timeout or self.timeout
         try:
             proc = _Child(full, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
@@ -273,6 +276,12 @@ class SlurmRunner:
         self._spent(len(out), proc.cpu)
         return Completed(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          proc.returncode)
+
+
+def _setenv(env: Mapping[str, str] | None) -> list[str]:
+    """``env NAME=VALUE`` in argv: it reaches the Slurm client through any prefix (a chroot,
+    ssh), where the environment of our own process would not."""
+    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
 
 def _log_retry(state: RetryCallState) -> None:

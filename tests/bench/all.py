@@ -1,41 +1,40 @@
-"""Every benchmark of the project in one command; writes BENCHMARKS.md (the whole file).
+"""Every benchmark of the project in one command: each section's measurements go to its
+results file (tests/bench/results/<section>.json, see tests.bench.results), then
+BENCHMARKS.md is rendered from the results files (tests.bench.render).
 
-The measurements are those of the per-issue scripts (tests.bench.collector, .delivery, .hook,
-.nats), called here as functions; this module only plans the runs, takes medians and ratios,
-and writes the file with each figure beside its target and beside what cc-slurm-adapter, the
-tool we replace, documents (60 s polling, "< 5 s" from a hook event to cc-backend, "< 50 MB").
+The measurements are those of the per-issue modules (tests.bench.collector, .delivery, .hook,
+.nats), called here as functions; this module plans the runs and stores what they return.
 
-Run as root with the test bed up, holding the test bed's lock:
+Run as root with the test bed up (with the hook), holding the test bed's lock:
 
     flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.all [--runs 5]
 
-``--quick`` (2 runs, shorter windows, fewer jobs) is for development; the file says which
-plan produced it. ``--only SECTION,...`` measures some sections (the others read "not run").
+``--only SECTION,...`` measures some sections; the others keep their results files. The
+sections that need no Slurm (parse, pipeline, nats) run without the test bed:
+
+    .venv/bin/python -m tests.bench.all --only parse,pipeline,nats
+
+``--quick`` (2 runs, fewer jobs) is for development; its plan is in the results file and the
+rendered section says so. A section that fails keeps its previous results file; the command
+exits 1 naming it. The CI duration (section ``ci``) is measured by tests.bench.ci_time.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import shlex
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from tests.bench import render
+from tests.bench import render, results
 
-REPO = Path(__file__).resolve().parents[2]
-# Run in this order: the test bed's parts last, after half an hour without jobs, so that
-# the idle measurements (idle CPU first) see clusters that are really idle.
+# Run in this order: the test bed's parts last, after the Slurm-free ones, so that the idle
+# measurements (idle CPU first) see clusters that are really idle.
 SECTIONS = ("parse", "pipeline", "nats", "idle-cpu", "cycles", "memory", "hook")
+NEEDS_TESTBED = frozenset({"idle-cpu", "cycles", "memory", "hook"})
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,6 @@ class Plan:
     runs: int  # repetitions behind every median
     small_jobs: int = 10_000  # pipeline backlogs, in jobs (1 job = start + stop)
     large_jobs: int = 100_000
-    workers: int = 16
     idle_window: float = 60.0  # seconds of idling measured per run, a multiple of the poll
     idle_poll: int = 60
     busy_tasks: int = 10
@@ -56,8 +54,8 @@ class Plan:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     if args.quick:
-        plan = Plan(runs=args.runs or 2, latency_jobs=20, wall_pairs=20,
-                    nats_events=2000, quick=True)
+        plan = Plan(runs=args.runs or 2, small_jobs=2_000, large_jobs=20_000, latency_jobs=20,
+                    wall_pairs=20, nats_events=2000, quick=True)
     else:
         plan = Plan(runs=args.runs or 5)
     if args.idle_window:
@@ -65,10 +63,12 @@ def make_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
-# --- measurements: each returns plain data for render -------------------------------------
+# --- measurements: each returns (the plan it followed, raw data) ---------------------------
+
+Measured = tuple[dict[str, Any], dict[str, Any]]
 
 
-def measure_parse(plan: Plan, clusters: list) -> dict:
+def measure_parse(plan: Plan, clusters: list) -> Measured:
     from tests.bench.collector import parse_times
     from tests.conftest import VERSIONS
 
@@ -76,43 +76,53 @@ def measure_parse(plan: Plan, clusters: list) -> dict:
     for version in VERSIONS:
         times, size = parse_times(version, plan.parse_jobs, plan.runs)
         rows.append({"version": version, "size": size, "times": times})
-    return {"jobs": plan.parse_jobs, "rows": rows}
+    return {"runs": plan.runs, "jobs": plan.parse_jobs, "quick": plan.quick}, {"rows": rows}
 
 
-def measure_pipeline(plan: Plan, clusters: list) -> dict:
-    from tests.bench.delivery import throughput
+def measure_pipeline(plan: Plan, clusters: list) -> Measured:
+    from tests.bench import delivery
 
-    out = {"workers": plan.workers}
+    data = {}
     for key, jobs in (("small", plan.small_jobs), ("large", plan.large_jobs)):
-        out[key] = {"jobs": jobs, "runs": throughput(plan.runs, 2 * jobs, plan.workers)}
-        _progress(f"pipeline {jobs} jobs: {_rates(out[key]['runs'])}")
-    return out
+        data[key] = delivery.throughput(plan.runs, jobs)
+        _progress(f"pipeline {jobs} jobs: " + ", ".join(
+            f"{r['events'] / r['drain_s']:,.0f}/s" for r in data[key]))
+    return ({"runs": plan.runs, "small_jobs": plan.small_jobs, "large_jobs": plan.large_jobs,
+             "workers": delivery.daemon_workers(), "latency_s": delivery.STANDIN_LATENCY,
+             "chunk_jobs": delivery.CHUNK_JOBS, "poll_s": delivery.BACKLOG_POLL,
+             "quick": plan.quick}, data)
 
 
-def measure_nats(plan: Plan, clusters: list) -> dict:
+def measure_nats(plan: Plan, clusters: list) -> Measured:
+    from tests.bench.delivery import daemon_workers
     from tests.bench.nats import rates
 
-    return {"events": plan.nats_events, "rates": rates(plan.runs, plan.nats_events)}
+    return ({"runs": plan.runs, "events": plan.nats_events, "workers": daemon_workers(),
+             "quick": plan.quick},
+            {"rates": rates(plan.runs, plan.nats_events)})
 
 
-def measure_cycles(plan: Plan, clusters: list) -> dict:
-    from tests.bench.delivery import busy_cycle_calls, idle_cycle_calls
+def measure_cycles(plan: Plan, clusters: list) -> Measured:
+    from tests.bench.delivery import QUIET_WAIT, busy_cycle_calls, idle_cycle_calls
 
     rows = []
     for c in _need(clusters):
         rows.append({"version": c.version, "idle": idle_cycle_calls(c, plan.runs),
                      "busy": busy_cycle_calls(c, plan.runs, plan.busy_tasks)})
-    return {"tasks": plan.busy_tasks, "rows": rows}
+    return ({"runs": plan.runs, "tasks": plan.busy_tasks, "quiet_wait_s": QUIET_WAIT,
+             "quick": plan.quick}, {"rows": rows})
 
 
-def measure_memory(plan: Plan, clusters: list) -> dict:
-    from tests.bench.delivery import steady_rss
+def measure_memory(plan: Plan, clusters: list) -> Measured:
+    from tests.bench.delivery import MEMORY_EVERY, MEMORY_POLL, steady_rss
 
-    return {"rows": [{"version": c.version, "rss": steady_rss(c, plan.runs)}
-                     for c in _need(clusters)]}
+    return ({"runs": plan.runs, "poll": MEMORY_POLL, "every_s": MEMORY_EVERY,
+             "quick": plan.quick},
+            {"rows": [{"version": c.version, "rss": steady_rss(c, plan.runs)}
+                      for c in _need(clusters)]})
 
 
-def measure_idle_cpu(plan: Plan, clusters: list) -> dict:
+def measure_idle_cpu(plan: Plan, clusters: list) -> Measured:
     from tests.bench.delivery import idle_cpu
 
     runs = []
@@ -120,22 +130,25 @@ def measure_idle_cpu(plan: Plan, clusters: list) -> dict:
         runs.append(idle_cpu(_need(clusters), plan.idle_window, plan.idle_poll))
         _progress(f"idle cpu run {i + 1}: "
                   + ", ".join(f"{r['version']} {r['cpu_s']:.2f} s" for r in runs[-1]))
-    return {"window": plan.idle_window, "poll": plan.idle_poll, "runs": runs}
+    return ({"runs": plan.runs, "window": plan.idle_window, "poll": plan.idle_poll,
+             "quick": plan.quick}, {"runs": runs})
 
 
-def measure_hook(plan: Plan, clusters: list) -> dict:
-    from tests.bench.hook import hook_wall, latencies
+def measure_hook(plan: Plan, clusters: list) -> Measured:
+    from tests.bench.hook import SUBMIT_GAP, hook_wall, latencies
 
     rows = []
     for c in _need(clusters):
         rows.append({"version": c.version, "lat": latencies(c, plan.latency_jobs)})
         _progress(f"hook latency {c.version} done")
     hook_t, bare_t = hook_wall(_need(clusters)[0], plan.wall_pairs)
-    return {"jobs": plan.latency_jobs, "rows": rows, "pairs": plan.wall_pairs,
-            "wall_version": _need(clusters)[0].version, "hook_s": hook_t, "bare_s": bare_t}
+    return ({"jobs": plan.latency_jobs, "pairs": plan.wall_pairs, "gap_s": SUBMIT_GAP,
+             "quick": plan.quick},
+            {"rows": rows, "wall_version": _need(clusters)[0].version, "hook_s": hook_t,
+             "bare_s": bare_t})
 
 
-MEASURES: dict[str, Callable[[Plan, list], dict]] = {
+MEASURES: dict[str, Callable[[Plan, list], Measured]] = {
     "parse": measure_parse, "pipeline": measure_pipeline, "nats": measure_nats,
     "cycles": measure_cycles, "memory": measure_memory, "idle-cpu": measure_idle_cpu,
     "hook": measure_hook,
@@ -148,76 +161,55 @@ def _need(clusters: list) -> list:
     return clusters
 
 
-def _rates(runs: list[dict]) -> str:
-    return ", ".join(f"{r['events'] / r['seconds']:,.0f}/s" for r in runs)
-
-
 def _progress(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-def run_sections(plan: Plan, sections: list[str], command: str) -> tuple[dict, dict]:
-    """Every section even when one fails: its error goes into the file, not a lost run.
-    The measurements so far are kept after each section (a run cut short can be rendered)."""
-    started_all = time.monotonic()
-    from tests.integration.workload import testbed_clusters
+def run_sections(plan: Plan, sections: list[str], command: str) -> list[str]:
+    """Measure each section and write its results file; returns the sections that failed
+    (their previous results files are left as they were)."""
+    clusters: list = []
+    if NEEDS_TESTBED & set(sections):
+        from tests.integration.workload import testbed_clusters
 
-    clusters = testbed_clusters()
-    results: dict[str, Any] = {}
-    raw = Path(tempfile.gettempdir()) / f"ccadapter-bench-{int(time.time())}.json"
-    _progress(f"measurements kept in {raw} (--from-raw renders them)")
+        clusters = testbed_clusters()
+    failed = []
     for name in sections:
         _progress(f"{name} ...")
         started = time.monotonic()
         try:
-            results[name] = MEASURES[name](plan, clusters)
-        except Exception as exc:  # reported in the file and the exit code
+            section_plan, data = MEASURES[name](plan, clusters)
+        except Exception:
             traceback.print_exc()
-            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        results[name]["took"] = time.monotonic() - started
-        _progress(f"{name} took {results[name]['took']:.0f} s")
-        meta = {**machine(), "command": command, "took": time.monotonic() - started_all}
-        raw.write_text(json.dumps({"plan": asdict(plan), "results": results, "meta": meta}))
-    return results, meta
+            failed.append(name)
+            continue
+        path = results.write(name, command=command, plan=section_plan, data=data,
+                             took_s=time.monotonic() - started)
+        _progress(f"{name} took {time.monotonic() - started:.0f} s: {path}")
+    return failed
 
 
-def machine() -> dict[str, str]:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "ccadapter"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return {"commit": commit + (" (ccadapter/ modified)" if dirty else ""),
-            "cpus": str(os.cpu_count()), "python": platform.python_version(),
-            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                time.gmtime())}
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.all",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, help="runs behind each median (default 5; 2 --quick)")
-    ap.add_argument("--quick", action="store_true", help="fewer runs and shorter windows")
+    ap.add_argument("--quick", action="store_true", help="fewer runs and smaller loads")
     ap.add_argument("--idle-window", type=float, help="seconds of idling per run (default 60)")
     ap.add_argument("--only", help=f"comma-separated sections of {','.join(SECTIONS)}")
-    ap.add_argument("--out", default=str(REPO / "BENCHMARKS.md"))
-    ap.add_argument("--from-raw", metavar="JSON", help="render a kept run; measure nothing")
-    args = ap.parse_args()
+    args = ap.parse_args(args_in)
     sections = args.only.split(",") if args.only else list(SECTIONS)
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
-    if args.from_raw:  # render again what a run measured (the prose may have changed)
-        raw = json.loads(Path(args.from_raw).read_text())
-        plan, results, meta = Plan(**raw["plan"]), raw["results"], raw["meta"]
-    else:
-        plan = make_plan(args)
-        command = " ".join(["flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
-                            "tests.bench.all", *map(shlex.quote, sys.argv[1:])])
-        results, meta = run_sections(plan, sections, command)
-    Path(args.out).write_text(render.document(plan, results, meta))
-    _progress(f"wrote {args.out}")
-    failed = [name for name, r in results.items() if "error" in r]
+    plan = make_plan(args)
+    lock = bool(NEEDS_TESTBED & set(sections))
+    command = results.command_line("tests.bench.all", args_in, lock=lock)
+    failed = run_sections(plan, [s for s in SECTIONS if s in sections], command)
+    out = render.write()
+    _progress(f"wrote {out}")
     if failed:
-        _progress(f"failed sections: {', '.join(failed)}")
+        _progress(f"failed sections (results files unchanged): {', '.join(failed)}")
     return 1 if failed else 0
 
 

@@ -1,27 +1,29 @@
-"""Benchmark of the sync engine (issue 3).
+"""Benchmarks of the sync engine (issues 3 and 7), as functions for tests.bench.all.
 
-1. Events/s delivered from a backlog of start+stop events (bodies built from real recorded
-   jobs; 1 job = start + stop) to the cc-backend stand-in answering after 5 ms, run in its own
-   process; the delivery runs in a child process whose RSS is read after the drain. The backlog
-   is written once and copied for every run.
-2. Steady RSS of `ccadapter daemon` idling on each test-bed cluster (60 s poll would take
-   minutes; the poll is 2 s so that several cycles are seen).
+1. Pipeline (``throughput``): the whole ``ccadapter daemon`` process enqueues a backlog of
+   N jobs (start + stop each) from a replayed Slurm (tests.bench.replay_slurm: copies of the
+   recorded 24.11 jobs, joined with slurmctld's recorded view) while cc-backend is down, then
+   drains it once the stand-in (its own process, 5 ms per request) is up. Events/s over the
+   drain; RSS of the daemon sampled throughout, peak from VmHWM. A run fails unless every
+   event was delivered and none rejected.
+2. Steady RSS of `ccadapter daemon` idling on each test-bed cluster (2 s poll, so that
+   several cycles are seen).
 3. Slurm invocations per cycle per cluster (slurm-window, stale-jobs, nodestate), idle and busy
    (a short array running and ending inside the window).
-4. CPU used by `ccadapter daemon` idling with the default 60 s poll (``idle_cpu``; used by
-   tests.bench.all).
+4. CPU used by `ccadapter daemon` idling with the default 60 s poll (``idle_cpu``).
 
-Run: .venv/bin/python -m tests.bench.delivery [--runs 5] [--events 10000] [--no-live]
+Run: .venv/bin/python -m tests.bench.all --only pipeline (or cycles, memory, idle-cpu).
 """
 
 from __future__ import annotations
 
-import argparse
+import copy
 import json
 import os
-import shutil
+import re
 import signal
-import statistics
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -32,8 +34,13 @@ from zoneinfo import ZoneInfo
 from ccadapter.config import Config
 from ccadapter.lastrun import LastRun
 from ccadapter.reconcilers.events import events_for
+from tests.conftest import FIXTURES
 
 BENCH_CLUSTER = "cluster24"
+STANDIN_LATENCY = 0.005  # seconds the stand-in takes per request in the pipeline benchmark
+QUIET_WAIT = 130.0  # idle cycles: how long to wait for a window without jobs
+MEMORY_POLL = 2  # steady RSS: the daemon's slurmPollInterval ...
+MEMORY_EVERY = 4.0  # ... and the seconds between two readings
 
 
 def real_jobs():
@@ -68,63 +75,175 @@ def fill_outbox(path: Path, n_events: int) -> None:
     box.close()
 
 
-def child(outbox: str, url: str, workers: int) -> None:
-    """Drain the outbox; print events/s and RSS as JSON."""
-    from ccadapter.cc.client import CcClient
-    from ccadapter.delivery import Deliverer, RestDelivery
-    from ccadapter.outbox import Outbox
-
-    box = Outbox(outbox)
-    client = CcClient(url, "bench-token")
-    deliverer = Deliverer(box, RestDelivery(client), workers=workers)
-    started = time.perf_counter()
-    total = 0
-    while True:
-        stats = deliverer.run_once()
-        total += stats.delivered
-        if not box.due(1):
-            break
-    elapsed = time.perf_counter() - started
-    status = Path("/proc/self/status").read_text()
-    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent, which may
-    # have been bigger (it built the backlog)
-    print(json.dumps({"events": total, "seconds": elapsed,
-                      "rss_mb": int(status.split("VmRSS:")[1].split()[0]) // 1024,
-                      "maxrss_mb": int(status.split("VmHWM:")[1].split()[0]) // 1024,
-                      "pending": box.stats()["pending"], "rejected": box.stats()["rejected"]}))
-    deliverer.close()
-    client.close()
-    box.close()
+CHUNK_JOBS = 5_000  # jobs per sacct window the replayed Slurm hands out
+FIRST_ID = 1_000_000  # the first job id of the backlog (tests.bench.replay_slurm knows it)
+# The pipeline daemon's slurmPollInterval: short, so that the backlog comes in within a few
+# minutes, yet not 1 s: stale-jobs reads the whole outbox every cycle (about 0.5 s with a
+# 100,000-job backlog on the 2-core machine of BENCHMARKS.md), which would crowd out delivery.
+BACKLOG_POLL = 5
 
 
-def standin_process(latency: float) -> tuple[subprocess.Popen, str]:
+def write_backlog(base: Path, n_jobs: int, now: float) -> None:
+    """The replayed Slurm's answers (tests.bench.replay_slurm) for ``n_jobs`` jobs: copies of
+    the recorded 24.11 runs that started and ended (ids renumbered, times moved to end a few
+    minutes before ``now`` so that the collector joins slurmctld's view), in windows of
+    CHUNK_JOBS, with the matching ``scontrol show job -d`` blocks of the busy snapshot."""
+    src = FIXTURES / "24.11" / "testbed"
+    doc = json.loads((src / "sacct-window.json").read_text())
+    busy = (src / "scontrol-d-busy.txt").read_text()
+    blocks = {int(b.split()[0][6:]): b.strip("\n") for b in busy.split("\n\n")
+              if b.strip().startswith("JobId=")}
+    base_recs = [r for r in doc["jobs"] if r["time"]["start"] and r["time"]["end"]
+                 and r.get("nodes") not in (None, "", "None assigned")]
+    (base / "cluster").write_text(doc["jobs"][0]["cluster"])
+    (base / "empty.json").write_text(json.dumps({**doc, "jobs": []}))
+    (base / "chunk_jobs").write_text(str(CHUNK_JOBS))
+    for chunk, first in enumerate(range(0, n_jobs, CHUNK_JOBS)):
+        recs, ctl = [], []
+        for i in range(first, min(n_jobs, first + CHUNK_JOBS)):
+            orig = base_recs[i % len(base_recs)]
+            rec = copy.deepcopy(orig)
+            job_id = FIRST_ID + i
+            ran = orig["time"]["end"] - orig["time"]["start"]
+            start = int(now) - 300 - ran
+            rec["job_id"] = job_id
+            rec["time"]["start"], rec["time"]["end"] = start, start + ran
+            rec["time"]["submission"] = rec["time"]["eligible"] = start - 1
+            recs.append(rec)
+            block = blocks.get(orig["job_id"])
+            if block:
+                block = block.replace(f"JobId={orig['job_id']} ", f"JobId={job_id} ", 1)
+                block = re.sub(r"StartTime=\S+", "StartTime=" + time.strftime(
+                    "%Y-%m-%dT%H:%M:%S", time.gmtime(start)), block)
+                ctl.append(block)
+        (base / f"window-{chunk:03d}.json").write_text(json.dumps({**doc, "jobs": recs}))
+        (base / f"controller-{chunk:03d}.txt").write_text("\n\n".join(ctl) + "\n")
+
+
+def _outbox_counts(path: Path) -> dict[str, int]:
+    """kind:status -> events, read beside the running daemon (WAL: readers do not block)."""
+    if not path.exists():
+        return {}
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        return dict(db.execute("SELECT kind || ':' || status, count(*) FROM events "
+                               "GROUP BY 1").fetchall())
+    except sqlite3.OperationalError:  # the daemon has not created its tables yet
+        return {}
+    finally:
+        db.close()
+
+
+def _status_kb(pid: int, key: str) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split(f"{key}:")[1].split()[0])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
+    """One run: ``ccadapter daemon`` enqueues ``n_jobs`` jobs (start + stop each) from the
+    replayed Slurm while cc-backend is down; then the stand-in (5 ms per request) comes up
+    and the daemon drains the backlog. Returns the raw figures; raises unless the outbox
+    drained with every event delivered and none rejected."""
+    (base / "served").unlink(missing_ok=True)
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"ccRestUrl": f"http://127.0.0.1:{port}", "ccRestJwt": "bench-token",
+               "pidFilePath": f"{tmp}/daemon.pid", "lastRunPath": f"{tmp}/lastrun",
+               "prepSockListenPath": f"{tmp}/daemon.sock", "stateDirectory": f"{tmp}/state",
+               "slurmCommandPrefix": [sys.executable, "-m", "tests.bench.replay_slurm",
+                                      str(base)],
+               "slurmPollInterval": BACKLOG_POLL, "slurmFetchJobScripts": False}
+        LastRun(cfg["lastRunPath"]).set(time.time() - 600)
+        outbox = Path(tmp, "state", "outbox.sqlite")
+        started = time.monotonic()
+        daemon = _start_daemon(cfg, tmp, env={**os.environ, "TZ": "UTC"})
+        server = None
+        rss_enqueue: list[int] = []
+        rss_drain: list[int] = []
+        try:
+            want = {"start": n_jobs, "stop": n_jobs}
+
+            def stored() -> bool:
+                c = _outbox_counts(outbox)
+                return all(sum(v for k, v in c.items() if k.startswith(f"{kind}:")) >= n
+                           for kind, n in want.items())
+            _until(stored, started + timeout, daemon, rss_enqueue, tmp, "backlog not enqueued")
+            enqueued = time.monotonic()
+            server, _ = standin_process(STANDIN_LATENCY, port)
+            up = time.monotonic()
+
+            def drained() -> bool:
+                c = _outbox_counts(outbox)
+                return not c.get("start:pending") and not c.get("stop:pending")
+            _until(drained, up + timeout, daemon, rss_drain, tmp, "backlog not drained")
+            done = time.monotonic()
+            counts = _outbox_counts(outbox)
+            hwm = _status_kb(daemon.pid, "VmHWM")
+            rss_end = _status_kb(daemon.pid, "VmRSS")
+        finally:
+            _stop(daemon)
+            if server is not None:
+                server.send_signal(signal.SIGTERM)
+                server.wait(30)
+        if daemon.returncode != 0:
+            raise RuntimeError(f"daemon exited {daemon.returncode}: "
+                               f"{Path(tmp, 'daemon.log').read_text()[-2000:]}")
+    rejected = {k: v for k, v in counts.items() if k.endswith(":rejected")}
+    delivered = {k: counts.get(f"{k}:delivered", 0) for k in want}
+    if rejected or delivered != want:
+        raise RuntimeError(f"outbox after the drain: {counts} (want {want} delivered, none "
+                           "rejected)")
+    return {"jobs": n_jobs, "events": 2 * n_jobs, "enqueue_s": enqueued - started,
+            "drain_s": done - up, "rss_end_mb": rss_end / 1024, "peak_rss_mb": hwm / 1024,
+            "rss_enqueue_mb": [round(r / 1024, 1) for r in rss_enqueue],
+            "rss_drain_mb": [round(r / 1024, 1) for r in rss_drain], "outbox": counts}
+
+
+def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp: str,
+           what: str) -> None:
+    """Wait for ``pred``, sampling the daemon's RSS every half second."""
+    while not pred():
+        if daemon.poll() is not None:
+            raise RuntimeError(f"daemon exited {daemon.returncode}: "
+                               f"{Path(tmp, 'daemon.log').read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        rss.append(_status_kb(daemon.pid, "VmRSS"))
+        time.sleep(0.5)
+
+
+def standin_process(latency: float, port: int = 0) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.standin.ccbackend", "--port", "0", "--token",
+        [sys.executable, "-m", "tests.standin.ccbackend", "--port", str(port), "--token",
          "bench-token", "--cluster", BENCH_CLUSTER, "--latency", str(latency), "--quiet"],
         stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     line = proc.stdout.readline().strip()
     return proc, line.rsplit(" ", 1)[1]
 
 
-def throughput(runs: int, n_events: int, workers: int) -> list[dict]:
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        template = Path(tmp) / "backlog.sqlite"
-        fill_outbox(template, n_events)  # once: 100k jobs take longer to build than to copy
-        for _ in range(runs):
-            path = Path(tmp) / "outbox.sqlite"
-            shutil.copyfile(template, path)
-            server, url = standin_process(0.005)
-            try:
-                out = subprocess.run([sys.executable, "-m", "tests.bench.delivery", "--child",
-                                      str(path), url, str(workers)], capture_output=True,
-                                     text=True, check=True, timeout=1800)
-            finally:
-                server.send_signal(signal.SIGTERM)
-                server.wait(30)
-            path.unlink()
-            results.append(json.loads(out.stdout))
-    return results
+def throughput(runs: int, n_jobs: int) -> list[dict]:
+    """``runs`` runs of :func:`daemon_backlog`, each over a freshly written backlog."""
+    out = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="ccadapter-bench-backlog-") as tmp:
+            write_backlog(Path(tmp), n_jobs, time.time())
+            out.append(daemon_backlog(n_jobs, Path(tmp)))
+    return out
+
+
+def daemon_workers() -> int:
+    """How many delivery workers ``ccadapter daemon`` runs (app.build's default)."""
+    import inspect
+
+    from ccadapter.app import build
+
+    return inspect.signature(build).parameters["workers"].default
 
 
 def _app_config(cluster, standin, tmp: str, **extra) -> dict:
@@ -147,7 +266,7 @@ def _cycle(app) -> dict:
     return {"calls": calls, "jobs": window.get("jobs", 0)}
 
 
-def idle_cycle_calls(cluster, runs: int, quiet_wait: float = 130) -> list[dict]:
+def idle_cycle_calls(cluster, runs: int, quiet_wait: float = QUIET_WAIT) -> list[dict]:
     """``runs`` idle cycles, 1 s apart (no squeue answer is reused), once a cycle's window
     (which re-reads slurmWindowOverlap, 120 s) holds no job or ``quiet_wait`` has passed;
     each cycle says how many jobs its window held."""
@@ -210,13 +329,13 @@ def busy_cycle_calls(cluster, runs: int, tasks: int = 10) -> list[dict[str, dict
     return rows
 
 
-def _start_daemon(cfg: dict, tmp: str) -> subprocess.Popen:
+def _start_daemon(cfg: dict, tmp: str, env: dict | None = None) -> subprocess.Popen:
     Path(f"{tmp}/config.json").write_text(json.dumps(cfg))
     log = open(f"{tmp}/daemon.log", "w")  # noqa: SIM115 -- the child holds it
     try:
         return subprocess.Popen([sys.executable, "-m", "ccadapter", "daemon", "--config",
                                  f"{tmp}/config.json", "--log-level", "info"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
     finally:
         log.close()
 
@@ -227,15 +346,17 @@ def rss_mb(pid: int) -> float:
 
 
 def steady_rss(cluster, runs: int) -> list[float]:
-    """RSS of `ccadapter daemon` idling on the cluster (2 s poll), read every 4 s."""
+    """RSS of `ccadapter daemon` idling on the cluster (MEMORY_POLL s poll), read every
+    MEMORY_EVERY s."""
     from tests.standin.ccbackend import CcBackendStandin
 
     with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(
             "t", clusters=[cluster.name]) as standin:
-        daemon = _start_daemon(_app_config(cluster, standin, tmp, slurmPollInterval=2), tmp)
+        cfg = _app_config(cluster, standin, tmp, slurmPollInterval=MEMORY_POLL)
+        daemon = _start_daemon(cfg, tmp)
         rss = []
         for _ in range(runs):
-            time.sleep(4)
+            time.sleep(MEMORY_EVERY)
             rss.append(rss_mb(daemon.pid))
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -313,59 +434,7 @@ def idle_cpu(clusters, window: float, poll: int = 60) -> list[dict]:
     return rows
 
 
-def live(runs: int) -> list[dict]:
-    """Per cluster: Slurm calls of one idle cycle, and the daemon's steady RSS."""
-    from tests.integration.workload import testbed_clusters
-
-    rows = []
-    for cluster in testbed_clusters():
-        calls = [c["calls"] for c in idle_cycle_calls(cluster, runs)]
-        rss = steady_rss(cluster, runs)
-        totals = sorted(sum(c.values()) for c in calls)
-        rows.append({"version": cluster.version, "calls": calls[len(calls) // 2],
-                     "calls_median": statistics.median(totals), "calls_max": totals[-1],
-                     "rss_mb": statistics.median(rss)})
-    return rows
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--child", nargs=3, metavar=("OUTBOX", "URL", "WORKERS"))
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--events", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--no-live", action="store_true")
-    args = ap.parse_args()
-    if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
-        return
-    res = throughput(args.runs, args.events, args.workers)
-    rates = [r["events"] / r["seconds"] for r in res]
-    print("### Sync engine\n")
-    print(f"Delivery of a {args.events:,}-event backlog to the stand-in at 5 ms latency, "
-          f"{args.workers} workers (median of {args.runs} runs; target >= 1,000 events/s, "
-          "RSS <= 80 MB):\n")
-    print("| run | events | seconds | events/s | RSS after | max RSS |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for i, (r, rate) in enumerate(zip(res, rates, strict=True), 1):
-        print(f"| {i} | {r['events']} | {r['seconds']:.2f} | {rate:,.0f} | {r['rss_mb']} MB | "
-              f"{r['maxrss_mb']} MB |")
-    print(f"| **median** | | | **{statistics.median(rates):,.0f}** | "
-          f"**{statistics.median(r['rss_mb'] for r in res)} MB** | "
-          f"{statistics.median(r['maxrss_mb'] for r in res)} MB |")
-    if args.no_live:
-        return
-    print("\nIdle cycle on each real cluster (slurm-window + stale-jobs + nodestate; target "
-          "<= 5 Slurm calls per cycle, steady RSS <= 50 MB):\n")
-    print("| Slurm | calls per cycle (median) | max | one cycle by command | daemon steady RSS "
-          "(median) |")
-    print("| --- | --- | --- | --- | --- |")
-    for row in live(args.runs):
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(row["calls"].items()))
-        print(f"| {row['version']} | {row['calls_median']:g} | {row['calls_max']} | {detail} | "
-              f"{row['rss_mb']:.1f} MB |")
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    main()
+    from tests.bench.all import main
+
+    sys.exit(main(["--only", "pipeline", *sys.argv[1:]]))

@@ -2,19 +2,20 @@
 
 1. Latency from the hook's call (slurmctld runs PrologSlurmctld as the job starts,
    EpilogSlurmctld as it ends; the hook stamps the time it sends) to the start_job / stop_job
-   request arriving at the cc-backend stand-in, for 50 jobs per cluster, with the poll
-   interval at 60 s so that polling cannot explain the figures. Also from Slurm's own
+   request arriving at the cc-backend stand-in, for ``latency_jobs`` jobs per cluster
+   (tests.bench.all's plan), SUBMIT_GAP apart, with the poll interval at 60 s so that
+   polling cannot explain the figures. Also from Slurm's own
    StartTime/EndTime, which have whole seconds only (so they read up to 1 s high).
 2. Hook wall time against a bare `python3 -I -S -c pass`, run alternately (the interpreter's
    start is the floor).
 
 Needs the test bed up with the hook: CCADAPTER_HOOK_PY=$PWD/ccadapter/prep/hook.py
-tests/testbed/slurm up.  Run: .venv/bin/python -m tests.bench.hook [--jobs 50] [--runs 50]
+tests/testbed/slurm up.  Run (holding the test bed's lock):
+flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.all --only hook
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import subprocess
@@ -26,10 +27,11 @@ from pathlib import Path
 from ccadapter.lastrun import LastRun
 from tests.integration.sync_scenario import TOKEN, DaemonProc, wait_for, write_config
 from tests.integration.test_hook_live import hook_socket
-from tests.integration.workload import sacct_truth, testbed_clusters
+from tests.integration.workload import sacct_truth
 from tests.standin.ccbackend import CcBackendStandin
 
 HOOK_CMD = "import sys; sys.path.insert(0, {!r}); import hook; sys.exit(hook.main())"
+SUBMIT_GAP = 0.05  # seconds between two submissions of the latency benchmark
 SENT = re.compile(r"hook: job (\d+) (start|end), sent at ([\d.]+)")
 
 
@@ -56,7 +58,7 @@ def latencies(cluster, n_jobs: int) -> dict[str, list[float]]:
             out = cluster.run("sbatch", "--parsable", "-o", "/dev/null", "-J", f"lat{i}",
                               "--wrap", f"sleep {1 + i % 3}")
             ids.append(int(out.strip().split(";")[0]))
-            time.sleep(0.05)
+            time.sleep(SUBMIT_GAP)
         wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 300,
                  "not all delivered")
         daemon.terminate()
@@ -103,38 +105,7 @@ def hook_wall(cluster, runs: int) -> tuple[float, float]:
     return statistics.median(hook_t), statistics.median(bare_t)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=50)
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--wall-only", action="store_true", help="only the hook's wall time")
-    args = ap.parse_args()
-    clusters = testbed_clusters()
-    if args.wall_only:
-        print_wall(clusters[0], args.runs)
-        return
-    print("### Prolog/Epilog fast path\n")
-    print(f"{args.jobs} jobs per cluster, poll interval 60 s. Targets: start p50 <= 0.5 s and "
-          "p95 <= 1.5 s, stop p50 <= 1.5 s (from the hook's call to the request at cc-backend; "
-          "from Slurm's whole-second times in brackets):\n")
-    print("| Slurm | start p50 | start p95 | stop p50 | stop p95 | hook messages missing |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for c in clusters:
-        lat = latencies(c, args.jobs)
-        print(f"| {c.version} | {pct(lat['start'], .5):.2f} s ({pct(lat['start_slurm'], .5):.2f})"
-              f" | {pct(lat['start'], .95):.2f} s ({pct(lat['start_slurm'], .95):.2f})"
-              f" | {pct(lat['end'], .5):.2f} s ({pct(lat['end_slurm'], .5):.2f})"
-              f" | {pct(lat['end'], .95):.2f} s ({pct(lat['end_slurm'], .95):.2f})"
-              f" | {len(lat['unannounced'])} of {2 * args.jobs} |")
-    print_wall(clusters[0], args.runs)
-
-
-def print_wall(cluster, runs: int) -> None:
-    hook_t, bare_t = hook_wall(cluster, runs)
-    print(f"\nHook wall time, {runs} alternating runs (target: p50 within 1.3x of the bare "
-          f"interpreter): hook {hook_t * 1000:.1f} ms, `python3 -I -S -c pass` "
-          f"{bare_t * 1000:.1f} ms, ratio **{hook_t / bare_t:.2f}x**.")
-
-
 if __name__ == "__main__":
-    main()
+    from tests.bench.all import main
+
+    sys.exit(main(["--only", "hook", *sys.argv[1:]]))

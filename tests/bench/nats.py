@@ -5,22 +5,21 @@ drained through the daemon's own path (Deliverer + NatsDelivery + NatsPublisher)
 nats-server on 127.0.0.1, on core NATS (publish + flush) and on JetStream (acknowledged,
 Nats-Msg-Id). Every run starts a fresh server; the stream is checked to hold every event.
 
-Run: .venv/bin/python -m tests.bench.nats [--runs 5] [--events 5000]
+Run: .venv/bin/python -m tests.bench.all --only nats
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from ccadapter.delivery import Deliverer
-from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import Outbox
-from tests.bench.delivery import fill_outbox
+from tests.bench.delivery import daemon_workers, fill_outbox
 from tests.natsserver import NatsServer, add_stream, stream_messages
 
 
@@ -30,12 +29,13 @@ def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
     with NatsServer(tmp / "nats", jetstream=jetstream) as server:
         if jetstream:
             add_stream(server.url)
-        pub = NatsPublisher(NatsOptions(url=server.url, subject="jobs", jetstream=jetstream))
+        pub = NatsPublisher(NatsOptions(url=server.url, jetstream=jetstream))
         pub.start()
         while not pub.connected:
             time.sleep(0.02)
         box = Outbox(box_path)
-        deliverer = Deliverer(box, NatsDelivery(pub, "bench"), workers=16)
+        deliverer = Deliverer(box, NatsDelivery(pub, "bench", Subjects("jobs")),
+                              workers=daemon_workers())
         started = time.perf_counter()
         done = 0
         while done < n_events:
@@ -62,18 +62,7 @@ def rates(runs: int, n_events: int, progress: bool = False) -> dict[str, list[fl
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--events", type=int, default=5000)
-    args = ap.parse_args()
-    measured = rates(args.runs, args.events, progress=True)
-    core, js = statistics.median(measured["core"]), statistics.median(measured["jetstream"])
-    print(f"\nNATS publish rate, {args.events} events from the outbox, median of {args.runs}:")
-    print(f"  core NATS (publish + flush):        {core:8.0f} messages/s")
-    print(f"  JetStream (acknowledged, deduped):  {js:8.0f} messages/s")
-    print(f"  ratio core/JetStream: {core / js:.2f}")
-
-
 if __name__ == "__main__":
-    main()
+    from tests.bench.all import main
+
+    sys.exit(main(["--only", "nats", *sys.argv[1:]]))

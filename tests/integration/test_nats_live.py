@@ -17,7 +17,7 @@ import nats
 import pytest
 
 from ccadapter.delivery import Deliverer
-from ccadapter.notify.delivery import NatsDelivery
+from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import DELIVERED, Backoff, NewEvent, Outbox, Result
 from tests.lineproto import parse_line
@@ -72,7 +72,7 @@ def decode(data: bytes) -> tuple[str, dict]:
 
 
 def publisher(server: NatsServer, jetstream: bool = True, **opts) -> NatsPublisher:
-    pub = NatsPublisher(NatsOptions(url=server.url, subject="jobs", jetstream=jetstream,
+    pub = NatsPublisher(NatsOptions(url=server.url, jetstream=jetstream,
                                     publish_timeout=2.0, reconnect_wait=0.5, **opts))
     pub.start()
     return pub
@@ -87,7 +87,7 @@ def wait_connected(pub: NatsPublisher, timeout: float = 20) -> None:
 
 def nats_only(tmp_path, pub: NatsPublisher) -> tuple[Outbox, Deliverer]:
     box = Outbox(tmp_path / "outbox.sqlite", backoff=Backoff(base=0.2, cap=1.0))
-    return box, Deliverer(box, NatsDelivery(pub, "ctl"), workers=4)
+    return box, Deliverer(box, NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
 
 
 def drain(d: Deliverer, expect: int, timeout: float = 60) -> int:
@@ -141,7 +141,7 @@ def test_core_nats_after_rest_each_event_arrives_once(tmp_path):
             box.record([Result(e.id, DELIVERED) for e in due])
         pub = publisher(server, jetstream=False)
         wait_connected(pub)
-        d = Deliverer(box.notifications(), NatsDelivery(pub, "ctl"), workers=4)
+        d = Deliverer(box.notifications(), NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)
         assert drain(d, 40) == 40
         assert d.run_once().delivered == 0  # nothing owed any more
         until = time.time() + 10
@@ -250,7 +250,7 @@ def test_auth_variants(tmp_path, variant):
         url = server.url.replace("nats://", f"{url_scheme}://")
         if jetstream:
             add_stream(url, **client_auth)
-        pub = NatsPublisher(NatsOptions(url=url, subject="jobs", jetstream=jetstream,
+        pub = NatsPublisher(NatsOptions(url=url, jetstream=jetstream,
                                         publish_timeout=3.0, reconnect_wait=0.5, **opts))
         pub.start()
         wait_connected(pub)

@@ -21,10 +21,16 @@ from tests.integration.sync_scenario import (
     write_config,
 )
 from tests.integration.test_hook_live import hook_socket
-from tests.integration.workload import Cluster
+from tests.integration.workload import Cluster, sacct_truth
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, require_nats_server, stream_messages
-from tests.standin.ccbackend import JOB, STOP_REQUEST, CcBackendStandin, decode_body
+from tests.standin.ccbackend import (
+    JOB,
+    NODESTATE_REQUEST,
+    STOP_REQUEST,
+    CcBackendStandin,
+    decode_body,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +161,71 @@ def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
         assert {k[1] for k in got if k[0] == "start_job"} >= set(ids)
         assert standin.requests("/api/jobs/start_job/") == []  # REST jobs are off
         assert standin.requests("/api/jobs/stop_job/") == []
+
+
+def stream_points(url: str, stream: str) -> list:
+    return [parse_line(data.decode()) for data in stream_messages(url, stream)]
+
+
+def slurm_nodes(cluster: Cluster) -> set[str]:
+    out = cluster.run("scontrol", "-o", "show", "node")
+    return {line.split()[0].removeprefix("NodeName=") for line in out.splitlines() if line}
+
+
+def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp_path):
+    """Item 3 of issue 14: a NATS-only cc-backend 1.5.4 (``api-subjects``) reads job events
+    on ``subject-job-event`` and node states on ``subject-node-state``
+    (internal/api/nats.go:158-192). ``sync --once`` with natsNodeStateSubject set publishes
+    each on its subject, in the form that handler routes on (measurement ``job`` with a
+    ``function`` tag, nats.go:251; measurement ``nodestate``, nats.go:544), JSON decoded as
+    strictly as nats.go:272-274, 341-343 and 428-432 do; node states are durable (while NATS
+    is down the newest waits in the outbox, older ones are replaced) and REST sees nothing."""
+    server = NatsServer(tmp_path / "nats")  # not started: the first run finds NATS down
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        cfg = write_config(cluster, standin, tmp_path, ccRestSubmitJobs=False,
+                           natsSubject="cc.job.event", natsNodeStateSubject="cc.node.state",
+                           **nats_config(server, natsPublishTimeout=1))
+        LastRun(tmp_path / "lastrun").set(time.time() - 5)
+        ids = submit_batch(cluster, "nodestate", 2)
+        wait_for(lambda: all(r["end"] for r in sacct_truth(cluster, ids).values())
+                 and len(sacct_truth(cluster, ids)) == len(ids), 90, "jobs did not end")
+        down = ccadapter("sync", "--once", "--config", str(cfg))
+        assert down.returncode == 1 and "event(s) wait in the outbox" in down.stderr
+        server.start()
+        try:
+            add_stream(server.url, "JOBS", "cc.job.event")
+            add_stream(server.url, "NODES", "cc.node.state")
+            before, outputs = int(time.time()), []
+            for _ in range(2):  # the second run finds no job event owed, a new node state
+                res = ccadapter("sync", "--once", "--config", str(cfg))
+                assert res.returncode == 0, res.stderr
+                assert '"reconciler": "nodestate", "nodes"' in res.stdout, res.stdout
+                outputs.append(res.stdout)
+                # a snapshot is identified by its second (as the daemon's, which polls
+                # slurmPollInterval >= 1 s apart): the next run takes its own
+                time.sleep(1.1)
+            jobs = stream_points(server.url, "JOBS")
+            nodes = stream_points(server.url, "NODES")
+        finally:
+            server.stop()
+        assert standin.requests() == []  # neither jobs nor node states over REST
+    assert {p.measurement for p in jobs} == {"job"}
+    got: dict[tuple[str, int], int] = {}
+    for point in jobs:
+        body = json.loads(point.fields["event"])
+        struct = JOB if point.tags["function"] == "start_job" else STOP_REQUEST
+        decode_body(body, None, struct)
+        got[(point.tags["function"], body["jobId"])] = got.get(
+            (point.tags["function"], body["jobId"]), 0) + 1
+    assert all(n == 1 for n in got.values()), got
+    assert {(f, j) for f in ("start_job", "stop_job") for j in ids} <= set(got)
+    # two snapshots, one per successful run: the one taken while NATS was down was replaced
+    assert len(nodes) == 2, (nodes, outputs)
+    for point in nodes:
+        assert point.measurement == "nodestate" and point.tags == {}
+        assert list(point.fields) == ["event"]
+        assert before * 10**9 <= point.timestamp <= time.time() * 10**9
+        body = decode_body(json.loads(point.fields["event"]), None, NODESTATE_REQUEST)
+        assert body["cluster"] == cluster.name
+        assert {n["hostname"] for n in body["nodes"]} == slurm_nodes(cluster)
+        assert all(n["states"] for n in body["nodes"])

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from ccadapter.lastrun import LastRun
+from tests.energy import UNSET
 from tests.integration.sync_scenario import (
     TOKEN,
     ccadapter,
     exactly_once,
     resilience,
+    submit_batch,
+    wait_for,
     write_config,
 )
+from tests.integration.workload import sacct_truth
 from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
@@ -60,3 +65,28 @@ def test_daemon_survives_outage_kill_and_slurmdbd_stop(resilience_runs, version)
     assert run.exit_code == 0, run.log[-2000:]
     assert TOKEN not in run.log
     assert "Traceback" not in run.log
+
+
+def test_no_energy_is_sent_where_slurm_gathers_none(cluster, tmp_path):
+    """Issue 14, item 5, on the real test bed, which has no energy plugin
+    (AcctGatherEnergyType unset): every job record of ``sacct --json -X`` carries the energy
+    TRES unset, as tests/energy.py assumes for the records it gives energy (null on 22.05,
+    -2 later), and ``sync --once`` says at start that no energy is gathered, sends starts
+    and stops and no edit_meta."""
+    ids = submit_batch(cluster, "noenergy", 2)
+    wait_for(lambda: len(done := sacct_truth(cluster, ids)) == len(ids)
+             and all(r["end"] for r in done.values()), 90, "jobs did not end")
+    doc = json.loads(cluster.run("sacct", "--json", "-X", "--allusers", "-j",
+                                 ",".join(map(str, ids))))
+    energy = [t for r in doc["jobs"] for t in r["tres"]["allocated"] if t["type"] == "energy"]
+    assert [t["count"] for t in energy] == [UNSET[cluster.short]] * len(ids)
+    assert all(t["id"] == 3 for t in energy)
+    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+        cfg = write_config(cluster, standin, tmp_path)
+        LastRun(tmp_path / "lastrun").set(time.time() - 300)
+        res = ccadapter("--log-level", "info", "sync", "--once", "--config", str(cfg))
+        assert res.returncode == 0, res.stderr
+        assert "energy: slurmctld gathers none (AcctGatherEnergyType)" in res.stderr
+        assert {b["jobId"] for b in standin.stopped()} >= set(ids)
+        assert standin.requests("/api/jobs/edit_meta/") == []
+        assert all("energy" not in (j["metaData"] or {}) for j in standin.jobs(cluster.name))

@@ -1,28 +1,35 @@
 """A stand-in for ClusterCockpit's cc-backend 1.5 REST API, as strict as the real server.
 
-Serves, on 127.0.0.1 or ::1, the four endpoints ccadapter uses:
+It follows cc-backend **v1.5.4** (tag v1.5.4, commit c94f5918) and cc-lib v2.12.0; the code
+cites the file and lines of each behaviour (``api/job.go:736`` is
+``internal/api/job.go`` line 736 at v1.5.4). Serves, on 127.0.0.1 or ::1, the five
+endpoints ccadapter uses:
 
 ``POST|PUT /api/jobs/start_job/``
     Body decoded like cc-backend's ``decode()`` (Go ``DisallowUnknownFields``) into
     ``schema.Job``: an unknown field (also inside ``resources[]``, ``tags[]``, ...) or a value of
     the wrong JSON type (an integer must be an integer: no bool, float or string; int32 fields
-    in int32 range) is ``400``. Then ``importer.SanityChecks``: known cluster, non-empty
-    ``user`` and ``resources``, ``numNodes >= 1``, ``numHwthreads >= 0``, ``numAcc >= 0``,
-    ``len(resources) == numNodes``; also ``400`` here: missing ``jobId``, missing or
-    non-positive ``startTime``, an empty ``resources[].hostname``, ``shared`` outside
-    none/single_user/multi_user, ``jobState`` not a job state. A run with the same ``jobId``
-    and ``cluster`` as a stored one and ``new.startTime - old.startTime < 86400`` is ``422``
-    (cc-backend compares signed: an *earlier* start is always a duplicate). Success: ``201``
-    with ``{"msg": "success"}`` -- cc-backend 1.5 returns no database id; see ``jobs()``.
-    The job is stored as ``running``, ``shared`` defaulting to ``none``.
+    in int32 range) is ``400``. Then ``importer.SanityChecks``: known cluster, a known
+    ``subCluster`` if one is given (else the first host must be one of the cluster's),
+    non-empty ``user`` and ``resources``, ``numNodes >= 1``, ``numHwthreads >= 0``,
+    ``numAcc >= 0``, ``len(resources) == numNodes``. A run with the same ``jobId`` and
+    ``cluster`` as one in the **job table** and ``new.startTime - old.startTime < 86400`` is
+    ``422`` (compared signed: an *earlier* start is always a duplicate). Then the job goes
+    into the **job cache** (with ``tags``: straight into the job table); the cache's
+    UNIQUE (jobId, cluster, startTime) and its CHECK on ``shared`` make a start sent again
+    while its run is cached, and a ``shared`` outside none/single_user/multi_user, a ``500``.
+    Success: ``201`` with ``{"msg": "success"}`` -- cc-backend 1.5 returns no database id;
+    see ``jobs()``. Stored as ``running``, ``shared`` defaulting to ``none``, without
+    ``submitTime``, ``requestedMemory`` and ``statistics`` (cc-backend does not store them).
 
 ``POST|PUT /api/jobs/stop_job/``
     Fields ``jobId`` (required), ``cluster``, ``startTime``, ``stopTime`` (required),
-    ``jobState`` (required). The job is the newest (by database id) with that ``jobId``,
-    filtered by ``cluster`` and ``startTime`` when given (cc-backend's ``Find``: without
-    ``cluster`` any cluster matches). None: ``404``; not running: ``422``;
-    ``stopTime < startTime``: ``400``; a ``jobState`` that is not a terminal state of
-    cc-lib's ``JobState.Valid()`` (running, pending, suspended are refused too) -- ``400``.
+    ``jobState`` (required). The job is the newest (by id) in the **job cache** with that
+    ``jobId``, filtered by ``cluster`` and ``startTime`` when given, else the newest such in
+    the job table (cc-backend's ``FindCached``, then ``Find``: without ``cluster`` any
+    cluster matches). None: ``404``; not running: ``422``; ``stopTime < startTime``: ``400``;
+    a ``jobState`` that is not a terminal state of cc-lib's ``JobState.Valid()`` -- ``400``.
+    A cached job is moved to the job table first (a run there already: ``500``).
     Note that cc-lib spells ``out_of_memory``; the swagger's ``out-of-memory`` is a
     documentation typo the real server refuses, so this stand-in refuses it as well.
     Success: ``200`` with the stopped job (``schema.Job`` JSON, ``duration`` set).
@@ -32,25 +39,57 @@ Serves, on 127.0.0.1 or ::1, the four endpoints ccadapter uses:
     ``hostname`` must be non-empty. The latest list per cluster is kept (``node_states()``).
     Success: ``200`` with an *empty* body, as cc-backend 1.5 writes none.
 
+``PATCH /api/jobs/edit_meta/`` (cc-backend v1.5.4 internal/api/job.go:503-534)
+    ``JobMetaRequest`` (job.go:70-81): ``jobId`` (required), ``cluster``, ``startTime``,
+    ``payload: {"key", "value"}``, strict. The job is found as stop_job finds it (the newest
+    with that ``jobId``, filtered by ``cluster`` and ``startTime`` when given; none: ``422``
+    ``finding job failed``), and ``metaData[key] = value`` is stored. Success: ``200`` with
+    the job (``schema.Job`` JSON, ``metaData`` included). cc-backend then updates the job
+    archive of a stopped job, and answers ``500`` with a plain-text error when its
+    ``meta.json`` is not written yet -- after having stored the value
+    (repository/job.go:301-310, pkg/archive/archive.go:374-390, fsBackend.go:77-82).
+    ``archive_after(seconds)`` models the archiver taking that long after a stop (default
+    ``None``: archived at once). Not modelled: cc-backend's job_cache (its ``Find`` reads
+    only the job table, so a job never committed and not stopped is ``422`` there).
+
 ``GET /api/jobs/?state=..&cluster=..&project=..&start-time=FROM-TO&items-per-page=N&page=P``
-    Unknown query parameters and invalid states are ``400``. Jobs sorted by descending
-    ``startTime`` (ties: descending id), ``items-per-page`` default 25 (``-1``: all), ``page``
-    default 1. Answer ``{"jobs": [...], "items": N, "page": P}`` where ``items`` is, as in
-    cc-backend, the *requested page size*, not the number of jobs returned: a client pages
-    until a page has fewer than N jobs. ``metaData`` is only filled with ``with-metadata``.
+    The **job table** only: a start still in the job cache is not listed. Unknown query
+    parameters, invalid states, ``items-per-page`` or ``page`` below 1 (``-1`` too) are
+    ``400``. Jobs sorted by descending ``startTime`` (ties: descending id), ``items-per-page``
+    default 25, ``page`` default 1. Answer ``{"jobs": [...], "items": N, "page": P}`` where
+    ``items`` is, as in cc-backend, the *requested page size*, not the number of jobs
+    returned: a client pages until a page has fewer than N jobs. ``metaData`` is only filled
+    with ``with-metadata``; ``energyFootprint`` and ``statistics`` are null, ``submitTime``
+    absent, as cc-backend reads them back.
+
+The job cache. cc-backend 1.5 inserts a start into ``job_cache``; a commit worker moves the
+cached rows into ``job`` every ``commit-job-worker`` (default 2 min; the sample config says
+1 min). ``commit_interval`` (``--commit-interval``) is that period here; the default 0
+commits each start at once, so that tests that do not care see one table. ``cached()``
+shows the cache, ``commit_now()`` runs the worker once, ``jobs()`` is the job table.
+
+Stricter than cc-backend v1.5.4 on purpose (a client sending these is wrong; the real server
+would store something meaningless): on start_job a missing ``jobId`` or a ``startTime <= 0``,
+an empty ``resources[].hostname``, ``jobState`` not a job state (cc-backend overwrites it
+with ``running``, api/job.go:736), a JSON ``null`` for any field (Go leaves the field
+alone); on stop_job a missing ``stopTime`` (cc-backend: 0, then the ``400`` of stopTime <
+startTime) or ``jobState`` (cc-backend: ``completed``, api/job.go:1016-1018), and
+``running``/``pending``/``suspended`` as ``jobState`` (cc-backend takes them,
+api/job.go:1013); on nodestate an empty ``cluster`` or ``hostname``.
 
 Every request needs ``X-Auth-Token: <token>`` (or ``Authorization: Bearer <token>``), else
 ``401``. Unknown paths are ``404``, a wrong method on a known path ``405``. Errors are
 ``{"status": "<reason>", "error": "<message>"}``.
 
 Behaviour switches, thread-safe, settable while serving: ``fail_with(status)``,
-``hang(seconds)``, ``drop_connections(on)``, ``latency(seconds)``. Every request is logged
-(``requests()``, ``count()``, ``started()``, ``stopped()``), dropped ones with status 0.
+``hang(seconds)``, ``drop_connections(on)``, ``latency(seconds)``, ``archive_after(seconds)``.
+Every request is logged (``requests()``, ``count()``, ``started()``, ``stopped()``), dropped
+ones with status 0.
 
 Standalone (for benchmarks)::
 
     python -m tests.standin.ccbackend --port 8080 --token X --cluster c1 --cluster c2 \
-        [--latency 0.005] [--host ::1] [--quiet]
+        [--latency 0.005] [--commit-interval 60] [--host ::1] [--quiet]
 
 prints ``listening on URL`` to stdout, logs requests to stderr, serves until SIGTERM/SIGINT.
 """
@@ -84,10 +123,17 @@ VALID_STATES = frozenset({
 # What stop_job accepts: the states a job ends in.
 STOP_STATES = VALID_STATES - {"running", "pending", "suspended"}
 SHARED_VALUES = frozenset({"none", "single_user", "multi_user"})
+# The one subcluster of every cluster the stand-in knows (cc-backend names them in its
+# cluster.json; each job is assigned one).
+SUBCLUSTER = "main"
+# schema.Job fields that cc-backend's insert leaves out (repository/jobCreate.go:17-23).
+_NOT_STORED = frozenset({"submitTime", "requestedMemory", "statistics", "concurrentJobs",
+                         "id"})
 
 START_PATH = "/api/jobs/start_job/"
 STOP_PATH = "/api/jobs/stop_job/"
 NODESTATE_PATH = "/api/nodestate/"
+EDIT_META_PATH = "/api/jobs/edit_meta/"
 JOBS_PATH = "/api/jobs/"
 
 _JSON = "application/json"
@@ -235,6 +281,11 @@ NODE_PAYLOAD = Struct("NodePayload", {
 NODESTATE_REQUEST = Struct("UpdateNodeStatesRequest", {
     "cluster": STRING, "nodes": _list_of(NODE_PAYLOAD),
 })
+# cc-backend v1.5.4 internal/api/job.go:70-81
+EDIT_META_REQUEST = Struct("EditMetaRequest", {"key": STRING, "value": STRING})
+JOB_META_REQUEST = Struct("JobMetaRequest", {
+    "jobId": INT64, "cluster": STRING, "startTime": INT64, "payload": EDIT_META_REQUEST,
+})
 
 
 def _reject_constant(name: str) -> Any:
@@ -278,6 +329,73 @@ class LoggedRequest(NamedTuple):
 
 
 # ---------------------------------------------------------------------------------------------
+# cc-backend's two job tables.
+
+
+class _SqlError(Exception):
+    """A constraint of cc-backend's SQLite schema failed (its message as SQLite words it)."""
+
+
+class _Table:
+    """``job`` or ``job_cache`` as cc-backend's schema makes them (v1.5.4
+    internal/repository/migrations/sqlite3/09_add-job-cache.up.sql: job_cache :1-34, job as
+    job_new :36-69, renamed at :118-119): INTEGER PRIMARY KEY ids (max + 1: an emptied table
+    starts at 1 again), CHECK on ``shared`` (:26-27, :61-62), UNIQUE (job_id, cluster,
+    start_time) (:33, :68). Not thread-safe: the stand-in's lock guards it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.rows: dict[int, dict[str, Any]] = {}  # by id, ascending
+        self._by_jobid: dict[int, list[int]] = {}
+        self._last = 0
+
+    def insert(self, job: dict[str, Any]) -> int:
+        """Stores ``job`` (its ``id`` set); raises _SqlError where SQLite would."""
+        if job.get("shared") not in SHARED_VALUES:
+            raise _SqlError('CHECK constraint failed: shared IN ("none", "single_user", '
+                            '"multi_user")')
+        if self.find(job["jobId"], job["cluster"], job["startTime"]):
+            raise _SqlError(f"UNIQUE constraint failed: {self.name}.job_id, "
+                            f"{self.name}.cluster, {self.name}.start_time")
+        self._last += 1
+        job["id"] = self._last
+        self.rows[self._last] = job
+        self._by_jobid.setdefault(job["jobId"], []).append(self._last)
+        return self._last
+
+    def delete(self, rowid: int) -> None:
+        job = self.rows.pop(rowid)
+        ids = self._by_jobid[job["jobId"]]
+        ids.remove(rowid)
+        if not ids:
+            del self._by_jobid[job["jobId"]]
+        if rowid == self._last:
+            self._last = max(self.rows, default=0)
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self._by_jobid.clear()
+        self._last = 0
+
+    def find(self, job_id: int, cluster: str | None = None,
+             start: int | None = None) -> list[dict[str, Any]]:
+        """Rows of ``job_id``, oldest first; ``cluster``/``start`` None match any."""
+        out = []
+        for rowid in self._by_jobid.get(job_id, ()):
+            row = self.rows[rowid]
+            if (cluster is None or row["cluster"] == cluster) and \
+                    (start is None or row["startTime"] == start):
+                out.append(row)
+        return out
+
+    def newest(self, job_id: int, cluster: str | None, start: int | None
+               ) -> dict[str, Any] | None:
+        """``ORDER BY id DESC LIMIT 1`` of Find/FindCached (repository/jobFind.go:45, :76)."""
+        found = self.find(job_id, cluster, start)
+        return found[-1] if found else None
+
+
+# ---------------------------------------------------------------------------------------------
 # The stand-in.
 
 
@@ -293,12 +411,19 @@ class CcBackendStandin:
         *,
         verbose: bool = False,
         keep_log: bool = True,
+        commit_interval: float = 0.0,
     ) -> None:
         """``clusters``: the names cc-backend knows; a mapping name -> hostnames also
         restricts which host a job's first resource may name (cc-backend's subcluster
         assignment), ``None`` as value allows any host. ``keep_log=False`` keeps no request
-        log (long benchmark runs)."""
+        log (long benchmark runs). ``commit_interval``: seconds between two commits of the
+        job cache (cc-backend's ``commit-job-worker``: 2 min by default, 1 min in its sample
+        config); 0 commits each start at once (not a cc-backend setting: a test's
+        convenience)."""
+        if commit_interval < 0:
+            raise ValueError("commit_interval must be >= 0")
         self.token = token
+        self.commit_interval = float(commit_interval)
         self.host = host
         self.port = port
         self.verbose = verbose
@@ -316,10 +441,8 @@ class CcBackendStandin:
 
         self._lock = threading.Lock()  # storage and log
         self._log: list[LoggedRequest] = []
-        self._jobs: dict[int, dict[str, Any]] = {}
-        self._by_key: dict[tuple[str, int], list[int]] = {}
-        self._by_jobid: dict[int, list[int]] = {}
-        self._next_id = 1
+        self._jobs = _Table("job")
+        self._cache = _Table("job_cache")
         self._nodestates: dict[str, dict[str, Any]] = {}
 
         self._cond = threading.Condition()  # switches
@@ -327,7 +450,10 @@ class CcBackendStandin:
         self._hang: float | None = None
         self._drop = False
         self._latency = 0.0
+        self._archive_after: float | None = None
         self._stopping = False
+        self._committer: threading.Thread | None = None
+        self._commit_stop = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -350,12 +476,22 @@ class CcBackendStandin:
                                         kwargs={"poll_interval": 0.05},
                                         name=f"ccbackend-standin:{port}", daemon=True)
         self._thread.start()
+        if self.commit_interval > 0:
+            self._commit_stop.clear()
+            self._committer = threading.Thread(target=self._commit_loop,
+                                               name=f"ccbackend-standin-commit:{port}",
+                                               daemon=True)
+            self._committer.start()
         return self
 
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
+        self._commit_stop.set()
+        if self._committer is not None:
+            self._committer.join()
+            self._committer = None
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -396,16 +532,22 @@ class CcBackendStandin:
         with self._cond:
             self._latency = max(0.0, float(seconds))
 
+    def archive_after(self, seconds: float | None) -> None:
+        """A job stopped from now on has its archive written this many seconds after its
+        stop (edit_meta answers 500 before); ``None``: at once."""
+        with self._cond:
+            self._archive_after = seconds
+
     def reset(self) -> None:
         """Switches off, log, jobs and node states cleared."""
         with self._cond:
             self._fail, self._hang, self._drop, self._latency = None, None, False, 0.0
+            self._archive_after = None
             self._cond.notify_all()
         with self._lock:
             self._log.clear()
             self._jobs.clear()
-            self._by_key.clear()
-            self._by_jobid.clear()
+            self._cache.clear()
             self._nodestates.clear()
 
     # -- inspection ------------------------------------------------------------------------------
@@ -428,11 +570,25 @@ class CcBackendStandin:
         return [r.body for r in self.requests(STOP_PATH) if r.status == 200]
 
     def jobs(self, cluster: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
-        """Stored jobs as cc-backend serializes them (with ``metaData``), by database id."""
+        """The ``job`` table: jobs as cc-backend serializes them (with ``metaData``), by
+        database id. Not the starts still in the job cache (:meth:`cached`); a test that
+        counts jobs at its end calls :meth:`commit_now` first."""
         with self._lock:
-            return [_job_json(j, with_meta=True) for _, j in sorted(self._jobs.items())
+            return [_job_json(j, with_meta=True) for j in self._jobs.rows.values()
                     if (cluster is None or j["cluster"] == cluster)
                     and (state is None or j["jobState"] == state)]
+
+    def cached(self, cluster: str | None = None) -> list[dict[str, Any]]:
+        """The ``job_cache`` table: starts not committed yet, by cache id (a sequence of its
+        own, restarting at 1 once a commit emptied the table)."""
+        with self._lock:
+            return [_job_json(j, with_meta=True) for j in self._cache.rows.values()
+                    if cluster is None or j["cluster"] == cluster]
+
+    def commit_now(self) -> int:
+        """Run the commit worker once (``SyncJobs``); returns how many rows it moved."""
+        with self._lock:
+            return self._sync_jobs()
 
     def node_states(self, cluster: str) -> list[dict[str, Any]] | None:
         """The latest node list posted for the cluster, or None."""
@@ -476,25 +632,64 @@ class CcBackendStandin:
                 return self._nodestate(decode_body(body, parse_error, NODESTATE_REQUEST))
             except BadRequest as e:
                 return _error(400, str(e))
+        if path == EDIT_META_PATH:
+            if method != "PATCH":
+                return _error(405, f"method {method} not allowed")
+            try:
+                return self._edit_meta(decode_body(body, parse_error, JOB_META_REQUEST))
+            except BadRequest as e:
+                return _error(400, str(e))
         if path == JOBS_PATH:
             if method != "GET":
                 return _error(405, f"method {method} not allowed")
             return self._get_jobs(query)
         return _error(404, f"no route for {method} {path}")
 
+    # cc-backend v1.5.4 is cited as FILE:LINES (FILE under internal/ unless it says pkg/).
+
     def _start_job(self, body: dict[str, Any]) -> tuple[int, Any]:
-        job = dict(body)  # the logged body stays as it was sent
+        """api/job.go:725-795 (startJob)."""
+        # Stored as repository/jobCreate.go:17-23 inserts it: without submitTime,
+        # requestedMemory, statistics, concurrentJobs, id. The logged body stays as sent.
+        job = {k: v for k, v in body.items() if k not in _NOT_STORED}
         if "jobId" not in job:
             raise BadRequest("the field 'jobId' is required")
         if job.get("startTime", 0) <= 0:
             raise BadRequest("the field 'startTime' is required and must be > 0")
-        shared = job.setdefault("shared", "none")
-        if shared not in SHARED_VALUES:
-            raise BadRequest(f"invalid value for 'shared': {shared!r}")
         state = job.get("jobState", "running")
         if state not in VALID_STATES and state != "out-of-memory":
             raise BadRequest(f"not a valid job state: {state}")
-        # importer.SanityChecks
+        self._sanity_checks(job)
+        job["jobState"] = "running"  # api/job.go:736
+        job.setdefault("shared", "none")  # api/job.go:726-729: defaults set before decoding
+        job.setdefault("monitoringStatus", 1)
+        job_id, cluster, start = job["jobId"], job["cluster"], job["startTime"]
+        with self._lock:
+            # api/job.go:748-762: FindAll reads the job table only (repository/jobFind.go:
+            # 86-124, From("job") at :96), compared signed: an earlier start is a duplicate.
+            # A run still in the cache is not seen here.
+            for old in self._jobs.find(job_id, cluster):
+                if start - old["startTime"] < SECONDS_PER_DAY:
+                    return _error(422, "a job with that jobId, cluster and startTime already "
+                                       f"exists: dbid: {old['id']}, jobid: {job_id}")
+            # api/job.go:764-772: with tags straight into `job` (StartDirect,
+            # repository/jobCreate.go:198-215), else into `job_cache` (Start -> InsertJob,
+            # :174-193, :54-70). Its constraints fail the insert: a start sent again while
+            # its run is cached (UNIQUE) or a `shared` outside the three values (CHECK) is
+            # a 500 (api/job.go:773-776).
+            table = self._jobs if job.get("tags") else self._cache
+            try:
+                table.insert(job)
+            except _SqlError as e:
+                return _error(500, f"insert into database failed: {e}")
+            if self.commit_interval == 0:
+                self._sync_jobs()
+        return 201, {"msg": "success"}
+
+    def _sanity_checks(self, job: dict[str, Any]) -> None:
+        """importer/initDB.go:260-282 (SanityChecks), with the subcluster assignment of
+        pkg/archive/clusterConfig.go:235-268; and, stricter than cc-backend on purpose, a
+        resource without hostname."""
         cluster = job.get("cluster", "")
         if cluster not in self._hosts:
             raise BadRequest(f"no such cluster: {cluster}")
@@ -502,10 +697,14 @@ class CcBackendStandin:
         if not resources or not job.get("user"):
             raise BadRequest("'resources' and 'user' should not be empty")
         hosts = self._hosts[cluster]
-        if hosts is not None and "subCluster" not in job and \
-                resources[0].get("hostname") not in hosts:
+        if job.get("subCluster"):  # clusterConfig.go:241-248: it must be a known one
+            if job["subCluster"] != SUBCLUSTER:
+                raise BadRequest(f"ARCHIVE/CLUSTERCONFIG > already assigned subcluster "
+                                 f"{job['subCluster']} unkown (cluster: {cluster})")
+        elif hosts is not None and resources[0].get("hostname") not in hosts:
             raise BadRequest(f"no subcluster found for cluster {cluster} and host "
                              f"{resources[0].get('hostname')}")
+        job["subCluster"] = SUBCLUSTER
         num_nodes = job.get("numNodes", 0)
         if job.get("numAcc", 0) < 0 or job.get("numHwthreads", 0) < 0 or num_nodes < 1:
             raise BadRequest("'numNodes', 'numAcc' or 'numHWThreads' invalid")
@@ -515,55 +714,91 @@ class CcBackendStandin:
         for i, res in enumerate(resources):
             if not res.get("hostname"):
                 raise BadRequest(f"resources[{i}].hostname must not be empty")
-        job["jobState"] = "running"
-        job.setdefault("monitoringStatus", 1)
-        job_id, start = job["jobId"], job["startTime"]
-        with self._lock:
-            key = (cluster, job_id)
-            for dbid in self._by_key.get(key, ()):
-                old = self._jobs[dbid]
-                if start - old["startTime"] < SECONDS_PER_DAY:
-                    return _error(422, "a job with that jobId, cluster and startTime already "
-                                       f"exists: dbid: {dbid}, jobid: {job_id}")
-            dbid = self._next_id
-            self._next_id += 1
-            job["id"] = dbid
-            job["duration"] = 0
-            self._jobs[dbid] = job
-            self._by_key.setdefault(key, []).append(dbid)
-            self._by_jobid.setdefault(job_id, []).append(dbid)
-        return 201, {"msg": "success"}
+
+    def _sync_jobs(self) -> int:
+        """The commit worker's step, repository/jobCreate.go:72-139 (SyncJobs): every cached
+        row into `job` by INSERT OR IGNORE (:103-105: a run there already, moved by its
+        stop, is skipped; two cached rows of one job with other start times become two
+        jobs), then the cache emptied (:111). Caller holds the lock."""
+        moved = 0
+        for row in list(self._cache.rows.values()):
+            if not self._jobs.find(row["jobId"], row["cluster"], row["startTime"]):
+                self._jobs.insert(row)
+                moved += 1
+        self._cache.clear()
+        return moved
+
+    def _commit_loop(self) -> None:
+        """taskmanager/commitJobService.go:16-41: a gocron DurationJob running SyncJobs every
+        ``commit-job-worker`` (:18-22: "2m" when unset), the first time one interval after
+        the start."""
+        next_at = time.monotonic() + self.commit_interval
+        while not self._commit_stop.wait(max(0.0, next_at - time.monotonic())):
+            self.commit_now()
+            next_at += self.commit_interval
 
     def _stop_job(self, req: dict[str, Any]) -> tuple[int, Any]:
+        """api/job.go:813-843 (stopJobByRequest) and :1001-1061 (checkAndHandleStopJob)."""
         for field in ("jobId", "stopTime", "jobState"):
             if field not in req:
                 raise BadRequest(f"the field '{field}' is required")
         job_id, cluster, start = req["jobId"], req.get("cluster"), req.get("startTime")
         with self._lock:
-            ids = (self._by_jobid.get(job_id, ()) if cluster is None
-                   else self._by_key.get((cluster, job_id), ()))
-            job = None
-            for dbid in reversed(ids):  # newest first
-                cand = self._jobs[dbid]
-                if start is None or cand["startTime"] == start:
-                    job = cand
-                    break
+            # api/job.go:829-840: the cache first (FindCached, repository/jobFind.go:57-79),
+            # then `job` (Find, :25-49); in each the newest matching row by id.
+            job = self._cache.newest(job_id, cluster, start)
+            cached = job is not None
+            if job is None:
+                job = self._jobs.newest(job_id, cluster, start)
             if job is None:
                 return _error(404, "finding job failed: sql: no rows in result set")
             where = f"jobId {job_id} (id {job['id']}) on {job['cluster']}"
-            if job["jobState"] != "running":
+            if job["jobState"] != "running":  # api/job.go:1003-1006
                 return _error(422, f"{where} : job has already been stopped "
                                    f"(state is: {job['jobState']})")
-            if job["startTime"] > req["stopTime"]:
+            if job["startTime"] > req["stopTime"]:  # api/job.go:1008-1011
                 return _error(400, f"{where} : stopTime {req['stopTime']} must be larger/equal "
                                    f"than startTime {job['startTime']}")
-            if req["jobState"] not in STOP_STATES:
+            if req["jobState"] not in STOP_STATES:  # api/job.go:1013-1018, stricter
                 return _error(400, f"{where} : invalid requested job state: "
                                    f"{req['jobState']!r}")
-            job["jobState"] = req["jobState"]
+            if cached:
+                # api/job.go:1026-1036: a cached run moves to `job` first
+                # (TransferCachedJobToMain, repository/jobCreate.go:143-172), by a plain
+                # INSERT: a run in `job` already is a UNIQUE violation, answered 500.
+                moved = dict(job)
+                try:
+                    self._jobs.insert(moved)
+                except _SqlError as e:
+                    return _error(500, f"{where} : transferring cached job failed: "
+                                       f"transferring cached job {job['id']} to main table "
+                                       f"failed: {e}")
+                self._cache.delete(job["id"])
+                job = moved
+            job["jobState"] = req["jobState"]  # api/job.go:1020-1022, 1038
             job["duration"] = req["stopTime"] - job["startTime"]
             job["stopTime"] = req["stopTime"]
+            job["_archivedAt"] = time.monotonic() + (self._archive_after or 0.0)
             return 200, _job_json(job, with_meta=False)
+
+    def _edit_meta(self, req: dict[str, Any]) -> tuple[int, Any]:
+        if "jobId" not in req:
+            raise BadRequest("the field 'jobId' is required")
+        payload = req.get("payload", {})
+        key, value = payload.get("key", ""), payload.get("value", "")
+        with self._lock:
+            # edit_meta finds the job with Find (repository/jobFind.go:25-49): in `job` only,
+            # so a run still in the job cache is not found yet
+            job = self._jobs.newest(req["jobId"], req.get("cluster"), req.get("startTime"))
+            if job is None:
+                return _error(422, "finding job failed: sql: no rows in result set")
+            job["metaData"] = {**job.get("metaData", {}), key: value}
+            if job["jobState"] != "running" and time.monotonic() < job["_archivedAt"]:
+                # http.Error(rw, err.Error(), 500) with os.ReadFile's error (job.go:526-529)
+                return 500, (f"open ./var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
+                             f"{job['jobId'] % 1000:03d}/{job['startTime']}/meta.json: no "
+                             "such file or directory\n")
+            return 200, _job_json(job, with_meta=True)
 
     def _nodestate(self, req: dict[str, Any]) -> tuple[int, Any]:
         if not req.get("cluster"):
@@ -578,6 +813,7 @@ class CcBackendStandin:
         return 200, None
 
     def _get_jobs(self, query: str) -> tuple[int, Any]:
+        """api/job.go:122-241 (getJobs)."""
         states: list[str] = []
         cluster = project = None
         span: tuple[int, int] | None = None
@@ -597,9 +833,11 @@ class CcBackendStandin:
                 if len(parts) != 2 or not all(_INT_RE.fullmatch(p) for p in parts):
                     return _error(400, "invalid query parameter value: startTime")
                 span = (int(parts[0]), int(parts[1]))
-            elif key in ("page", "items-per-page"):
+            elif key in ("page", "items-per-page"):  # api/job.go:163-184
                 if not _INT_RE.fullmatch(vals[0]):
                     return _error(400, f'strconv.Atoi: parsing "{vals[0]}": invalid syntax')
+                if int(vals[0]) < 1:  # -1 ("all") too: refused before QueryJobs sees it
+                    return _error(400, f"{key} must be >= 1")
                 if key == "page":
                     page = int(vals[0])
                 else:
@@ -610,15 +848,16 @@ class CcBackendStandin:
                 return _error(400, f"invalid query parameter: {key}")
         now = int(time.time())
         with self._lock:
-            found = [j for j in self._jobs.values()
+            # repository/jobQuery.go:48: the job table only; a start still in the job cache
+            # is not listed. Newest start first (api/job.go:126; the order of equal start
+            # times is SQLite's, here by descending id).
+            found = [j for j in self._jobs.rows.values()
                      if (not states or j["jobState"] in states)
                      and (cluster is None or j["cluster"] == cluster)
                      and (project is None or j.get("project", "") == project)
                      and (span is None or span[0] <= j["startTime"] <= span[1])]
             found.sort(key=lambda j: (j["startTime"], j["id"]), reverse=True)
-            if per_page >= 0:  # negative (-1): everything, as cc-backend
-                found = (found[(page - 1) * per_page: page * per_page]
-                         if page >= 1 and per_page else [])
+            found = found[(page - 1) * per_page: page * per_page]  # jobQuery.go:78-88
             out = [_job_json(j, with_meta=with_meta, now=now) for j in found]
         return 200, {"jobs": out, "items": per_page, "page": page}
 
@@ -636,7 +875,10 @@ def _error(status: int, message: str) -> tuple[int, dict[str, str]]:
 
 def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
               ) -> dict[str, Any]:
-    """A stored job as cc-backend's schema.Job marshals it (field order, omitempty)."""
+    """A stored job as cc-backend reads it back and schema.Job marshals it (field order,
+    omitempty): only the columns of repository/job.go:129-135 (jobColumns), so no
+    submitTime, requestedMemory or energyFootprint; metaData only when asked for; the
+    duration of a running job computed at reading (repository/job.go:183-186)."""
     out: dict[str, Any] = {
         "cluster": job.get("cluster", ""),
         "subCluster": job.get("subCluster", ""),
@@ -650,12 +892,12 @@ def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
     if job.get("tags"):
         out["tags"] = copy.deepcopy(job["tags"])
     out["resources"] = [_resource_json(r) for r in job.get("resources", ())]
-    out["energyFootprint"] = dict(job["energyFootprint"]) if "energyFootprint" in job else None
+    out["energyFootprint"] = None  # stored, but not among the columns read (jobColumns)
     out["footprint"] = dict(job["footprint"]) if "footprint" in job else None
     out["metaData"] = dict(job["metaData"]) if with_meta and "metaData" in job else None
     out["concurrentJobs"] = {"items": None, "count": 0}
     out["energy"] = job.get("energy", 0)
-    for key in ("arrayJobId", "walltime", "requestedMemory"):
+    for key in ("arrayJobId", "walltime"):
         if job.get(key):
             out[key] = job[key]
     out["jobId"] = job["jobId"]
@@ -667,10 +909,8 @@ def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
         if job.get(key):
             out[key] = job[key]
     out["numNodes"] = job["numNodes"]
-    out["statistics"] = copy.deepcopy(job.get("statistics", {}))
+    out["statistics"] = None  # from the archive, once a job is archived (api/job.go:215-221)
     out["id"] = job["id"]
-    if job.get("submitTime"):
-        out["submitTime"] = job["submitTime"]
     out["startTime"] = job["startTime"]
     return out
 
@@ -890,7 +1130,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, payload)
 
     def _send(self, status: int, payload: Any) -> None:
-        body = b"" if payload is None else json.dumps(payload).encode() + b"\n"
+        """``payload``: JSON-able, None (empty body) or a str (text, as Go's http.Error)."""
+        if isinstance(payload, str):
+            body, ctype = payload.encode(), "text/plain; charset=utf-8"
+        else:
+            body, ctype = b"" if payload is None else json.dumps(payload).encode() + b"\n", _JSON
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:
@@ -900,7 +1144,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"Date: {self.date_time_string()}",
                 f"Content-Length: {len(body)}"]
         if payload is not None:
-            head.append(f"Content-Type: {_JSON}")
+            head.append(f"Content-Type: {ctype}")
         if self.close_connection:
             head.append("Connection: close")
         try:
@@ -928,13 +1172,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="append", dest="clusters", metavar="NAME",
                         help="a known cluster (repeatable; default cluster22/24/26)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--commit-interval", type=float, default=0.0, metavar="SECONDS",
+                        help="commit the job cache every SECONDS, as cc-backend's "
+                             "commit-job-worker (its default: 120; sample config: 60); "
+                             "0 (default): at once")
     parser.add_argument("--quiet", action="store_true", help="no request log on stderr")
     args = parser.parse_args(argv)
 
     standin = CcBackendStandin(
         token=args.token,
         clusters=args.clusters or ("cluster22", "cluster24", "cluster26"),
-        host=args.host, port=args.port, verbose=not args.quiet, keep_log=False)
+        host=args.host, port=args.port, verbose=not args.quiet, keep_log=False,
+        commit_interval=args.commit_interval)
     standin.latency(args.latency)
     done = threading.Event()
 

@@ -1,62 +1,211 @@
-"""tests/bench/render.py: BENCHMARKS.md is written from measurements alone, every section
-renders, and a failed or skipped section says so instead of breaking the file."""
+"""BENCHMARKS.md is written by code only: it is what tests/bench/render.py makes of the
+committed results files; every registered section renders from its results alone; a missing
+one says "not measured yet" with its command; the CI-duration reader and the all-in-one
+command keep their promises."""
 
 from __future__ import annotations
 
-from tests.bench.all import Plan
-from tests.bench.render import document
+import copy
+import json
+import sys
 
-META = {"command": "flock L .venv/bin/python -m tests.bench.all", "date": "D", "commit": "c0ffee",
-        "cpus": "2", "python": "3.11", "kernel": "k", "took": 600.0}
+import pytest
+
+from tests.bench import all as bench_all
+from tests.bench import ci_time, render, results
+
+MACHINE = {"cpu": "Test CPU", "cores": 2, "ram_gb": 23.5, "os": "Debian GNU/Linux 12",
+           "kernel": "6.1.0", "python": "3.11.7", "commit": "c0ffee1", "dirty": False}
 
 
-def _run(events: int, seconds: float) -> dict:
-    return {"events": events, "seconds": seconds, "rss_mb": 41, "maxrss_mb": 61, "pending": 0,
-            "rejected": 0}
+def doc(section: str, plan: dict, data: dict) -> dict:
+    return {"schema": results.SCHEMA, "section": section, "command": f"cmd-{section}",
+            "date": "2026-11-23T10:30:00Z", "took_s": 600.0, "machine": MACHINE,
+            "plan": plan, "data": data}
 
 
-def results() -> dict:
+def _run(jobs: int, drain_s: float, peak: float) -> dict:
+    return {"jobs": jobs, "events": 2 * jobs, "enqueue_s": 12.5, "drain_s": drain_s,
+            "rss_end_mb": 61.0, "peak_rss_mb": peak, "rss_enqueue_mb": [50.0, peak],
+            "rss_drain_mb": [55.0, 66.0],
+            "outbox": {"start:delivered": jobs, "stop:delivered": jobs}}
+
+
+def synthetic() -> dict[str, dict]:
+    """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
     busy = {"scripts": {"calls": {"sacct": 2, "scontrol": 2, "squeue": 1}, "jobs": 10},
             "no_scripts": {"calls": {"sacct": 1, "scontrol": 2, "squeue": 1}, "jobs": 10}}
     lat = {"start": [0.2] * 9 + [3.0], "end": [0.1] * 10, "start_slurm": [0.8] * 10,
            "end_slurm": [0.7] * 10, "unannounced": []}
     return {
-        "parse": {"jobs": 10_000, "rows": [{"version": "22.05", "size": 27e6,
-                                             "times": [1.2, 1.3, 1.25]}]},
-        "pipeline": {"workers": 16, "small": {"jobs": 10_000, "runs": [_run(20_000, 20.0)]},
-                     "large": {"jobs": 100_000, "runs": [_run(200_000, 250.0)]}},
-        "nats": {"events": 5000, "rates": {"core": [2000.0, 2100.0], "jetstream": [1800.0]}},
-        "cycles": {"tasks": 10, "rows": [{"version": "24.11.5", "idle": [idle, idle],
-                                          "busy": [busy]}]},
-        "memory": {"rows": [{"version": "24.11.5", "rss": [38.0, 38.5]}]},
-        "idle-cpu": {"window": 120.0, "poll": 60, "runs": [[{
-            "version": "24.11.5", "window": 120.2, "cpu_s": 0.6, "children_s": 0.3,
-            "rss_mb": 40.0, "exit": 0}]]},
-        "hook": {"jobs": 10, "rows": [{"version": "26.05.5", "lat": lat}], "pairs": 50,
-                 "wall_version": "22.05.8", "hook_s": 0.016, "bare_s": 0.013},
+        "parse": doc("parse", {"runs": 3, "jobs": 10_000, "quick": False},
+                     {"rows": [{"version": "22.05", "size": 27e6, "times": [1.2, 1.3, 1.25]}]}),
+        "pipeline": doc("pipeline", {"runs": 1, "small_jobs": 10_000, "large_jobs": 100_000,
+                                     "workers": 16, "latency_s": 0.005, "chunk_jobs": 5000,
+                                     "poll_s": 5, "quick": False},
+                        {"small": [_run(10_000, 20.0, 70.0)],
+                         "large": [_run(100_000, 250.0, 95.0)]}),
+        "nats": doc("nats", {"runs": 2, "events": 5000, "workers": 16, "quick": True},
+                    {"rates": {"core": [2000.0, 2100.0], "jetstream": [1800.0, 1700.0]}}),
+        "cycles": doc("cycles", {"runs": 2, "tasks": 10, "quiet_wait_s": 130.0,
+                                 "quick": False},
+                      {"rows": [{"version": "24.11.5", "idle": [idle, idle],
+                                 "busy": [busy]}]}),
+        "memory": doc("memory", {"runs": 2, "poll": 2, "every_s": 4.0, "quick": False},
+                      {"rows": [{"version": "24.11.5", "rss": [38.0, 38.5]}]}),
+        "idle-cpu": doc("idle-cpu", {"runs": 1, "window": 120.0, "poll": 60, "quick": False},
+                        {"runs": [[{"version": "24.11.5", "window": 120.2, "cpu_s": 0.6,
+                                    "children_s": 0.3, "rss_mb": 40.0, "exit": 0}]]}),
+        "hook": doc("hook", {"jobs": 10, "pairs": 50, "gap_s": 0.05, "quick": False},
+                    {"rows": [{"version": "26.05.5", "lat": lat}], "wall_version": "22.05.8",
+                     "hook_s": 0.016, "bare_s": 0.013}),
+        "ci": doc("ci", {"run": ["tests/run"], "log": None},
+                  {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
+                   "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
+                   "tests": 573, "returncode": 0, "source": "timed"}),
     }
 
 
+def test_benchmarks_md_is_what_the_committed_results_render_to():
+    expected = render.document(render.load_all())
+    actual = render.OUT.read_text()
+    assert actual == expected, (
+        "BENCHMARKS.md differs from what tests/bench/results/ renders to: run "
+        "`python -m tests.bench.render` (and commit the results files it read)")
+
+
+def test_committed_results_files_carry_command_date_and_machine():
+    for sec in render.SECTIONS:
+        found = results.load(sec.name)
+        if found is None:
+            continue
+        assert found["command"].strip() and found["date"].endswith("Z")
+        assert set(found["machine"]) == set(MACHINE)
+        assert found["machine"]["commit"] and found["machine"]["cores"] > 0
+    names = {p.stem for p in results.RESULTS.glob("*.json")}
+    assert names <= {s.name for s in render.SECTIONS}, "a results file no section renders"
+
+
+def test_every_section_has_a_synthetic_document_here():
+    assert set(synthetic()) == {s.name for s in render.SECTIONS}
+
+
 def test_every_figure_comes_from_the_results():
-    text = document(Plan(runs=5), results(), META)
+    text = render.document(synthetic())
     assert text.startswith("# Benchmarks")
-    assert META["command"] in text and "median is over 5 runs" in text
-    assert "| 1,000 events/s" in text or "1,000 events/s |" in text  # 20,000 / 20 s
-    assert "| 800 |" in text  # 200,000 events / 250 s, 100k jobs: below the target
-    assert "**no**" in text  # ... and the summary says so
+    assert "not measured yet" not in text.lower()
+    assert "cmd-pipeline" in text and "c0ffee1" in text and "Test CPU, 2 cores" in text
+    assert "| 1,000 |" in text  # 20,000 events / 20 s
+    assert "| 800 |" in text and "**no**" in text  # 200,000 / 250 s: under the target
+    assert "95 MB (draining: 66 MB)" in text  # the large backlog's peak, over its target
     assert "0.50 %" in text  # 0.6 CPU s over 120.2 s
     assert "1.23x" in text  # hook 16 ms / bare 13 ms
     assert "**120 s**" in text
     assert "3 (sacct 1, scontrol 1, squeue 1; 0 jobs in the window)" in text
-    assert "Not run" not in text and "failed" not in text
+    assert "**30.0 min**" in text and "573 tests" in text  # CI
+    assert "A `--quick` run" in text  # nats was one
+    assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
 
 
-def test_failed_and_skipped_sections_are_named():
-    r = results()
-    r["hook"] = {"error": "TimeoutError: not all delivered", "took": 3.0}
-    del r["nats"]
-    text = document(Plan(runs=2, quick=True), r, META)
-    assert "--quick" in text
-    assert "**This section failed**: `TimeoutError: not all delivered`" in text
-    assert "## NATS publish rate (issue 5)\n\nNot run" in text
+def test_numbers_change_with_the_results():
+    base = synthetic()
+    changed = copy.deepcopy(base)
+    changed["pipeline"]["data"]["small"][0]["drain_s"] = 10.0
+    changed["ci"]["data"]["total_s"] = 3600.0
+    a, b = render.document(base), render.document(changed)
+    row = "| 1 | 12.5 s | 10.0 s | 2,000 |"
+    assert row in b and row not in a
+    assert "60.0 min" in b and "| **no** |" in b.split("## Sync engine")[0]
+
+
+def test_missing_sections_say_not_measured_yet_with_their_command():
+    docs = synthetic()
+    del docs["hook"], docs["ci"]
+    text = render.document(docs)
+    hook = next(s for s in render.SECTIONS if s.name == "hook")
+    assert f"## {hook.title}\n\nNot measured yet. Produce it with:\n\n    {hook.command}" in text
+    assert "| CI duration (issue 13) | not measured yet |" in text
+    assert "flock /tmp/ccadapter-integration.lock" in hook.command
+
+
+def test_ci_log_without_total_renders_pytest_time():
+    docs = synthetic()
+    docs["ci"]["data"].update(total_s=None, source="log", returncode=None)
+    text = " ".join(render.document(docs).split())
+    assert "pytest part of `tests/run`" in text and "25.0 min" in text
+    assert "was not recorded" in text and "exit code unknown" in text
+
+
+def test_check_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    out = tmp_path / "B.md"
+    assert render.main(["--out", str(out)]) == 0
+    assert "Not measured yet" in out.read_text()
+    assert render.main(["--check", "--out", str(out)]) == 0
+    out.write_text(out.read_text() + "typed by hand\n")
+    assert render.main(["--check", "--out", str(out)]) == 1
+
+
+def test_results_round_trip_and_refuse_foreign_files(tmp_path):
+    path = results.write("parse", command="c", plan={"runs": 1}, data={"rows": []},
+                         took_s=1.25, directory=tmp_path, machine_info={"commit": "abc"})
+    loaded = results.load("parse", tmp_path)
+    assert loaded["machine"]["commit"] == "abc" and loaded["took_s"] == 1.2
+    assert set(loaded["machine"]) == set(MACHINE)
+    assert results.load("hook", tmp_path) is None
+    path.write_text(json.dumps({**loaded, "section": "hook"}))
+    with pytest.raises(ValueError, match="not a schema-1 results file"):
+        results.load("parse", tmp_path)
+
+
+def test_a_failed_section_keeps_its_previous_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(render, "OUT", tmp_path / "B.md")
+    results.write("parse", command="old", plan={"runs": 1, "jobs": 1, "quick": False},
+                  data={"rows": [{"version": "22.05", "size": 1, "times": [1.0]}]},
+                  took_s=1)
+
+    def broken(plan, clusters):
+        raise RuntimeError("measurement broke")
+
+    def fine(plan, clusters):
+        return {"runs": plan.runs, "events": 10, "workers": 1, "quick": plan.quick}, {
+            "rates": {"core": [1.0], "jetstream": [1.0]}}
+
+    monkeypatch.setitem(bench_all.MEASURES, "parse", broken)
+    monkeypatch.setitem(bench_all.MEASURES, "nats", fine)
+    assert bench_all.main(["--only", "parse,nats", "--runs", "1"]) == 1
+    assert results.load("parse")["command"] == "old"
+    nats = results.load("nats")
+    assert nats["command"] == ".venv/bin/python -m tests.bench.all --only parse,nats --runs 1"
+    assert "## NATS publish rate" in (tmp_path / "B.md").read_text()
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    ("======= 568 passed in 1292.37s (0:21:32) =======",
+     {"passed": 568, "tests": 568, "pytest_s": 1292.37}),
+    ("== 1 failed, 553 passed, 55 deselected, 11 xfailed, 2 warnings in 155.77s (0:02:35) ==",
+     {"failed": 1, "passed": 553, "deselected": 55, "xfailed": 11, "tests": 565}),
+    ("=== 3 passed, 1 error in 2.50s ===", {"errors": 1, "tests": 4}),
+])
+def test_ci_summary_line(line, want):
+    found = ci_time.parse_summary(f"collected\n{line}\nafter\n")
+    assert {k: found[k] for k in want} == want
+
+
+def test_ci_log_without_summary_is_an_error():
+    with pytest.raises(ValueError, match="no pytest summary"):
+        ci_time.parse_summary("tests/run: test bed not up\n")
+
+
+def test_ci_time_times_a_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(render, "OUT", tmp_path / "B.md")
+    script = "import sys, time; time.sleep(0.2); print('== 2 passed in 0.10s =='); sys.exit(3)"
+    assert ci_time.main(["--", sys.executable, "-c", script]) == 3
+    ci = results.load("ci")
+    assert ci["data"]["tests"] == 2 and ci["data"]["returncode"] == 3
+    assert ci["data"]["total_s"] >= 0.2 and ci["data"]["source"] == "timed"
+    assert "2 passed" in capsys.readouterr().out  # passed through
+    assert "exit code 3" in (tmp_path / "B.md").read_text()

@@ -30,6 +30,7 @@ from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import FIXTURES, fixture_json, fixture_text
+from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 
@@ -581,3 +582,49 @@ def test_no_traceback_in_a_real_process(env, tmp_path):
     text = log.read_text()
     assert "Traceback" not in text and TOKEN not in text
     assert "cc-cache failed: CcBackendError: cc-backend http://127.0.0.1:" in text
+
+
+# --- energy ----------------------------------------------------------------------------------
+
+def with_energy_slurm(env) -> dict[int, int]:
+    """The recorded cluster, its complete and fail jobs given consumed energy
+    (tests/energy.py: constructed from the real records, the test bed gathers none)."""
+    ids = fixture_json("24.11", "testbed/workload.json")["ids"]
+    joules = {ids["complete"][0]: 51234, ids["fail"][0]: 4321}
+    env[2].runner = RecordedSlurm(
+        "24.11", with_energy(fixture_json("24.11", "testbed/sacct-window.json"), joules),
+        fixture_text("24.11", "testbed/scontrol-d-final.txt"))
+    return joules
+
+
+def test_sync_puts_the_energy_slurm_accounted_into_metadata(env, standin):
+    joules = with_energy_slurm(env)
+    res = run(env, "sync", "--once")
+    assert res.exit_code == 0, res.output
+    edits = standin.requests("/api/jobs/edit_meta/")
+    assert sorted((r.body["jobId"], r.body["payload"]["value"], r.status) for r in edits) == \
+        sorted((j, str(e), 200) for j, e in joules.items())
+    stored = {j["jobId"]: j["metaData"].get("energy") for j in standin.jobs(CLUSTER)}
+    assert {j: e for j, e in stored.items() if e} == {j: str(e) for j, e in joules.items()}
+    log = [(r.path, r.body["jobId"]) for r in standin.requests() if r.body
+           and r.body.get("jobId") in joules]
+    for job in joules:  # start, stop, then the energy
+        assert [p for p, j in log if j == job] == ["/api/jobs/start_job/",
+                                                   "/api/jobs/stop_job/",
+                                                   "/api/jobs/edit_meta/"]
+    assert run(env, "sync", "--once").exit_code == 0  # nothing owed twice
+    assert len(standin.requests("/api/jobs/edit_meta/")) == len(joules)
+
+
+def test_jobs_shows_the_energy_edit(env):
+    joules = with_energy_slurm(env)
+    res = run(env, "jobs", "--since", f"@{SINCE - 60:.0f}", "--format", "json")
+    assert res.exit_code == 0, res.output
+    views = {v["jobId"]: v for v in json.loads(res.output)}
+    for job, value in joules.items():
+        assert views[job]["editMeta"] == {
+            "jobId": job, "cluster": CLUSTER, "startTime": views[job]["stopJob"]["startTime"],
+            "payload": {"key": "energy", "value": str(value)}}
+    assert sum("editMeta" in v for v in views.values()) == len(joules)
+    table = run(env, "jobs", "--since", f"@{SINCE - 60:.0f}", "--format", "table").output
+    assert table.count("start+stop+energy") == len(joules)

@@ -60,6 +60,11 @@ def test_unknown_key_is_a_warning(caplog):
     ({"natsServer": "broker/x"}, "natsServer"),
     ({"natsPublishTimeout": 0}, "natsPublishTimeout"),
     ({"natsJetStream": "maybe"}, "natsJetStream"),
+    ({"natsNodeStateSubject": "cc.node.*"}, "natsNodeStateSubject"),
+    ({"natsNodeStateSubject": "cc.>"}, "natsNodeStateSubject"),
+    ({"natsNodeStateSubject": "cc node"}, "natsNodeStateSubject"),
+    ({"natsNodeStateSubject": "cc..state"}, "natsNodeStateSubject"),
+    ({"natsNodeStateSubject": ".cc"}, "natsNodeStateSubject"),
 ])
 def test_bad_values_name_the_key(raw, key):
     with pytest.raises(ConfigError) as err:
@@ -85,6 +90,11 @@ def test_bad_metrics_listen_names_the_key(text, tmp_path):
     path.write_text(json.dumps({"metricsListen": text}))
     res = CliRunner().invoke(main, ["check-config", str(path)])
     assert res.exit_code == 2 and "metricsListen" in res.output
+
+
+@pytest.mark.parametrize("subject", ["", "cc.node.state", "nodes", "site-a.cc_nodes.v1"])
+def test_node_state_subjects_one_can_publish_to(subject):
+    assert parse_config({"natsNodeStateSubject": subject}).nats_node_state_subject == subject
 
 
 def test_zero_interval_becomes_one_like_go():

@@ -2,13 +2,14 @@
 
 import logging
 import socket
+import time
 
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
-from ccadapter.delivery import Deliverer, RestDelivery
+from ccadapter.delivery import ENERGY_ATTEMPTS, Deliverer, RestDelivery
 from ccadapter.outbox import NewEvent, Outbox
-from tests.standin.ccbackend import CcBackendStandin
+from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body
 
 TOKEN = "secret-jwt-value"
 
@@ -20,6 +21,9 @@ TOKEN = "secret-jwt-value"
     ("start", 400, Outcome.REJECTED), ("start", 401, Outcome.AUTH),
     ("stop", 403, Outcome.AUTH), ("start", 503, Outcome.RETRY), ("start", 0, Outcome.RETRY),
     ("nodestate", 200, Outcome.DELIVERED), ("nodestate", 404, Outcome.REJECTED),
+    ("energy", 200, Outcome.DELIVERED), ("energy", 422, Outcome.RETRY),
+    ("energy", 500, Outcome.RETRY), ("energy", 400, Outcome.REJECTED),
+    ("energy", 404, Outcome.REJECTED), ("energy", 401, Outcome.AUTH),
 ])
 def test_classify(kind, status, outcome):
     assert classify(kind, status) is outcome
@@ -188,4 +192,80 @@ def test_an_outage_is_said_once_not_once_per_event(tmp_path, caplog):
     assert {e["error"] for e in box.list_events("pending")} == {"HTTP 0: connection refused"}
     d.close()
     client.close()
+    box.close()
+
+
+def energy_event(job=1, t=1_700_000_000, joules=51234):
+    return NewEvent("c", job, t, "energy", {
+        "jobId": job, "cluster": "c", "startTime": t,
+        "payload": {"key": "energy", "value": str(joules)}})
+
+
+def test_energy_goes_into_the_stopped_jobs_metadata(setup):
+    box, d, standin = setup
+    box.enqueue([*events(), energy_event()])
+    assert d.run_once().delivered == 3
+    assert [(r.method, r.path, r.status) for r in standin.requests()] == [
+        ("POST", "/api/jobs/start_job/", 201), ("POST", "/api/jobs/stop_job/", 200),
+        ("PATCH", "/api/jobs/edit_meta/", 200)]
+    decode_body(standin.requests()[-1].body, None, JOB_META_REQUEST)
+    (job,) = standin.jobs("c")
+    assert job["jobState"] == "completed" and job["metaData"]["energy"] == "51234"
+
+
+def test_energy_is_retried_while_cc_backend_archives_the_job(setup, caplog):
+    """cc-backend stores the value, then answers 500 until the archiver wrote the job's
+    meta.json; the outbox's backoff retries until it has."""
+    box, d, standin = setup
+    standin.archive_after(1.5)
+    box.enqueue([*events(), energy_event()])
+    with caplog.at_level(logging.INFO):
+        stats = d.run_once()
+    assert (stats.delivered, stats.retried) == (2, 1)
+    (waiting,) = box.list_events("pending")
+    assert waiting["kind"] == "energy" and waiting["error"].startswith("HTTP 500: open ")
+    assert "not taken yet, will retry" in caplog.text and "WARNING" not in caplog.text
+    time.sleep(1.6)
+    box.retry_now()
+    assert d.run_once().delivered == 1
+    assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
+
+
+def test_energy_cc_backend_never_takes_is_rejected_after_its_attempts(setup, clock_box):
+    """A run cc-backend does not have (422, e.g. a NATS stop it dropped) is given up after
+    ENERGY_ATTEMPTS, with cc-backend's answer; an outage is retried without end."""
+    box, clock = clock_box
+    client = CcClient(setup[2].url, TOKEN, quick_retries=0, read_timeout=2)
+    d = Deliverer(box, RestDelivery(client), workers=1)
+    box.enqueue([energy_event(job=99)])  # no start, no stop: cc-backend has no job 99
+    setup[2].fail_with(503)
+    for _ in range(ENERGY_ATTEMPTS + 2):
+        clock.now += 3600  # past any backoff
+        assert d.run_once().retried == 1
+    setup[2].fail_with(None)
+    box._db.execute("UPDATE events SET attempts = 0")  # the outage's attempts forgotten
+    for attempt in range(1, ENERGY_ATTEMPTS + 1):
+        clock.now += 3600  # past any backoff
+        stats = d.run_once()
+        if attempt < ENERGY_ATTEMPTS:
+            assert stats.retried == 1, attempt
+    assert stats.rejected == 1
+    (parked,) = box.rejected()
+    assert parked["error"].startswith(f"gave up after {ENERGY_ATTEMPTS} attempts: HTTP 422: ")
+    assert "finding job failed" in parked["error"]
+    d.close()
+    client.close()
+
+
+@pytest.fixture
+def clock_box(tmp_path):
+    class Clock:
+        now = 1_000_000.0
+
+        def __call__(self):
+            return self.now
+
+    clock = Clock()
+    box = Outbox(tmp_path / "clocked.sqlite", clock=clock)
+    yield box, clock
     box.close()

@@ -401,7 +401,7 @@ def test_build_records_and_serves_only_when_asked_and_configured(tmp_path, fake_
                for s in families["ccadapter_slurm_command_failures"].samples)
     pending = {s.labels["kind"]: s.value
                for s in families["ccadapter_outbox_pending_events"].samples}
-    assert pending == {"start": 1, "stop": 1, "nodestate": 0}
+    assert pending == {"start": 1, "stop": 1, "nodestate": 0, "energy": 0}
     assert any(s.labels["command"] == "sacct" and s.value == 1
                for s in families["ccadapter_slurm_command_failures"].samples)
     assert families["ccadapter_reconciler_last_success_timestamp_seconds"].samples == []

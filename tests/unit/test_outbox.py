@@ -354,3 +354,105 @@ def test_changed_lists_what_a_cycle_added_or_replaced_stops_included(tmp_path, c
     original = Outbox(tmp_path / "o.sqlite", clock=clock)
     assert original.stats()["counts"] == {"start:pending": 2, "start:delivered": 1}
     original.close()
+
+
+def energy(job, t=100, joules=5):
+    return NewEvent("c", job, t, "energy", {"jobId": job, "cluster": "c", "startTime": t,
+                                           "payload": {"key": "energy", "value": str(joules)}})
+
+
+def test_energy_only_after_its_stop(box):
+    box.enqueue([start(1), stop(1), energy(1)])
+    assert [e.kind for e in box.due()] == ["start"]
+    deliver_all(box)
+    assert [e.kind for e in box.due()] == ["stop"]
+    deliver_all(box)
+    assert [e.kind for e in box.due()] == ["energy"]
+    box.enqueue([energy(1, joules=9)])  # seen again (overlapping windows): nothing new
+    deliver_all(box)
+    assert box.due() == [] and box.stats()["counts"] == {
+        "start:delivered": 1, "stop:delivered": 1, "energy:delivered": 1}
+
+
+def test_energy_of_a_stop_delivered_before_it_was_known(box):
+    """The hook's fast path stopped the run (no energy from slurmctld); slurmdbd's record,
+    read later, adds the energy alone."""
+    box.enqueue([start(1), stop(1)])
+    deliver_all(box)
+    deliver_all(box)
+    assert box.enqueue([energy(1)]) == 1
+    assert [e.kind for e in box.due()] == ["energy"]
+
+
+def test_needs_reads_finished_runs_until_their_energy_is_stored(box):
+    box.enqueue([start(1, rich=True), stop(1), start(2, rich=True), stop(2), energy(2),
+                 start(3, rich=True), start(4, rich=True), stop(4)])
+    listed = [(1, 100, True), (2, 100, True), (3, 100, False), (4, 100, True)]
+    recent = {(1, 100), (2, 100), (3, 100)}  # whose energy may still come (4 ended long ago)
+    assert box.needs("c", listed) == (set(), set())  # energy not gathered: nothing to read
+    assert box.needs("c", listed, energy=recent) == ({1}, set())  # 3 runs: no energy yet
+    box.enqueue([energy(1)])
+    assert box.needs("c", listed, energy=recent) == (set(), set())
+
+
+OLD_SCHEMA = """
+CREATE TABLE events (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    cluster         TEXT    NOT NULL,
+    job_id          INTEGER NOT NULL,
+    start_time      INTEGER NOT NULL,
+    kind            TEXT    NOT NULL CHECK (kind IN ('start', 'stop', 'nodestate')),
+    payload         TEXT    NOT NULL,
+    rich            INTEGER NOT NULL DEFAULT 0,
+    status          TEXT    NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'delivered', 'rejected')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at REAL    NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    created_at      REAL    NOT NULL,
+    delivered_at    REAL,
+    UNIQUE (cluster, job_id, start_time, kind)
+);
+CREATE INDEX events_due ON events (status, next_attempt_at);
+CREATE INDEX events_pending ON events (status, id);
+CREATE INDEX events_delivered ON events (status, delivered_at);
+"""
+
+
+def test_an_outbox_from_before_energy_events_takes_them_keeping_every_row(tmp_path, clock):
+    """The previous release's events table refuses kind 'energy' (a CHECK, which SQLite
+    cannot alter): it is rebuilt once, rows, ids, indexes and the id counter kept."""
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # as the previous release left it
+    db.executescript(OLD_SCHEMA)
+    for job, kind, status in ((1, "start", "delivered"), (1, "stop", "pending"),
+                              (2, "start", "delivered"), (3, "start", "pending")):
+        db.execute("INSERT INTO events (cluster, job_id, start_time, kind, payload, status, "
+                   "created_at) VALUES ('c', ?, 100, ?, '{}', ?, 5)", (job, kind, status))
+    db.execute("DELETE FROM events WHERE job_id = 3")  # the newest id is gone...
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        db.execute("INSERT INTO events (cluster, job_id, start_time, kind, payload, "
+                   "created_at) VALUES ('c', 1, 100, 'energy', '{}', 0)")
+    db.commit()
+    rows = db.execute("SELECT * FROM events ORDER BY id").fetchall()
+    assert len(rows) == 3 and db.execute(
+        "SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone() == (4,)
+    db.close()  # ...but the counter remembers it
+
+    box = Outbox(path, clock=clock)
+    assert box._db.execute("SELECT * FROM events ORDER BY id").fetchall() == rows
+    assert box.enqueue([energy(1)]) == 1
+    assert box._db.execute("SELECT id FROM events WHERE kind = 'energy'").fetchall() == [
+        (5,)]  # ids are never reused
+    assert [e.kind for e in box.due()] == ["stop"]  # and the energy waits for the stop
+    indexes = {r[0] for r in box._db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
+        "AND sql IS NOT NULL")}
+    assert indexes == {"events_due", "events_pending", "events_delivered"}
+    assert box.open_runs("c") == [(2, 100)]  # the runs table was filled from the old rows
+    box.close()
+    box = Outbox(path, clock=clock)  # done once: the next open finds the new table
+    assert box.stats()["counts"]["energy:pending"] == 1
+    box.close()

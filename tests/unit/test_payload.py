@@ -1,15 +1,18 @@
 """start_job/stop_job bodies, checked against cc-backend's schema and sanity rules."""
 
 import json
+from dataclasses import replace
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.cc.payload import NotSendable, start_job_body, stop_job_body
+from ccadapter.cc.payload import NotSendable, energy_meta_body, start_job_body, stop_job_body
 from ccadapter.config import Config
 from ccadapter.model import Job, Shared, cc_state
 from ccadapter.slurm.collector import Collector
-from tests.conftest import FIXTURES, WORKLOAD_IDS
+from tests.conftest import FIXTURES, WORKLOAD_IDS, fixture_json
+from tests.energy import with_energy
+from tests.standin.ccbackend import JOB_META_REQUEST, decode_body
 from tests.unit.slurm.test_collector import make_slurm
 
 SCHEMA = json.loads((FIXTURES / "cc-backend-v1.5-swagger.json").read_text())["definitions"]
@@ -85,3 +88,23 @@ def test_never_started_is_not_sendable():
 def test_state_map(slurm, cc):
     got = cc_state(slurm)
     assert (got.value if got else None) == cc
+
+
+def test_energy_meta_body_is_cc_backends_job_meta_request(version):
+    """From records given energy as each version writes it (tests/energy.py: constructed,
+    the test bed gathers none): a body edit_meta decodes strictly (job.go:503-510), naming
+    the run, the value a string of joules; nothing for a run without energy or running."""
+    ids = WORKLOAD_IDS[version]
+    doc = with_energy(fixture_json(version, "sacct-window.json"), {ids["complete"]: 51234})
+    found = {j.job_id: j for j in Collector(
+        make_slurm(version, doc), Config(ccRestUrl="http://cc"), clock=lambda: 1795303300,
+        tz=ZoneInfo("UTC")).window(0).jobs}
+    job = found[ids["complete"]]
+    body = energy_meta_body(job)
+    assert body == {"jobId": job.job_id, "cluster": job.cluster, "startTime": job.start_time,
+                    "payload": {"key": "energy", "value": "51234"}}
+    decode_body(body, None, JOB_META_REQUEST)
+    assert set(body) <= set(SCHEMA["api.JobMetaRequest"]["properties"])
+    assert set(body["payload"]) <= set(SCHEMA["api.EditMetaRequest"]["properties"])
+    assert energy_meta_body(found[ids["fail"]]) is None  # Slurm accounted none
+    assert energy_meta_body(replace(job, state="RUNNING", end_time=0)) is None

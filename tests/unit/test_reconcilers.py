@@ -2,6 +2,7 @@
 enqueues, and that a cycle with nothing new reads nothing but its listing."""
 
 import logging
+from dataclasses import replace
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -14,10 +15,17 @@ from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
 from ccadapter.reconcilers.nodestate import NodeStates
-from ccadapter.reconcilers.slurm_window import SLICE, SlurmWindow, WindowSettings, slices
+from ccadapter.reconcilers.slurm_window import (
+    ENERGY_WAIT,
+    SLICE,
+    SlurmWindow,
+    WindowSettings,
+    slices,
+)
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json, fixture_text
+from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 
@@ -169,6 +177,67 @@ def test_stale_jobs_reports_a_run_slurmdbd_never_lists_once(env, caplog):
     stale.run_once()
     assert caplog.text.count("slurmdbd lists no such run") == 1
     assert box.open_runs(CLUSTER) == [(999_999, 1)]  # never stopped on a guess
+
+
+@pytest.fixture
+def energy_env(env):
+    """env, with the complete and the fail job carrying energy (tests/energy.py: constructed
+    from the recorded records) and a collector that keeps it (ccRestUrl set)."""
+    meta, clock, _, _, box, last = env
+    ids = meta["ids"]
+    doc = with_energy(fixture_json("24.11", "testbed/sacct-window.json"),
+                      {ids["complete"][0]: 51234, ids["fail"][0]: 4321})
+    slurm = RecordedSlurm("24.11", doc, fixture_text("24.11", "testbed/scontrol-d-final.txt"),
+                          clock=clock)
+    collector = Collector(slurm, Config(slurmFetchJobScripts=False, ccRestUrl="http://cc"),
+                          clock=clock, tz=UTC)
+    return meta, clock, slurm, collector, box, last
+
+
+def energies(box):
+    return {e["jobId"]: e["status"] for e in box.list_events(None, "energy")}
+
+
+def test_window_sends_the_energy_of_runs_it_reads(energy_env):
+    meta, clock, _, collector, box, last = energy_env
+    last.set(meta["since"])
+    SlurmWindow(collector, box, last, settings(energy=True), clock).run_once()
+    ids = meta["ids"]
+    assert energies(box) == {ids["complete"][0]: "pending", ids["fail"][0]: "pending"}
+    assert "energy" not in {e.kind for e in box.due(1000)}  # each waits for its stop
+
+
+def test_window_reads_energy_the_fast_path_could_not_see(energy_env):
+    """The hook's fast path stopped every run from slurmctld's view (no energy there). The
+    window reads the runs that ended less than ENERGY_WAIT ago again, until their energy is
+    stored; after that, or without energy gathered on the cluster, it reads none of them."""
+    meta, clock, slurm, collector, box, last = energy_env
+    ids = meta["ids"]
+    every = collector.jobs_by_id([i for v in ids.values() for i in v]).jobs
+    box.enqueue([ev for j in every for ev in events_for(replace(j, energy=None))])
+    ended = {j.job_id for j in every if j.started and j.finished}
+    with_energy_ = {ids["complete"][0], ids["fail"][0]}
+
+    def cycle(energy):
+        last.set(meta["since"])
+        before = len(slurm.argvs)
+        summary = SlurmWindow(collector, box, last, settings(energy=energy), clock).run_once()
+        read = {int(i) for a in slurm.argvs[before:] if "--json" in a
+                for i in a[a.index("--jobs") + 1].split(",")}
+        return summary, read
+
+    _, read = cycle(False)
+    assert read == set() and energies(box) == {}  # energy not gathered: no reads
+    assert max(j.end_time for j in every) <= clock.now < min(
+        j.end_time for j in every if j.job_id in ended) + ENERGY_WAIT  # every end is recent
+    summary, read = cycle(True)
+    assert read == ended and summary["new_events"] == 2
+    assert energies(box) == dict.fromkeys(with_energy_, "pending")
+    _, read = cycle(True)
+    assert read == ended - with_energy_  # the others may still get theirs
+    clock.now += ENERGY_WAIT
+    summary, read = cycle(True)
+    assert read == set() and summary["read"] == 0
 
 
 def test_nodestate_counts_open_runs_per_host(env):

@@ -18,7 +18,9 @@ import requests
 
 from tests.conftest import FIXTURES
 from tests.standin.ccbackend import (
+    EDIT_META_REQUEST,
     JOB,
+    JOB_META_REQUEST,
     NODE_PAYLOAD,
     NODESTATE_REQUEST,
     RESOURCE,
@@ -31,6 +33,7 @@ TOKEN = "test-token"
 START = "/api/jobs/start_job/"
 STOP = "/api/jobs/stop_job/"
 NODESTATE = "/api/nodestate/"
+EDIT_META = "/api/jobs/edit_meta/"
 JOBS = "/api/jobs/"
 T0 = 1795301534
 DAY = 86400
@@ -123,6 +126,8 @@ def test_decoders_know_exactly_the_swagger_fields():
     assert set(NODE_PAYLOAD.fields) == set(defs["schema.NodePayload"]["properties"])
     assert set(NODESTATE_REQUEST.fields) == set(
         defs["api.UpdateNodeStatesRequest"]["properties"])
+    assert set(JOB_META_REQUEST.fields) == set(defs["api.JobMetaRequest"]["properties"])
+    assert set(EDIT_META_REQUEST.fields) == set(defs["api.EditMetaRequest"]["properties"])
 
 
 # --- start_job ---------------------------------------------------------------------------------
@@ -188,7 +193,7 @@ def test_start_unknown_field(api, standin, changes, named):
     {"resources": [{"hostname": 1}, {"hostname": "m2"}]},
     {"resources": ["m1", "m2"]}, {"resources": {"hostname": "m1"}},
     {"energy": "1"}, {"footprint": {"flops": "1"}}, {"walltime": True},
-    {"shared": "exclusive"}, {"jobState": "bogus"}, {"jobState": 1},
+    {"jobState": "bogus"}, {"jobState": 1},
 ])
 def test_start_type_errors(api, standin, changes):
     r = api.start(start_body(**changes))
@@ -438,7 +443,7 @@ def test_running_jobs_paged(api, standin):
     assert body["jobs"][0]["metaData"]["jobName"] == "multinode"
     assert body["jobs"][0]["duration"] == 50  # stopTime T0 + 100
     assert len(api.jobs(state="running", cluster="cluster22").json()["jobs"]) == 1
-    assert len(api.jobs(**{"items-per-page": -1}).json()["jobs"]) == 9
+    assert len(api.jobs(**{"items-per-page": 100}).json()["jobs"]) == 9
     span = f"{T0 + 20}-{T0 + 40}"
     assert [j["jobId"] for j in api.jobs(**{"start-time": span}).json()["jobs"]] == [4, 3, 2]
 
@@ -446,6 +451,8 @@ def test_running_jobs_paged(api, standin):
 @pytest.mark.parametrize("params", [
     {"state": "bogus"}, {"state": "out-of-memory"}, {"page": "x"}, {"items-per-page": "1.5"},
     {"page": "2\n"}, {"start-time": "5"}, {"sort": "id"}, {"cluster": "cluster24", "limit": "5"},
+    # cc-backend v1.5.4 api/job.go:169-172 and :180-183: below 1 is refused, -1 ("all") too
+    {"items-per-page": "0"}, {"items-per-page": "-1"}, {"page": "0"}, {"page": "-1"},
 ])
 def test_get_jobs_strict_parameters(api, params):
     r = api.jobs(**params)
@@ -492,6 +499,77 @@ def test_nodestate_is_strict(api, standin, body):
     r = api.nodestate(body)
     assert r.status_code == 400, r.text
     assert standin.node_states("cluster24") is None
+
+
+# --- edit_meta -----------------------------------------------------------------------------------
+
+
+def edit(api: Api, body: Any) -> requests.Response:
+    return api.s.patch(api.st.url + EDIT_META, json=body, timeout=10)
+
+
+def meta_request(job_id: int = 3, **changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"jobId": job_id, "cluster": "cluster24", "startTime": T0,
+                            "payload": {"key": "energy", "value": "51234"}}
+    return _changed(body, changes)
+
+
+def test_edit_meta_sets_one_key_of_the_run_it_names(api, standin):
+    two_runs(api)
+    r = edit(api, meta_request())
+    assert r.status_code == 200 and r.headers["Content-Type"] == "application/json"
+    assert r.json()["metaData"] == {"jobName": "multinode", "submitTime": str(T0 - 1),
+                                    "energy": "51234"}
+    assert r.json()["startTime"] == T0 and r.json()["jobState"] == "running"
+    later = {j["startTime"]: j["metaData"] for j in standin.jobs("cluster24")}
+    assert "energy" not in later[T0 + DAY]  # the other run of job 3
+    assert edit(api, meta_request(payload={"key": "energy", "value": "6"})).json()[
+        "metaData"]["energy"] == "6"  # overwritten
+    r = edit(api, meta_request(startTime=_DELETE, cluster=_DELETE))  # Find: the newest run
+    assert r.status_code == 200 and r.json()["startTime"] == T0 + DAY
+    assert standin.requests(START)[0].body["metaData"] == {  # the logged body stays as sent
+        "jobName": "multinode", "submitTime": str(T0 - 1)}
+
+
+def test_edit_meta_of_a_stopped_job_waits_for_its_archive(api, standin):
+    """cc-backend stores the value, then fails to update the archive it has not written yet:
+    500 with http.Error's plain text (job.go:526-529)."""
+    standin.archive_after(0.5)
+    api.start(start_body())
+    assert api.stop(stop_body()).status_code == 200
+    r = edit(api, meta_request())
+    assert r.status_code == 500 and r.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert r.text == ("open ./var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
+                      "file or directory\n")
+    assert standin.jobs("cluster24")[0]["metaData"]["energy"] == "51234"  # stored already
+    time.sleep(0.6)
+    assert edit(api, meta_request()).status_code == 200
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (meta_request(jobId=4), 422, "finding job failed: sql: no rows in result set"),
+    (meta_request(startTime=T0 + 1), 422, "finding job failed"),
+    (meta_request(cluster="cluster22"), 422, "finding job failed"),
+    (meta_request(jobId=_DELETE), 400, "the field 'jobId' is required"),
+    (meta_request(energy="1"), 400, 'unknown field "energy"'),
+    (meta_request(payload={"key": "energy", "value": 51234}), 400, "cannot unmarshal number"),
+    (meta_request(payload={"key": "energy", "value": "1", "unit": "J"}), 400,
+     'unknown field "unit"'),
+    (meta_request(jobId="3"), 400, "cannot unmarshal string"),
+])
+def test_edit_meta_is_strict(api, standin, body, status, message):
+    api.start(start_body())
+    r = edit(api, body)
+    assert r.status_code == status, r.text
+    assert message in error_of(r)
+    assert "energy" not in standin.jobs("cluster24")[0]["metaData"]
+
+
+def test_edit_meta_only_by_patch(api, session, standin):
+    api.start(start_body())
+    for method in (session.post, session.put):
+        assert method(standin.url + EDIT_META, json=meta_request(), timeout=10
+                      ).status_code == 405
 
 
 # --- behaviour switches --------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class SacctRecord:
     shared: Shared | None  # None when this generation's sacct does not say
     script: str | None  # None when slurmdbd did not store it
     exit_code: int | None
+    energy: int | None = None  # joules consumed; None when Slurm accounted none
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,33 @@ def tres_count(entries: Any, kind: str, name: str | None, ctx: ParseContext) -> 
             if count is None or isinstance(count, bool) or not isinstance(count, int):
                 return None
             return max(count, 0)
+    return None
+
+
+def consumed_energy(entries: Any, ctx: ParseContext) -> int | None:
+    """Joules the run consumed: the ``energy`` TRES of the job record's ``tres.allocated``.
+
+    slurmctld adds each finished step's consumed energy to the job's allocated ``energy``
+    TRES, which starts as NO_VAL64 (Slurm 22.05 src/slurmctld/job_mgr.c:9591 and
+    step_mgr.c:288-306; 24.11 src/stepmgr/stepmgr.c:251-257), and sends it to slurmdbd with
+    the job's allocated TRES; sacct prints exactly this number as the job line's ConsumedEnergy
+    (src/sacct/print.c:599-647 of 22.05). So the job record of ``sacct -X`` carries it: no
+    step needs reading. Unset is NO_VAL64, written ``null`` by 22.05 and ``-2`` (the same bits
+    as int64) by 24.11+; either, a missing entry, and 0 (a plugin that measured nothing,
+    which cc-backend would show as a job that used no energy) give None. A count that is not
+    an integer is a format we do not know: an error."""
+    if not isinstance(entries, list):
+        raise ctx.error(f"tres list expected, got {type(entries).__name__}")
+    for entry in entries:
+        if not isinstance(entry, Mapping) or entry.get("type") != "energy":
+            continue
+        count = entry.get("count")
+        if count is None:
+            return None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise ctx.error(f"tres.allocated energy: expected an integer count, got "
+                            f"{count!r:.40}")
+        return count if count > 0 else None
     return None
 
 
@@ -352,6 +380,7 @@ def build_sacct_record(
         shared=shared,
         script=script or None,
         exit_code=exit_code,
+        energy=consumed_energy(tres, ctx),
     )
 
 
@@ -411,6 +440,16 @@ def parse_cluster_name(out: str) -> str | None:
     """``scontrol show config``: ``ClusterName             = cluster22``."""
     m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
     return m[1] if m else None
+
+
+def parse_energy_plugin(out: str) -> str | None:
+    """``scontrol show config``: ``AcctGatherEnergyType    = acct_gather_energy/rapl``; None
+    when energy is not gathered (``(null)`` or ``acct_gather_energy/none``, as the test bed's
+    22.05, 24.11 and 26.05 print it, or no such line)."""
+    m = re.search(r"^AcctGatherEnergyType\s*=\s*(\S+)", out, re.M)
+    if not m or m[1] in ("(null)", "acct_gather_energy/none", "none"):
+        return None
+    return m[1]
 
 
 # --- sacctmgr list clusters (argv and form per generation: see the version modules) ------

@@ -10,7 +10,11 @@ The baseline generation:
   (``sacct -B`` prints scripts in text form only, one header per job; not used);
 - ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``;
 - sacctmgr has no ``--json``: the cluster list is read as parsable text, one name a line
-  (``sacctmgr -n -P list clusters format=Cluster``).
+  (``sacctmgr -n -P list clusters format=Cluster``);
+- consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's
+  ``tres_alloc_str``, src/plugins/openapi/dbv0.0.38/parse.c:359), ``{"type": "energy",
+  "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null`` while unset (NO_VAL64 is
+  written as null, parse.c:824-838). Read by ``_common.consumed_energy``.
 """
 
 from __future__ import annotations

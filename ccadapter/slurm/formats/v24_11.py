@@ -10,7 +10,10 @@ Differences from 22.05 and how they are handled:
 - sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
   when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
   even after slurmctld forgot them;
-- ``tres`` entries carry ``name: ""`` instead of ``null`` and ``count: -2`` for unset energy;
+- ``tres`` entries carry ``name: ""`` instead of ``null``, and the job's ``energy`` entry
+  ``count: -2`` while unset: ``count`` is dumped as a plain int64, so NO_VAL64 reads -2
+  (src/plugins/data_parser/v0.0.42/parsers.c:7137-7145 the TRES fields, :2549-2557 the int64
+  dump, :7006 ``tres/allocated`` of a job); a set count is the consumed energy in joules;
 - sacctmgr speaks JSON: the cluster list is ``sacctmgr list clusters --json``, one object
   per cluster in ``clusters`` with its ``name`` (as cc-slurm-adapter reads it).
 """

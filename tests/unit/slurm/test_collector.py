@@ -10,7 +10,8 @@ from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import DETAIL_BATCH, Collector, RouteCosts
-from tests.conftest import FIXTURES, WORKLOAD_IDS, fixture_json
+from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, fixture_json
+from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 
 UTC = ZoneInfo("UTC")  # the recordings were made on machines running in UTC
@@ -217,3 +218,27 @@ def test_starts_not_wanted_cost_no_controller(version):
     ids = [r["job_id"] for r in slurm.doc["jobs"]]
     result = col.jobs_by_id(ids, starts=())
     assert result.jobs and slurm.calls["scontrol"] == 0 and "-B" not in slurm.argvs[-1]
+
+
+def test_energy_is_kept_only_where_it_can_be_sent(version):
+    """Energy goes to cc-backend over REST only: without ccRestUrl the collector drops it
+    (tests/energy.py: records constructed from the recorded ones)."""
+    ids = WORKLOAD_IDS[version]
+    doc = with_energy(fixture_json(version, "sacct-window.json"), {ids["complete"]: 51234})
+    kept, _ = collect(version, Config(ccRestUrl="http://cc"), sacct_doc=doc)
+    assert {j.job_id: j.energy for j in kept.jobs if j.energy} == {ids["complete"]: 51234}
+    dropped, _ = collect(version, Config(), sacct_doc=doc)
+    assert all(j.energy is None for j in dropped.jobs)
+
+
+@pytest.mark.parametrize(("line", "gathered"), [
+    ("AcctGatherEnergyType    = acct_gather_energy/ipmi", True),
+    ("AcctGatherEnergyType    = acct_gather_energy/none", False),
+    ("AcctGatherEnergyType    = (null)", False),
+])
+def test_energy_gathering_is_read_with_the_cluster_name(line, gathered):
+    runner = ReplayRunner(lambda argv: f"ClusterName             = c\n{line}\n")
+    collector = Collector(runner, Config())
+    assert collector.cluster_name() == "c"
+    assert collector.energy_accounted() is gathered
+    assert runner.calls["scontrol"] == 1  # one `scontrol show config` for both

@@ -1,6 +1,7 @@
 """Parsers over recorded real outputs of every supported Slurm version."""
 
 import copy
+import json
 
 import pytest
 
@@ -12,11 +13,13 @@ from ccadapter.slurm.formats._common import (
     SlurmVersion,
     gpu_indices,
     int_ranges,
+    parse_energy_plugin,
     version_from_meta,
     version_from_text,
 )
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
+from tests.energy import UNSET, with_energy
 
 
 def parse_window(version):
@@ -79,6 +82,76 @@ def test_sharing_known_from_sacct_only_on_26_05(version):
         assert (excl.shared, plain.shared) == (Shared.NONE, Shared.MULTI_USER)
     else:
         assert excl.shared is None and plain.shared is None
+
+
+def test_recorded_records_carry_unset_energy(version):
+    """The test bed gathers no energy: every real record has the energy TRES, unset (null on
+    22.05, -2 on 24.11+), and it reads as no energy."""
+    doc = fixture_json(version, "sacct-window.json")
+    counts = {t["count"] for r in doc["jobs"] for t in r["tres"]["allocated"]
+              if t["type"] == "energy"}
+    assert counts == {UNSET[version]}
+    recs, _ = parse_window(version)
+    assert {r.energy for r in recs.values()} == {None}
+
+
+def parse_doc(doc):
+    ver = version_from_meta(doc, "sacct --json")
+    ctx = ParseContext(str(ver), "sacct --json")
+    return {r["job_id"]: format_for(ver, "sacct --json").parse_sacct_job(r, ctx)
+            for r in doc["jobs"]}
+
+
+def test_energy_is_read_from_the_job_record(version):
+    """A recorded record given energy the way its version writes it (tests/energy.py:
+    constructed, the test bed has no energy plugin). 0 reads as none: a plugin that
+    measured nothing."""
+    ids = WORKLOAD_IDS[version]
+    doc = with_energy(fixture_json(version, "sacct-window.json"),
+                      {ids["complete"]: 51234, ids["multinode"]: 9_000_000_000, ids["fail"]: 0})
+    recs = parse_doc(doc)
+    assert recs[ids["complete"]].energy == 51234
+    assert recs[ids["multinode"]].energy == 9_000_000_000  # beyond 32 bits: int64 in Slurm
+    assert recs[ids["fail"]].energy is None
+    assert recs[ids["timeout"]].energy is None
+
+
+def test_energy_from_the_detail_answer_without_steps(version):
+    """What the collector reads: ``sacct --json -X`` as recorded on the test bed, whose
+    records have no steps; the job record alone carries the energy."""
+    recording = fixture_json(version, "testbed/commands-final.json")
+    answer = next(e for e in recording["commands"] if "--json" in e["argv"])
+    assert "-X" in answer["argv"]
+    doc = json.loads(answer["stdout"])
+    assert all(r["steps"] == [] for r in doc["jobs"])
+    first = doc["jobs"][0]["job_id"]
+    assert parse_doc(with_energy(doc, {first: 777}))[first].energy == 777
+
+
+@pytest.mark.parametrize("count", ["51234", 1.5, True, {"set": True, "number": 5}])
+def test_an_energy_count_of_another_type_is_an_error_naming_the_job(version, count):
+    doc = fixture_json(version, "sacct-window.json")
+    record = copy.deepcopy(doc["jobs"][0])
+    (entry,) = [t for t in record["tres"]["allocated"] if t["type"] == "energy"]
+    entry["count"] = count
+    ver = version_from_meta(doc, "sacct --json")
+    with pytest.raises(SlurmParseError, match=rf"Slurm {ver}, `sacct --json`: job "
+                                              rf"{record['job_id']}: tres.allocated energy"):
+        format_for(ver, "sacct --json").parse_sacct_job(record, ParseContext(str(ver),
+                                                                             "sacct --json"))
+
+
+def test_energy_plugin_from_show_config(version):
+    recording = fixture_json(version, "testbed/commands-final.json")
+    config = next(e["stdout"] for e in recording["commands"]
+                  if e["argv"][-2:] == ["show", "config"])
+    assert "AcctGatherEnergyType" in config
+    assert parse_energy_plugin(config) is None  # the test bed gathers none
+    assert parse_energy_plugin(config.replace(
+        config.split("AcctGatherEnergyType", 1)[1].split("\n", 1)[0],
+        "    = acct_gather_energy/rapl")) == "acct_gather_energy/rapl"
+    assert parse_energy_plugin("AcctGatherEnergyType    = acct_gather_energy/none\n") is None
+    assert parse_energy_plugin("ClusterName = c\n") is None
 
 
 def test_unknown_generation_is_refused():

@@ -1,0 +1,112 @@
+"""A replayed Slurm for the pipeline benchmark: ``ccadapter daemon`` runs its Slurm commands
+through it (``slurmCommandPrefix: [python, -m, tests.bench.replay_slurm, DIR]``).
+
+DIR holds what :func:`tests.bench.delivery.write_backlog` prepared from the recorded 24.11
+test-bed jobs: ``window-NNN.json`` (sacct answers) and ``controller-NNN.txt`` (the
+``scontrol show job -d`` answer for the same jobs), ``empty.json`` and ``cluster``. Each sacct
+window listing (``sacct -P -s RUNNING,SUSPENDED``) hands out the next chunk, so that the daemon
+enqueues the backlog through its own path (the listing, ``sacct --json -j`` of the runs new to
+it, one scontrol process for their allocations, the parser, the outbox) over a few cycles;
+once all are handed out, windows are empty. Questions by job id are answered from the chunks
+handed out (tests.fakeslurm answers them as the real commands select). ``served`` counts the
+chunks handed out (under a lock: two reconcilers may ask at once).
+
+    python -m tests.bench.replay_slurm DIR sacct --json ...
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import sys
+import time
+from pathlib import Path
+
+from tests.fakeslurm import RecordedSlurm
+
+FIRST_ID = 1_000_000  # tests.bench.delivery.write_backlog numbers the jobs from here
+
+
+def _next_chunk(base: Path) -> Path:
+    with (base / "served.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        counter = base / "served"
+        served = int(counter.read_text()) if counter.exists() else 0
+        chunk = base / f"window-{served:03d}.json"
+        if not chunk.exists():
+            return base / "empty.json"
+        counter.write_text(str(served + 1))
+        return chunk
+
+
+def _served(base: Path, ids: set[int]) -> tuple[dict, str]:
+    """The sacct records and the scontrol text of the chunks handed out so far that hold
+    these job ids (ids are FIRST_ID + the job's index: its chunk is known without reading)."""
+    counter = base / "served"
+    served = int(counter.read_text()) if counter.exists() else 0
+    size = int((base / "chunk_jobs").read_text())
+    chunks = sorted({(i - FIRST_ID) // size for i in ids if i >= FIRST_ID})
+    doc = json.loads((base / "empty.json").read_text())
+    ctl = []
+    for n in (c for c in chunks if c < served):
+        doc["jobs"] += json.loads((base / f"window-{n:03d}.json").read_text())["jobs"]
+        path = base / f"controller-{n:03d}.txt"
+        if path.exists():
+            ctl.append(path.read_text().strip("\n"))
+    return doc, "\n\n".join(ctl) + "\n"
+
+
+def _listing(doc: dict) -> str:
+    """sacct -P's lines for every record of a chunk: the window lists what it handed out."""
+    return "".join(f"{r['job_id']}|{r['time']['start']}|{r['time']['end']}|"
+                   f"{r['state']['current'][0]}|{r['nodes']}\n" for r in doc["jobs"])
+
+
+def answer(base: Path, argv: list[str], stdin: str) -> tuple[str, int]:
+    """(stdout, exit code) of one command of the daemon."""
+    cmd = argv[0]
+    if cmd == "env":  # env SLURM_TIME_FORMAT=%s sacct ...: epochs are what we print anyway
+        return answer(base, argv[2:], stdin)
+    if cmd == "sacct" and "-V" in argv:
+        return "slurm 24.11.5\n", 0
+    if cmd == "sacct" and "-P" in argv and "--starttime" in argv:
+        if "RUNNING,SUSPENDED" not in argv:
+            return "", 0
+        return _listing(json.loads(_next_chunk(base).read_text())), 0
+    doc, controller = _served(base, _ids(argv, stdin))
+    slurm = RecordedSlurm("24.11", doc, controller, clock=time.time)
+    if cmd == "sacct":  # by job ids: the listing of stale-jobs, the details of new runs
+        return slurm.run(argv, env={"SLURM_TIME_FORMAT": "%s"} if "-P" in argv else None), 0
+    if cmd == "scontrol" and argv[-1] == "-d":  # one process, many jobs
+        done = slurm.unchecked(argv, stdin=stdin)
+        return done.stdout, done.returncode
+    if cmd == "scontrol" and "config" in argv:
+        return (f"ClusterName             = {(base / 'cluster').read_text().strip()}\n"
+                "SlurmUser               = root(0)\n"), 0
+    if cmd == "scontrol":  # nodes: an idle cluster
+        return "", 0
+    if cmd == "sacctmgr":
+        return "root|Administrator\n", 0
+    raise SystemExit(f"replay_slurm: no answer for {' '.join(argv)}")
+
+
+def _ids(argv: list[str], stdin: str) -> set[int]:
+    """The job ids a command asks about (``--jobs A,B`` or ``show job A`` lines)."""
+    ids = set(map(int, argv[argv.index("--jobs") + 1].split(","))) if "--jobs" in argv else set()
+    for line in stdin.splitlines():
+        words = line.split()
+        if words[:2] in (["show", "job"], ["write", "batch_script"]) and len(words) >= 3:
+            ids.add(int(words[2]))
+    return ids
+
+
+def main() -> int:
+    base, argv = Path(sys.argv[1]), sys.argv[2:]
+    stdin = "" if sys.stdin.isatty() else sys.stdin.read()
+    out, code = answer(base, argv, stdin)
+    sys.stdout.write(out)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""ccadapter's delivery against cc-backend 1.5's job cache (issue 13, item 1), through the
+real client, outbox and deliverer to the stand-in with a commit interval.
+
+cc-backend v1.5.4 answers a start sent again while its run is still cached with 500
+(internal/api/job.go:748-776: the duplicate check reads the job table only, the insert breaks
+job_cache's UNIQUE), and with 422 once the commit worker moved the run into the job table.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, replace
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ccadapter.cc.client import START, STOP, CcClient
+from ccadapter.config import Config
+from ccadapter.delivery import Deliverer, DeliveryStats, RestDelivery
+from ccadapter.model import Job
+from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox
+from ccadapter.reconcilers.cc_cache import CcCache
+from ccadapter.reconcilers.events import events_for
+from ccadapter.slurm.collector import Collector, Listing, QueryResult
+from ccadapter.slurm.formats.listing import RunStamp
+from tests.conftest import fixture_json, fixture_text
+from tests.fakeslurm import RecordedSlurm
+from tests.standin.ccbackend import CcBackendStandin
+
+TOKEN = "secret-jwt-value"
+T = 1_700_000_000
+HOUR = 3600.0  # the stand-in's commit worker never runs by itself here: tests commit by hand
+
+
+def start_body(job: int = 1, t: int = T) -> dict:
+    return {"jobId": job, "cluster": "c", "user": "u", "project": "p", "startTime": t,
+            "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}]}
+
+
+def stop_body(job: int = 1, t: int = T) -> dict:
+    return {"jobId": job, "cluster": "c", "startTime": t, "stopTime": t + 60,
+            "jobState": "completed"}
+
+
+def start_event(job: int = 1, t: int = T) -> NewEvent:
+    return NewEvent("c", job, t, START, start_body(job, t))
+
+
+def stop_event(job: int = 1, t: int = T) -> NewEvent:
+    return NewEvent("c", job, t, STOP, {"stop": stop_body(job, t), "start": start_body(job, t)})
+
+
+@dataclass
+class Rig:
+    standin: CcBackendStandin
+    client: CcClient
+
+    def deliverer(self, box: Outbox) -> Deliverer:
+        return Deliverer(box, RestDelivery(self.client), workers=2)
+
+    def drain(self, box: Outbox) -> DeliveryStats:
+        deliverer = self.deliverer(box)
+        try:
+            return deliverer.run_once()
+        finally:
+            deliverer.close()
+
+
+@pytest.fixture
+def rig():
+    with CcBackendStandin(TOKEN, clusters=["c"], commit_interval=HOUR) as standin:
+        # the daemon's quick retries (2): a cached duplicate's 500 outlasts them
+        client = CcClient(standin.url, TOKEN, read_timeout=5)
+        yield Rig(standin, client)
+        client.close()
+
+
+def status_of(box: Outbox, kind: str) -> list[tuple[str, str | None]]:
+    return [(e["status"], e["error"]) for e in box.list_events(kind=kind)]
+
+
+def test_start_sent_again_while_cached_counts_as_delivered_and_its_stop_follows(rig, tmp_path):
+    """The daemon was killed after cc-backend took its start but before the outbox recorded
+    it (or a read timeout hid the 201): the restarted daemon sends the start again. cc-backend
+    answers 500 naming its job cache's UNIQUE constraint: the run is there, so the start is
+    delivered at once (no retries until the commit) and the stop goes right after."""
+    path = tmp_path / "outbox.sqlite"
+    box = Outbox(path)
+    box.enqueue([start_event()])
+    box.close()
+    shutil.copyfile(path, tmp_path / "before.sqlite")  # the state the kill leaves behind
+    first = Outbox(path)
+    assert rig.drain(first).delivered == 1  # 201, into cc-backend's job cache
+    first.close()
+
+    again = Outbox(tmp_path / "before.sqlite")  # the restarted daemon's outbox
+    again.enqueue([stop_event()])
+    stats = rig.drain(again)
+    assert (stats.delivered, stats.rejected) == (2, 0)
+    assert status_of(again, START) == [(DELIVERED, None)]
+    assert status_of(again, STOP) == [(DELIVERED, None)]
+    assert rig.standin.count("/api/jobs/start_job/", 500) == 1  # one answer, no flood
+    assert again.stats()["rejected"] == 0
+    assert rig.standin.commit_now() == 0  # moved by its stop already
+    (job,) = rig.standin.jobs()
+    assert (job["jobId"], job["startTime"], job["jobState"]) == (1, T, "completed")
+    assert rig.standin.cached() == []
+    again.close()
+
+
+def test_stop_of_a_cached_start_is_delivered_without_waiting_for_the_commit(rig, tmp_path):
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([start_event(), stop_event()])
+    assert rig.drain(box).delivered == 2  # stop_job finds the cached row first
+    assert [(r.path, r.status) for r in rig.standin.requests()] == [
+        ("/api/jobs/start_job/", 201), ("/api/jobs/stop_job/", 200)]
+    assert rig.standin.commit_now() == 0  # moved by its stop already
+    assert [j["jobState"] for j in rig.standin.jobs()] == ["completed"]
+    box.close()
+
+
+def test_stop_404_delivers_the_start_then_finds_it_in_the_cache(rig, tmp_path):
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([stop_event()])  # the start was compacted long ago; cc-backend lost it
+    stats = rig.drain(box)
+    assert (stats.delivered, stats.rejected) == (1, 0)
+    assert [(r.path, r.status) for r in rig.standin.requests()] == [
+        ("/api/jobs/stop_job/", 404), ("/api/jobs/start_job/", 201),
+        ("/api/jobs/stop_job/", 200)]
+    assert [j["jobState"] for j in rig.standin.jobs()] == ["completed"]
+    box.close()
+
+
+def test_two_start_times_of_one_run_become_two_jobs_while_cached(rig, tmp_path):
+    """Why a run must never be sent with two startTimes: the outbox keys events by
+    (cluster, jobId, startTime, kind), so two readings of one run are two runs to it, and
+    cc-backend 1.5 stores both while the first is cached (its duplicate check reads the job
+    table only). See tests/unit/test_start_time_sources.py for where readings could differ."""
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([start_event(t=T), start_event(t=T + 3600)])  # e.g. a zone apart
+    assert rig.drain(box).delivered == 2
+    rig.standin.commit_now()
+    assert sorted(j["startTime"] for j in rig.standin.jobs()) == [T, T + 3600]
+    box.close()
+
+
+def test_two_start_times_of_one_run_once_committed_end_in_a_rejected_stop(rig, tmp_path):
+    """The other order: the first reading is committed when the second comes. cc-backend
+    answers the second start 422 (within a day) and knows no run at its startTime, so that
+    run's stop ends rejected while the first run stays running in cc-backend for good."""
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([start_event(t=T)])
+    rig.drain(box)
+    rig.standin.commit_now()
+    box.enqueue([start_event(t=T + 3600), stop_event(t=T + 3600)])
+    stats = rig.drain(box)
+    assert (stats.delivered, stats.rejected) == (1, 1)
+    ((state, error),) = status_of(box, STOP)
+    assert state == REJECTED and "another run within 24 h?" in error
+    assert [(j["startTime"], j["jobState"]) for j in rig.standin.jobs()] == [(T, "running")]
+    box.close()
+
+
+# --- cc-cache against the job cache (issue 13: "cc-cache does not resend what it started
+# within the last commit interval"): at daemon start, a start still in cc-backend's cache (so
+# not listed) is never duplicated and never rejected, and its stop gets through.
+
+
+class OneRunningJob:
+    """The two collector queries cc-cache makes (the running runs' listing, then the runs of
+    some ids), answered for one running job."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def stamps(self, since: float, until: float | None = None, cluster: str | None = None,
+               ran_only: bool = True) -> Listing:
+        job = self.job
+        return Listing([RunStamp(job.job_id, job.start_time, 0, "RUNNING",
+                                 ",".join(r.hostname for r in job.resources))])
+
+    def iter_jobs(self, ids, cluster=None, starts=None, known=None):
+        yield QueryResult([self.job] if self.job.job_id in ids else [], None)
+
+
+def running_job() -> Job:
+    """A job slurmctld showed running (the recorded 24.11 busy snapshot)."""
+    busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
+    gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
+    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    (job,), _ = collector.controller_jobs([gpu], cluster="cluster24")
+    assert job.started and not job.finished
+    return job
+
+
+def test_cc_cache_at_start_never_duplicates_nor_rejects_a_cached_start(tmp_path):
+    job = running_job()
+    with CcBackendStandin(TOKEN, clusters=["cluster24"], commit_interval=HOUR) as standin:
+        client = CcClient(standin.url, TOKEN, read_timeout=5)
+        rig = Rig(standin, client)
+        box = Outbox(tmp_path / "o.sqlite")
+        box.enqueue(events_for(job))
+        assert rig.drain(box).delivered == 1  # the start, cached by cc-backend
+        # the daemon restarts: cc-cache runs first, cc-backend does not list the run yet
+        assert client.running_jobs("cluster24") == []
+        CcCache(client, OneRunningJob(job), box, "cluster24").run_once()
+        rig.drain(box)
+        standin.commit_now()
+        box.retry_now()
+        rig.drain(box)
+        # the job ends; its stop is delivered
+        ended = replace(job, state="COMPLETED", end_time=job.start_time + 30)
+        box.enqueue(events_for(ended))
+        stats = rig.drain(box)
+        assert stats.rejected == 0 and box.stats()["rejected"] == 0
+        assert box.stats()["pending"] == 0
+        standin.commit_now()
+        (stored,) = standin.jobs()
+        assert (stored["jobId"], stored["startTime"], stored["jobState"]) == (
+            job.job_id, job.start_time, "completed")
+        assert standin.count("/api/jobs/start_job/", 201) == 1
+        box.close()
+        client.close()
