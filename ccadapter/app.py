@@ -330,7 +330,7 @@ class _Parts:
                               cluster=name if scoped else None, config_text=config_text)
         last_run = self.last_runs(name if scoped else None)
         # the default mode asks at start (its one slurmctld must answer to start at all)
-        probe = _EnergyProbe(collector, name) if scoped else None
+        probe = EnergyProbe(collector, name) if scoped else None
         window = WindowSettings(name, cfg.slurm_poll_interval, cfg.slurm_query_max_span,
                                 cfg.slurm_window_overlap, cfg.ignore_hosts_pattern(),
                                 energy=False if scoped else _energy_sent(collector, None),
@@ -354,7 +354,7 @@ class _Parts:
         return ClusterSync(name, scoped, collector, last_run, reconcilers)
 
 
-class _EnergyProbe:
+class EnergyProbe:
     """With slurmClusters: whether a cluster's consumed energy is sent, asked of its
     slurmctld in the cluster's own lane at its first window rather than at start (a hung
     slurmctld must not hold up the start of the other clusters), and asked again at each

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import build, node_state_path, node_state_warnings
+from ccadapter.app import EnergyProbe, build, node_state_path, node_state_warnings
 from ccadapter.config import Config
+from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published
 from ccadapter.outbox import NewEvent
+from ccadapter.slurm.collector import Collector
 from tests.conftest import ReplayRunner
 from tests.lineproto import parse_line
 from tests.standin.ccbackend import NODESTATE_REQUEST, CcBackendStandin, decode_body
@@ -180,3 +182,35 @@ def test_nats_only_sends_energy_over_rest(tmp_path):
         assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
     assert [parse_line(m.data.decode()).tags["function"] for m in published.sent] == [
         "start_job", "stop_job"]
+
+
+def test_with_slurm_clusters_nothing_is_asked_of_slurmctld_at_start(tmp_path):
+    """One cluster's hung or dead slurmctld must not hold up the others' start: energy is
+    asked in each cluster's lane, at its first window that needs it."""
+    def answer(argv):
+        raise AssertionError(f"asked Slurm at start: {argv}")
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", slurmClusters=["a", "b"]),
+                runner=ReplayRunner(answer), workers=1)
+    try:
+        assert [s.name for s in app.syncs] == ["a", "b"]
+        window = app.syncs[0].reconcilers["slurm-window"]
+        assert isinstance(window.energy_probe, EnergyProbe)
+        assert window.energy_probe is app.syncs[0].reconcilers["slurm-lookback"].energy_probe
+    finally:
+        app.close()
+
+
+def test_a_clusters_energy_is_asked_again_until_its_slurmctld_answers(caplog):
+    def answer(argv):
+        if runner.calls["scontrol"] == 1:
+            raise SlurmCommandError(list(argv), "exit code 1", "cannot reach 'b'")
+        return "ClusterName = b\nAcctGatherEnergyType = acct_gather_energy/rapl\n"
+    runner = ReplayRunner(answer)
+    probe = EnergyProbe(Collector(runner, cluster="b"), "b")
+    with caplog.at_level(logging.INFO, "ccadapter.app"):
+        assert probe() is False  # not known yet: no run is read again for energy
+        assert probe() is True
+        assert probe() is True  # known: not asked again
+    assert runner.argvs == [["scontrol", "--clusters", "b", "show", "config"]] * 2
+    assert "cluster b: energy: cannot read slurmctld's config" in caplog.text
+    assert "cluster b: energy: the consumed energy of each run goes into" in caplog.text
