@@ -14,6 +14,12 @@ with ``slurmClusters`` each named cluster (or, for ``["*"]``, each that ``sacctm
 clusters`` names) gets a :class:`~ccadapter.clusters.ClusterSync` of its own: its collector,
 lastRun, reconcilers and hook fast path. The outbox, cc-backend's client and the delivery
 are shared: events carry their cluster.
+
+With ``slurmctldFailover`` a ``control`` routine (:mod:`ccadapter.control`) decides whether
+this daemon works: the reconcilers are gated on it, and the hook's messages reach the fast
+path only while it is active. The role is the daemon's: with ``slurmClusters`` it is read
+from the local cluster's controllers (``scontrol ping`` without ``--clusters``) and gates
+every served cluster's reconcilers and hook messages alike.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ccadapter import clustername
 from ccadapter.cc.client import ENERGY, NODESTATE, START, STOP, CcClient
 from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
+from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, RestDelivery
@@ -42,6 +49,7 @@ from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
@@ -74,6 +82,7 @@ class App:
     metrics: Recorder
     publisher: NatsPublisher | None = None
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
+    control: Control | None = None  # slurmctldFailover: whether this daemon works
     router: HookRouter = field(default_factory=HookRouter)
 
     # --- the clusters --------------------------------------------------------------------
@@ -133,11 +142,16 @@ class App:
         daemon = Daemon(self.deliverer)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
+        if self.control is not None:  # first: a takeover's catch-up runs in the same pass
+            control = self.control
+            daemon.add_routine(control.run_once, self.config.slurm_poll_interval, "control")
+            daemon.gate = lambda: control.active
         for sync in self.syncs:
             self.metrics.cluster_served(sync.name, True)
             self._add_routines(daemon, sync)
         if self.roster.dynamic:
-            # a failed reading is tried again one poll later, not one list interval later
+            # a failed reading is tried again one poll later, not one list interval later;
+            # not gated: a standby daemon knows the clusters it would serve on taking over
             daemon.add_routine(partial(self._refresh_daemon, daemon),
                                self.config.slurm_cluster_list_interval, "slurm-clusters",
                                retry=self.config.slurm_poll_interval)
@@ -150,7 +164,8 @@ class App:
         for name, rec in sync.reconcilers.items():
             daemon.add_routine(self.metrics.observed(name, costed(rec.run_once, tally),
                                                      sync.name),
-                               self.intervals[name], name, cluster=sync.scope)
+                               self.intervals[name], name, cluster=sync.scope,
+                               gated=True)
 
     def _refresh_daemon(self, daemon: Daemon) -> dict[str, Any]:
         added, removed = self.refresh_clusters()
@@ -163,9 +178,11 @@ class App:
         return {"clusters": self.roster.names(), "added": [s.name for s in added],
                 "removed": [s.name for s in removed]}
 
-    def prep(self, wake: Callable[[], None]) -> tuple[PrepServer, HookRouter]:
+    def prep(self, wake: Callable[[], None], check_control: Callable[[], None] | None = None
+             ) -> tuple[PrepServer, HookRouter]:
         """The hook's listeners and the fast path of every served cluster behind them
-        (started by the caller)."""
+        (started by the caller). ``check_control``: run the control routine now (a standby
+        daemon got a message)."""
         for sync in self.syncs:
             self.router.add(sync.name, self._fast_path(sync, wake))
         cfg = self.config
@@ -173,7 +190,10 @@ class App:
         # everyone's (messages name their cluster), beside each cluster's own
         main = None if cfg.multi_cluster() else self.cluster
         own = {spec: name for name, spec in cfg.prep_sock_cluster_listen_paths.items()}
-        server = PrepServer([cfg.prep_sock_listen_path], main, self.router.submit,
+        on_message: Callable[[HookMessage], None] = self.router.submit
+        if self.control is not None:
+            on_message = self._while_active(self.router.submit, check_control)
+        server = PrepServer([cfg.prep_sock_listen_path], main, on_message,
                             group=cfg.prep_sock_group, on_drop=self.metrics.hook_dropped,
                             cluster_specs=own)
         return server, self.router
@@ -185,6 +205,29 @@ class App:
                         max_delay=self.config.slurm_query_delay,
                         on_received=partial(self.metrics.hook_received, sync.name),
                         on_drop=self.metrics.hook_dropped)
+
+    def _while_active(self, submit: Callable[[HookMessage], None],
+                      check_control: Callable[[], None] | None
+                      ) -> Callable[[HookMessage], None]:
+        """Hook messages go to the fast path while this daemon is active. A standby daemon
+        drops them: the daemon in control finds those jobs, or this one does from lastRun
+        once it takes over; a message here says its slurmctld runs Prolog/Epilog, so
+        control is checked at once."""
+        control = self.control
+        assert control is not None
+
+        def on_message(msg: HookMessage) -> None:
+            if control.active:
+                submit(msg)
+                return
+            log.info("standby: hook message for job %d %s dropped (the daemon in control "
+                     "finds it); checking which slurmctld is in control", msg.job_id,
+                     msg.event)
+            self.metrics.hook_dropped("standby")
+            if check_control:
+                check_control()
+
+        return on_message
 
     def serve_metrics(self) -> MetricsServer | None:
         """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
@@ -292,17 +335,42 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         return parts.sync(name, config.multi_cluster(), runner or _runner(config, recorder, name),
                           config_text)
 
+    # the local cluster's collector, without --clusters: its name in the default mode, its
+    # controllers for slurmctldFailover
+    local = Collector(base, CollectorSettings.from_config(config))
     if not config.multi_cluster():
-        probe = Collector(base, CollectorSettings.from_config(config))
-        local = probe.cluster_name()
         # the config just read also says whether energy is gathered: not asked twice
-        roster = Roster(partial(make, config_text=probe.config_text), [local])
+        name = local.cluster_name()
+        roster = Roster(partial(make, config_text=local.config_text), [name])
     elif config.slurm_clusters == [clustername.ALL]:
         roster = Roster(make, listing=ClusterList(base))
     else:
         roster = Roster(make, config.slurm_clusters)
+    control = _control(config, local, outbox, recorder, roster)
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
-               notifier)
+               notifier, control)
+
+
+def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,
+             roster: Roster) -> Control | None:
+    """The failover role (None without ``slurmctldFailover``: always active). A switch
+    sets the metric; a takeover also tells the slurm-window of every cluster served then to
+    read from lastRun afresh."""
+    if not config.slurmctld_failover:
+        recorder.role(Role.ACTIVE.value)
+        return None
+
+    def changed(role: Role) -> None:
+        recorder.role(role.value)
+        if role is Role.ACTIVE:
+            for sync in roster.syncs.values():
+                window = sync.reconcilers["slurm-window"]
+                assert isinstance(window, SlurmWindow)
+                window.take_over()
+
+    recorder.role(Role.STANDBY.value)
+    return Control(collector, config.controller_host(), record=outbox.set_state,
+                   on_change=changed)
 
 
 def _runner(config: Config, recorder: Recorder, cluster: str) -> SlurmRunner:

@@ -265,15 +265,23 @@ class _ReadyAfterFirstWindow:
     """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify). With
     several clusters: once every served cluster's first window has run and one of them is
     in the outbox -- a cluster whose Slurm fails must not keep the others from starting
-    (systemd would kill the daemon that serves them)."""
+    (systemd would kill the daemon that serves them). A daemon standing by
+    (``slurmctldFailover``) is ready once it knows it stands by: it runs no window until
+    it takes over, and systemd would kill a start that never ends."""
 
-    def __init__(self, served: Callable[[], list[str | None]]) -> None:
+    def __init__(self, served: Callable[[], list[str | None]],
+                 standby: Callable[[], bool] = lambda: False) -> None:
         self.served = served  # the lanes of the served clusters (None: the default mode)
+        self.standby = standby
         self.sent = False
         self.ran: dict[str | None, bool] = {}  # lane -> its first window succeeded
         self._lock = threading.Lock()  # called from every cluster's lane
 
     def __call__(self, routine: Routine) -> None:
+        if routine.name == "control":
+            if routine.last_error is None and self.standby():
+                self._send("READY=1\nSTATUS=standby: another host's slurmctld is in control")
+            return
         if routine.name != "slurm-window":
             return
         with self._lock:
@@ -282,10 +290,15 @@ class _ReadyAfterFirstWindow:
             served = self.served()
             ready = bool(served) and all(c in self.ran for c in served) and \
                 any(self.ran[c] for c in served)
-            if self.sent or not ready:
+        if ready:
+            self._send("READY=1\nSTATUS=first Slurm window synced")
+
+    def _send(self, message: str) -> None:
+        with self._lock:
+            if self.sent:
                 return
             self.sent = True
-        notify("READY=1\nSTATUS=first Slurm window synced")
+        notify(message)
 
 
 def _require_delivery(config: Config) -> None:
@@ -336,8 +349,11 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         daemon.heartbeat_interval = watchdog_interval()
         if daemon.heartbeat_interval:
             daemon.heartbeat = lambda: notify("WATCHDOG=1")
-        daemon.on_cycle = CycleLog(app.outbox, then=_ReadyAfterFirstWindow(app.lanes))
-        server, fast = app.prep(daemon.wake_delivery)
+        control = app.control
+        standby = (lambda: not control.active) if control else (lambda: False)
+        daemon.on_cycle = CycleLog(app.outbox,
+                                   then=_ReadyAfterFirstWindow(app.lanes, standby))
+        server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
         app.start_publishing()
@@ -345,6 +361,9 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         _listen(server, config)
         log.info("ccadapter %s serving %s (outbox %s)", __version__, _serving(app),
                  outbox_path(config))
+        if control:
+            log.info("slurmctldFailover: working only while the slurmctld on %s (this host) "
+                     "is in control; standing by until scontrol ping says so", control.host)
         daemon.run()
         server.stop()
         fast.stop()

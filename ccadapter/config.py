@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,15 @@ class Config(BaseModel):
     # to the socket's cluster. Needs slurmClusters.
     prep_sock_cluster_listen_paths: dict[str, str] = Field(
         default_factory=dict, alias="prepSockClusterListenPaths")
+    # Controller failover: slurm.conf lists SlurmctldHost more than once and a daemon runs
+    # beside each slurmctld. Only the daemon beside the one in control (scontrol ping) finds
+    # and sends jobs; the others stand by. Off: this daemon always works, as before. With
+    # slurmClusters the controllers are the local cluster's (this host's slurm.conf), and the
+    # daemon in control works for every cluster it serves.
+    slurmctld_failover: bool = Field(False, alias="slurmctldFailover")
+    # This host's name as SlurmctldHost spells it (before any "(address)"); empty: the host
+    # name the system gives (socket.gethostname()), compared without domain and case.
+    slurmctld_host_name: str = Field("", alias="slurmctldHostName")
 
     @field_validator(
         "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"
@@ -186,6 +196,14 @@ class Config(BaseModel):
             raise ValueError(f"must be a NATS subject to publish to, such as "
                              f"\"cc.node.state\" (no wildcards, spaces or empty tokens), "
                              f"got {value!r}")
+        return value
+
+    @field_validator("slurmctld_host_name")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        if value and not _HOSTNAME.match(value):
+            raise ValueError(f"must be a host name as SlurmctldHost spells it (without the "
+                             f"address in parentheses), got {value!r}")
         return value
 
     @field_validator("metrics_listen")
@@ -261,6 +279,10 @@ class Config(BaseModel):
         """Whether clusters are named (``slurmClusters`` set): then every Slurm command
         carries ``--clusters NAME`` and each cluster's state its name."""
         return bool(self.slurm_clusters)
+
+    def controller_host(self) -> str:
+        """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""
+        return self.slurmctld_host_name or socket.gethostname()
 
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) to serve metrics on; None when metrics are off."""

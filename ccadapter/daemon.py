@@ -15,6 +15,13 @@ other as in the main loop, so a cluster whose Slurm hangs or fails for minutes (
 running into ``slurmCommandTimeout``) delays its own cycles only. Lanes come and go with
 their clusters (:meth:`Daemon.add_routine`, :meth:`Daemon.remove_cluster`). The routines of
 no cluster -- all of them in the default mode -- run in the main loop, as before.
+
+With controller failover a ``gate`` says whether this daemon is the one that works
+(:mod:`ccadapter.control`): routines added with ``gated=True`` (the reconcilers) run only
+while it is open, and all of them at once when it opens (the catch-up of a takeover).
+Delivery is never gated: what the outbox holds is owed whatever the role. The gate is the
+daemon's, not a lane's: with slurmClusters the daemon beside the slurmctld in control works
+for every cluster it serves, and a gate that opens wakes every lane.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class Routine:
     cluster: str | None = None  # runs in this cluster's lane; None: in the main loop
     retry: float | None = None  # after a failure, run again this soon (None: interval)
     retired: bool = False  # its cluster is no longer served
+    gated: bool = False  # runs only while the daemon's gate is open
 
     @property
     def label(self) -> str:
@@ -71,17 +79,21 @@ class Daemon:
         # a stuck loop stops the pings and systemd restarts the daemon.
         self.heartbeat = heartbeat
         self.heartbeat_interval = heartbeat_interval
-        self._lock = threading.Lock()  # self.routines and self._lanes
+        self._lock = threading.Lock()  # self.routines, self._lanes and the gate's last state
         self._lanes: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._running = False
+        self.gate: Callable[[], bool] = lambda: True
+        self._gate_was_open = True
+        self._main_wake = threading.Event()
 
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None, *,
-                    cluster: str | None = None, retry: float | None = None) -> None:
+                    cluster: str | None = None, retry: float | None = None,
+                    gated: bool = False) -> None:
         """``cluster``: run it in that cluster's lane (started now if the daemon runs).
         ``retry``: after a failure, try again after this many seconds instead of
-        ``interval``."""
+        ``interval``. ``gated``: run it only while :attr:`gate` is open."""
         routine = Routine(name or getattr(fn, "__name__", "routine"), fn, interval,
-                          cluster=cluster, retry=retry)
+                          cluster=cluster, retry=retry, gated=gated)
         with self._lock:
             self.routines.append(routine)
             if self._running and cluster is not None and cluster not in self._lanes:
@@ -98,6 +110,15 @@ class Daemon:
         if lane is not None:
             lane[1].set()
 
+    def run_soon(self, name: str) -> None:
+        """Run the routine ``name`` now rather than at its turn (safe from any thread)."""
+        with self._lock:
+            for routine in self.routines:
+                if routine.name == name:
+                    routine.next_at = 0.0
+            self._wake_lanes()
+        self._main_wake.set()
+
     def _of(self, cluster: str | None) -> list[Routine]:
         with self._lock:
             return [r for r in self.routines if r.cluster == cluster]
@@ -112,10 +133,10 @@ class Daemon:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._main_wake.set()
         self.wake_delivery()
         with self._lock:
-            for _, wake in self._lanes.values():
-                wake.set()
+            self._wake_lanes()
 
     def wake_delivery(self) -> None:
         """Deliver now: something was enqueued outside the routines (the fast path)."""
@@ -139,10 +160,12 @@ class Daemon:
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
-                wait = self._until_due(self._of(None))
+                self._gate_open()  # a gate that opened wakes the lanes now, not at their turn
+                wait = self._until_due(self._runnable(None))
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
-                self.stopping.wait(max(0.05, wait))
+                self._main_wake.wait(max(0.05, wait))
+                self._main_wake.clear()
         finally:
             self.stop()
             for sender in senders:
@@ -157,13 +180,39 @@ class Daemon:
         for routine in self._of(cluster):
             if self.stopping.is_set():
                 return
-            if not routine.retired and self.clock() >= routine.next_at:
+            if routine.retired or (routine.gated and not self._gate_open()):
+                continue
+            if self.clock() >= routine.next_at:
                 self._run(routine)
+
+    def _runnable(self, cluster: str | None) -> list[Routine]:
+        """``cluster``'s routines that may run now (the gated ones only while it is open)."""
+        is_open = self._gate_open()
+        return [r for r in self._of(cluster) if not r.gated or is_open]
 
     def _until_due(self, routines: list[Routine]) -> float:
         if not routines:
             return self.idle_delivery_wait
         return min(r.next_at for r in routines) - self.clock()
+
+    def _gate_open(self) -> bool:
+        """The gate, asked anew for each routine: the routine before may have opened it.
+        When it opens, every gated routine is due at once, in every lane (safe from any
+        thread: the first that sees it open makes them due)."""
+        is_open = self.gate()
+        with self._lock:
+            if is_open and not self._gate_was_open:
+                for routine in self.routines:
+                    if routine.gated:
+                        routine.next_at = 0.0
+                self._wake_lanes()
+            self._gate_was_open = is_open
+        return is_open
+
+    def _wake_lanes(self) -> None:
+        """Under ``self._lock``."""
+        for _, wake in self._lanes.values():
+            wake.set()
 
     def _start_lane(self, cluster: str) -> None:
         """Under ``self._lock``."""
@@ -176,11 +225,10 @@ class Daemon:
     def _lane(self, cluster: str, wake: threading.Event) -> None:
         while not self.stopping.is_set():
             wake.clear()
-            mine = self._of(cluster)
-            if not mine:
+            if not self._of(cluster):
                 return  # the cluster is no longer served
             self.run_due(cluster)
-            wake.wait(max(0.05, self._until_due(mine)))
+            wake.wait(max(0.05, self._until_due(self._runnable(cluster))))
 
     def _run(self, routine: Routine) -> None:
         started = self.clock()

@@ -39,8 +39,10 @@ from ccadapter.outbox import DELIVERED, REJECTED, Event, Result
 log = logging.getLogger(__name__)
 
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
-# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath).
-HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full")
+# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath), and a
+# standby daemon's (ccadapter.control).
+HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full", "standby")
+ROLES = ("active", "standby")  # ccadapter.control.Role
 
 # Slurm answers in tens of milliseconds on a quiet cluster and in tens of seconds on a busy
 # slurmdbd; cc-backend in milliseconds unless something is wrong.
@@ -85,6 +87,13 @@ class Metrics:
             "ccadapter_cluster_served",
             "1 for each Slurm cluster the daemon serves now (slurmClusters; with [\"*\"] "
             "as sacctmgr last listed them).", ["cluster"], registry=self.registry)
+        # One for the daemon, whatever clusters it serves: with slurmctldFailover the
+        # daemon beside the slurmctld in control works for all of them (ccadapter.control).
+        self.roles = Gauge(
+            "ccadapter_role",
+            "1 for the daemon's role, 0 for the other: active (finds and sends jobs) or "
+            "standby (slurmctldFailover: another host's slurmctld is in control).",
+            ["role"], registry=self.registry)
         # Memory, CPU and open files of the daemon itself: a leak shows here first.
         ProcessCollector(registry=self.registry)
 
@@ -187,6 +196,10 @@ class Metrics:
     def hook_dropped(self, reason: str) -> None:
         self.hook_drops.labels(reason).inc()
 
+    def role(self, role: str) -> None:
+        for name in ROLES:
+            self.roles.labels(name).set(1 if name == role else 0)
+
     def cluster_served(self, cluster: str, served: bool) -> None:
         """A cluster is served from now on (its series start at zero, so rate() sees its
         first failure) or no longer (its ``ccadapter_cluster_served`` series goes away)."""
@@ -243,6 +256,7 @@ class Recorder(Protocol):
     def hook_received(self, cluster: str = "") -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
     def cluster_served(self, cluster: str, served: bool) -> None: ...
+    def role(self, role: str) -> None: ...
     def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]: ...
     def watch_outbox(self, outbox: OutboxStats) -> None: ...
 
@@ -273,6 +287,9 @@ class NoMetrics:
         pass
 
     def cluster_served(self, cluster: str, served: bool) -> None:
+        pass
+
+    def role(self, role: str) -> None:
         pass
 
     def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]:

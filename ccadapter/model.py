@@ -88,9 +88,27 @@ class Resource:
     accelerators: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, order=True)
+class HetComponent:
+    """One component of a heterogeneous job: Slurm's ``LEADER+OFFSET`` name for it, and the
+    job id Slurm gave it. The leader (offset 0) has the het job's own id."""
+
+    het_job_id: int
+    offset: int
+    job_id: int
+
+    def __str__(self) -> str:
+        return f"{self.het_job_id}+{self.offset}"
+
+
 @dataclass(frozen=True)
 class Job:
-    """One run of one Slurm job. A requeued job has several runs: same id, other startTime."""
+    """One run of one Slurm job. A requeued job has several runs: same id, other startTime.
+
+    A heterogeneous job is one Job with the leader's id, and ``het_components`` lists the
+    components it was built from (:mod:`ccadapter.slurm.hetjob`). The collector reads each
+    component as a Job of its own first and merges them before handing them out; a
+    component alone (``het_part``) is never sent."""
 
     job_id: int
     cluster: str
@@ -115,6 +133,7 @@ class Job:
     slurm_info: str = ""
     job_script: str = ""
     allocation_known: bool = False  # True when hwthreads came from slurmctld
+    het_components: tuple[HetComponent, ...] = ()  # by offset; empty: not a het job
     energy: int | None = None  # joules consumed, from slurmdbd; None when not accounted
 
     @property
@@ -137,6 +156,17 @@ class Job:
     @property
     def hostnames(self) -> tuple[str, ...]:
         return tuple(r.hostname for r in self.resources)
+
+    @property
+    def slurm_ids(self) -> tuple[int, ...]:
+        """The Slurm job ids this run covers: every component's of a het job."""
+        return tuple(c.job_id for c in self.het_components) or (self.job_id,)
+
+    @property
+    def het_part(self) -> bool:
+        """A non-leader component of a het job, not merged into the leader's job: never
+        sent on its own (its id is not the one cc-backend knows the job by)."""
+        return bool(self.het_components) and self.job_id != self.het_components[0].het_job_id
 
     @property
     def key(self) -> tuple[str, int, int]:

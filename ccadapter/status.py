@@ -24,6 +24,7 @@ from typing import Any
 
 from ccadapter import __version__, clustername
 from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
 from ccadapter.lastrun import LastRun
@@ -113,13 +114,13 @@ def _cluster_views(config: Config, cycles: dict[str | None, dict[str, Any]],
 
 
 def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]:
-    """``outbox``, the cycles by cluster (``cycles``) and the served clusters (``served``);
-    an outbox that does not exist yet is not created."""
+    """``outbox``, the cycles by cluster (``cycles``), the served clusters (``served``) and
+    the failover role (``control``); an outbox that does not exist yet is not created."""
     view: dict[str, Any] = {"path": str(path), "exists": path.exists(), "pending": 0,
                             "rejected": 0, "oldestPendingAge": None, "counts": {},
                             "rejectedEvents": []}
     if not view["exists"]:
-        return {"outbox": view, "cycles": {}, "served": None}
+        return {"outbox": view, "cycles": {}, "served": None, "control": None}
     outbox = Outbox(path, clock=lambda: now)
     try:
         stats = outbox.stats()
@@ -130,9 +131,11 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
             view["oldestPendingAge"] = round(stats["oldest_pending_age"], 3)
         cycles = outbox.state_items(CYCLE_PREFIX)
         served = outbox.get_state(SERVED_KEY)
+        control = outbox.get_state(CONTROL_KEY)
     finally:
         outbox.close()
-    return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served)}
+    return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served),
+            "control": _control(control, now)}
 
 
 def _names(raw: str | None) -> list[str] | None:
@@ -141,6 +144,18 @@ def _names(raw: str | None) -> list[str] | None:
     except ValueError:
         return None  # written by a newer or broken version: not ours to interpret
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
+
+
+def _control(raw: str | None, now: float) -> dict[str, Any] | None:
+    """The failover role the daemon recorded last (``null``: no slurmctldFailover)."""
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    record["age"] = round(now - record["checkedAt"], 3) if record.get("checkedAt") else None
+    return record
 
 
 def _nested(counts: dict[str, int]) -> dict[str, dict[str, int]]:
@@ -195,6 +210,8 @@ def render_table(doc: dict[str, Any]) -> str:
     lines += _daemon_lines(doc["daemon"])
     last = doc["lastRun"]
     lines.append(f"lastRun     {_ago(last['age'])}  ({last['path']})")
+    if control := doc.get("control"):
+        lines.append(_control_line(control, doc["time"]))
     lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
     lines += _cycle_lines(doc["reconcilers"])
     if not doc["reconcilers"] and not doc.get("clusters"):
@@ -224,6 +241,13 @@ def _daemon_lines(daemon: dict[str, Any]) -> list[str]:
         owners = ", ".join(map(str, daemon["lockPids"]))
         state += f"; lock held by PID {owners}" if owners else "; lock free: not running"
     return [f"daemon      {state}  ({daemon['pidFile']})"]
+
+
+def _control_line(control: dict[str, Any], now: float) -> str:
+    holder = control["inControl"] or "none answers"
+    line = (f"role        {control['role']} since {_ago(now - control['since'])}  (this host "
+            f"{control['host']}; in control: {holder}; checked {_ago(control['age'])})")
+    return line + (f"\n            error: {control['error']}" if control["error"] else "")
 
 
 def _outbox_lines(box: dict[str, Any]) -> list[str]:

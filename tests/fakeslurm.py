@@ -6,17 +6,20 @@ jobs it held, and the node list. The collector asks narrower questions than thos
 (the run listing of a window, the JSON of a few job ids, one scontrol process answering many
 commands); :class:`RecordedSlurm` answers each the way the real commands select and print:
 
-- the listing (``sacct -X -n -P ... -o JobIDRaw,Start,End,State,NodeList``) writes one line per
-  recorded run that matches slurmdbd's rule for the window (``-s RUNNING,SUSPENDED``: started
-  before the window's end, ended after its start or not yet; without ``-s``: eligible before
-  its end and not ended before its start) or the id list (``--jobs``), with epoch times as
-  ``SLURM_TIME_FORMAT=%s`` prints them. The listing's text form itself is tested on real
-  recorded listings (``tests/fixtures/*/sacct-listing-*.txt``).
-- ``sacct --json -j IDS``: the recorded document with the records of those ids;
-- ``scontrol -d`` reading commands: the recorded record of each ``show job ID`` (an error on
-  stderr for jobs it does not hold), the script of each ``write batch_script ID -``, the
-  argument of ``show hostnames``, each command echoed as scontrol echoes it; with
-  ``SLURM_TIME_FORMAT=%s`` the recorded wall-clock times (UTC) printed as epochs;
+- the listing (``sacct -X -n -P ... -o JobIDRaw,JobID,Start,End,State,NodeList``) writes one
+  line per recorded run that matches slurmdbd's rule for the window (``-s RUNNING,SUSPENDED``:
+  started before the window's end, ended after its start or not yet; without ``-s``: eligible
+  before its end and not ended before its start) or the id list (``--jobs``), with epoch times
+  as ``SLURM_TIME_FORMAT=%s`` prints them, and JobID as sacct names a het job's component
+  (``11+1``), an array task (``10_3``) or a job (``12``). The listing's text form itself is
+  tested on real recorded listings (``tests/fixtures/*/testbed/commands-*.json``).
+- ``sacct --json -j IDS``: the recorded document with the records of those ids (for a het
+  job's leader, every component, as sacct answers);
+- ``scontrol -d`` reading commands: the recorded record of each ``show job ID`` (every
+  component's for a het job's leader; an error on stderr for jobs it does not hold), the
+  script of each ``write batch_script ID -``, the argument of ``show hostnames``, each
+  command echoed as scontrol echoes it; with ``SLURM_TIME_FORMAT=%s`` the recorded
+  wall-clock times (UTC) printed as epochs;
 - ``scontrol -d show job``: the whole recorded text, line by line.
 
 Switches: ``sacct_down``/``controller_down`` (the daemons unreachable), ``controller``
@@ -54,6 +57,34 @@ def _epoch(value: Any) -> int:
 def _state(record: Mapping[str, Any]) -> str:
     current = record.get("state", {}).get("current", "")
     return current[0] if isinstance(current, list) and current else str(current)
+
+
+def _het_leader(record: Mapping[str, Any]) -> int:
+    """The leader's id of a het job's component (0 for other jobs; ``het`` may be unset)."""
+    het = record.get("het") or {}
+    offset = het.get("job_offset")
+    unset = offset is None or (isinstance(offset, Mapping) and not offset.get("set"))
+    return 0 if unset else _num(het.get("job_id"))
+
+
+def _job_id_text(record: Mapping[str, Any]) -> str:
+    """sacct's JobID: ``11+1`` for a het job's component, ``10_3`` for an array task."""
+    leader = _het_leader(record)
+    if leader:
+        return f"{leader}+{_num(record['het']['job_offset'])}"
+    task = record.get("array", {}).get("task_id")
+    if task is not None and (not isinstance(task, Mapping) or task.get("set")):
+        return f"{_num(record['array']['job_id'])}_{_num(task)}"
+    return str(record.get("job_id"))
+
+
+def _shown(held: Mapping[int, str], job_id: int) -> list[str]:
+    """The records ``scontrol show job ID`` prints: a het job's leader prints every
+    component, leader first (as recorded: tests/fixtures/*/testbed/commands-*.json)."""
+    record = held.get(job_id)
+    if record is None or f"HetJobId={job_id} HetJobOffset=0 " not in record:
+        return [record] if record else []
+    return [r for r in held.values() if f" HetJobId={job_id} " in r.split("\n", 1)[0]]
 
 
 class RecordedSlurm:
@@ -127,11 +158,11 @@ class RecordedSlurm:
                 err.append("slurm_load_jobs error: Unable to contact slurm controller "
                            "(connect failure)\n")
             elif words[:2] == ["show", "job"]:
-                record = held.get(int(words[2]))
-                if record is None:
+                records = _shown(held, int(words[2]))
+                if not records:
                     err.append("slurm_load_jobs error: Invalid job id specified\n")
                 else:
-                    out.append(record + "\n\n")
+                    out.extend(record + "\n\n" for record in records)
             elif words[:2] == ["write", "batch_script"]:
                 record = held.get(int(words[2]))
                 if record is None or "BatchFlag=1" not in record:
@@ -183,7 +214,8 @@ class RecordedSlurm:
             ids = {int(i) for i in argv[argv.index("--jobs") + 1].split(",")}
             # records without a readable id (broken on purpose) are printed in any answer
             return [r for r in doc["jobs"] if not isinstance(r, Mapping)
-                    or not isinstance(r.get("job_id"), int) or r["job_id"] in ids]
+                    or not isinstance(r.get("job_id"), int) or r["job_id"] in ids
+                    or _het_leader(r) in ids]
         start, end = self._bound(argv, "--starttime"), self._bound(argv, "--endtime")
         out = []
         for r in doc["jobs"]:
@@ -211,8 +243,8 @@ class RecordedSlurm:
             t = r.get("time", {})
             start, end = _epoch(t.get("start")), _epoch(t.get("end"))
             nodes = r.get("nodes") or "None assigned"
-            lines.append(f"{r.get('job_id')}|{start or 'Unknown'}|{end or 'Unknown'}|"
-                         f"{_state(r)}|{nodes}")
+            lines.append(f"{r.get('job_id')}|{_job_id_text(r)}|{start or 'Unknown'}|"
+                         f"{end or 'Unknown'}|{_state(r)}|{nodes}")
         return "".join(line + "\n" for line in lines)
 
     def _json(self, argv: list[str]) -> str:

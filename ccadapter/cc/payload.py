@@ -5,6 +5,10 @@ cc-backend decodes bodies strictly (an unknown field is a 400), so only fields o
 jobs without a limit (cc-backend requires >= 1 when present), empty ``hwthreads`` and
 ``accelerators`` lists are left out. ``metaData`` values are strings, as the schema says.
 
+A heterogeneous job is one job (:mod:`ccadapter.slurm.hetjob`); its metaData names the
+components as ``hetJobComponents``: ``"11+0=11,11+1=12"`` (Slurm's ``LEADER+OFFSET`` name,
+``=``, the component's own job id, in offset order). A component on its own is never a body.
+
 The consumed energy cannot ride on the stop: ``StopJobAPIRequest`` has no metaData (an
 unknown field is a 400, cc-backend v1.5.4 internal/api/job.go:40-46), and the start is sent
 before anyone knows it. It goes into the stopped job's metaData by ``PATCH
@@ -19,11 +23,13 @@ from ccadapter.model import Job, JobState, Resource
 
 
 class NotSendable(ValueError):
-    """This run cannot become a start_job body (it never started, or lacks a user)."""
+    """This run cannot become a start_job body (it never started, lacks a user, or is a
+    component of a het job, which is sent as part of its leader's job)."""
 
 
 def start_job_body(job: Job) -> dict[str, Any]:
     """The exact body of ``POST /api/jobs/start_job/`` for this run."""
+    _not_a_component(job)
     if not job.started:
         raise NotSendable(f"job {job.job_id} never started (Slurm state {job.state})")
     if not job.user:
@@ -53,6 +59,7 @@ def start_job_body(job: Job) -> dict[str, Any]:
 def stop_job_body(job: Job) -> dict[str, Any]:
     """The body of ``POST /api/jobs/stop_job/``; always with startTime, so that cc-backend
     stops this run and not the newest one of that job id."""
+    _not_a_component(job)
     if not job.started:
         raise NotSendable(f"job {job.job_id} never started (Slurm state {job.state})")
     state = job.cc_state
@@ -65,6 +72,12 @@ def stop_job_body(job: Job) -> dict[str, Any]:
         "stopTime": max(job.end_time, job.start_time),
         "jobState": state.value,
     }
+
+
+def _not_a_component(job: Job) -> None:
+    if job.het_part:
+        raise NotSendable(f"job {job.job_id} is a component of het job "
+                          f"{job.het_components[0].het_job_id}, sent as part of it")
 
 
 def _resource(res: Resource) -> dict[str, Any]:
@@ -84,6 +97,8 @@ def _meta(job: Job) -> dict[str, str]:
         meta["slurmInfo"] = job.slurm_info
     if job.job_script:
         meta["jobScript"] = job.job_script
+    if job.het_components:
+        meta["hetJobComponents"] = ",".join(f"{c}={c.job_id}" for c in job.het_components)
     return meta
 
 

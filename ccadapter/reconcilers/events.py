@@ -5,6 +5,8 @@
     started, ended (completed, failed, ...) ─────► start, stop (the outbox orders them)
       ... with energy accounted by slurmdbd ────► start, stop, energy (after the stop)
     all hosts match ignoreHosts ────────────────► nothing
+    a het job's component on its own ───────────► nothing (the het job is one Job, keyed by
+                                                  its leader's id and start)
 
 A requeued job's runs are separate (same jobId, other startTime): the old run's stop and the
 new run's start are separate events, ordered by the outbox.
@@ -39,7 +41,7 @@ def hosts_ignored(nodes: str, pattern: re.Pattern[str] | None) -> bool:
 
 
 def events_for(job: Job, ignore: re.Pattern[str] | None = None) -> list[NewEvent]:
-    if not job.started or ignored(job, ignore) or not job.user:
+    if not job.started or job.het_part or ignored(job, ignore) or not job.user:
         return []
     start = start_job_body(job)
     events = [NewEvent(job.cluster, job.job_id, job.start_time, START, start,

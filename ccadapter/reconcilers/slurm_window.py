@@ -131,6 +131,16 @@ class SlurmWindow:
         outage = self.outbox.get_state(self._outage)
         return min(since, float(outage)) if outage else since
 
+    def take_over(self) -> None:
+        """This daemon takes over from another host's (controller failover): what this
+        outbox remembers of its own last time in control no longer says where to read. The
+        next window starts at lastRun (shared by the hosts: where the other daemon left
+        off), and slurm-lookback reaches back no further than that window, not into the
+        stretch the other daemon covered (re-sending it all again, as 422s). The keys are
+        this cluster's (scoped with slurmClusters)."""
+        for key in (self._outage, self._recovered, self._origin):
+            self.outbox.del_state(key)
+
     def run_once(self) -> dict[str, Any]:
         now = self.clock()
         since = self.window_start(now)

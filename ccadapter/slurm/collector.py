@@ -17,6 +17,11 @@ A busy site keeps 10,000 to 100,000 jobs queued; none of them matters until it r
   the same scontrol process (``write batch_script ID -``): a fixed number of processes per
   cycle on every version, not one per job.
 
+A heterogeneous job is one run under its leader's id everywhere it leaves the collector: the
+listing's components become one stamp (so the outbox is compared by the leader's id), details
+are asked for the leader (sacct and scontrol answer with every component), and the components
+read become one Job (:mod:`.hetjob`).
+
 A record that cannot be read is reported with its job id and skipped; it never costs the rest
 of the answer.
 """
@@ -49,7 +54,9 @@ from ccadapter.slurm.formats._common import (
     version_from_text,
 )
 from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
+from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
 from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
@@ -193,7 +200,7 @@ class Collector:
             stamps, errors = parse_listing(out, ParseContext(self._version_text(), "sacct -P"))
         for err in errors:
             log.error("skipped: %s", err)
-        return Listing(stamps, errors)
+        return Listing(merge_stamps(stamps), errors)
 
     # --- details of named runs ------------------------------------------------------------
 
@@ -251,9 +258,12 @@ class Collector:
             records, errors = _parse_records(doc, parser, ParseContext(str(version), command),
                                              set(ids))
             del doc
-        have = _known_runs(records, known)
-        fresh = [r for r in records if r.job_id in starts and (r.job_id, r.start_time) not in have
-                 and r.start_time and r.nodes]
+        # A het job's components follow their leader: it alone is compared with the outbox
+        # and asked of slurmctld (whose answer carries every component).
+        leading = [r for r in records if not r.het_offset]
+        have = _known_runs(leading, known)
+        fresh = [r for r in leading if r.job_id in starts
+                 and (r.job_id, r.start_time) not in have and r.start_time and r.nodes]
         horizon = self.clock() - CONTROLLER_MEMORY
         held = sorted({r.job_id for r in fresh if r.end_time == 0 or r.end_time >= horizon})
         no_script = {r.job_id for r in fresh if not r.script} if scripts_wanted else set()
@@ -275,7 +285,7 @@ class Collector:
             jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
             log.error("skipped: %s", err)
-        return QueryResult(jobs, version, errors)
+        return QueryResult(merge_jobs(jobs), version, errors)
 
     # --- slurmctld --------------------------------------------------------------------------
 
@@ -284,26 +294,48 @@ class Collector:
         """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
         Batch scripts are fetched for the ids in ``scripts_for`` (starts). Returns the jobs
         and the ids it could not build (unknown, or a start time that falls in the repeated
-        hour of a clock change): those are left to the poll."""
+        hour of a clock change): those are left to the poll.
+
+        Each component of a het job has its own prolog and epilog, announcing its own id:
+        a component read without its leader is read again with it (a second request, only
+        then), so that the het job is built whole, under the leader's id."""
         ids = sorted(set(job_ids))
-        wanted_scripts = [i for i in ids if i in set(scripts_for)] \
-            if self.settings.fetch_job_scripts else []
-        held, scripts, errors = self._controller(ids, wanted_scripts, cluster,
-                                                 self._known_version or "unknown")
+        version = self._known_version or "unknown"
+        want_scripts = set(scripts_for) if self.settings.fetch_job_scripts else set()
+        held, scripts, errors = self._controller(ids, [i for i in ids if i in want_scripts],
+                                                 cluster, version)
+        leaders = sorted({c.het_job_id for c in held.values() if c.het_job_id} - set(held))
+        if leaders:
+            scripted = {c.het_job_id for c in held.values() if c.job_id in want_scripts}
+            more, more_scripts, more_errors = self._controller(
+                leaders, [i for i in leaders if i in scripted], cluster, version)
+            held.update(more)
+            scripts.update(more_scripts)
+            errors += more_errors
         for err in errors:
             log.error("skipped: %s", err)
+        jobs = merge_jobs(self._from_controller(held, scripts, cluster))
+        covered = {i for job in jobs for i in job.slurm_ids}
+        return jobs, [i for i in ids if i not in covered]
+
+    def _from_controller(self, held: dict[int, ControllerJob], scripts: dict[int, str],
+                         cluster: str | None) -> list[Job]:
+        """A Job per record slurmctld holds; none for a het job one of whose components has
+        a time that is not exactly known (it is left to the poll whole)."""
         name = cluster or self.cluster_name_cached()
-        jobs, missing = [], []
-        for job_id in ids:
-            ctl = held.get(job_id)
-            job = controller_job(ctl, name, self.tz, self.settings.gpu_patterns) if ctl else None
-            if job and job.started and ctl and ctl.batch and job_id in scripts:
+        jobs: list[Job] = []
+        unsure: set[int] = set()
+        for job_id, ctl in sorted(held.items()):
+            job = controller_job(ctl, name, self.tz, self.settings.gpu_patterns)
+            if job is None:
+                if ctl.het_job_id:
+                    unsure.add(ctl.het_job_id)
+                continue
+            if job.started and ctl.batch and job_id in scripts:
                 job = replace(job, job_script=scripts[job_id])
-            if job:
-                jobs.append(job)
-            else:
-                missing.append(job_id)
-        return jobs, missing
+            jobs.append(job)
+        return [j for j in jobs if not (j.het_components and
+                                        j.het_components[0].het_job_id in unsure)]
 
     def _controller(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
                     version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
@@ -371,6 +403,19 @@ class Collector:
         return nodes
 
     # --- the installation -----------------------------------------------------------------
+
+    def controllers(self) -> list[ControllerPing]:
+        """The SlurmctldHosts in slurm.conf order and which of them answer (``scontrol
+        ping``, which exits 1 when none does: its answer is read whatever the status)."""
+        argv = ["scontrol", "ping"]
+        done = self.runner.unchecked(argv)
+        try:
+            return parse_ping(done.stdout, self._known_version or "unknown")
+        except SlurmParseError:
+            if done.returncode:
+                raise SlurmCommandError(argv, f"exit status {done.returncode}",
+                                        done.stderr) from None
+            raise
 
     def cluster_name(self) -> str:
         """The local cluster's name, as jobs carry it."""
@@ -473,6 +518,6 @@ def _parse_records(doc: dict, parser, ctx: ParseContext,
         except SlurmParseError as exc:
             errors.append(str(exc))
             continue
-        if wanted is None or rec.job_id in wanted:
-            records.append(rec)
+        if wanted is None or rec.job_id in wanted or rec.het_job_id in wanted:
+            records.append(rec)  # `sacct -j LEADER` lists every component
     return records, errors

@@ -3,16 +3,27 @@
 Pure functions, kept apart from the collector (which decides what to ask Slurm) so that the
 joining rules are tested on recorded outputs alone: slurmdbd's record gives the run's identity,
 times and counts; slurmctld's ``scontrol show job -d`` adds the exact CPU ids and GPU indices
-while it still holds the job; ``gpuPciAddrs`` turns GPU indices into PCI addresses.
+while it still holds the job; ``gpuPciAddrs`` turns GPU indices into PCI addresses. A
+component of a heterogeneous job becomes a Job of its own here, naming its component; the
+collector merges the components into one (:mod:`ccadapter.slurm.hetjob`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from datetime import tzinfo
 
-from ccadapter.model import Job, JobState, Resource, Shared, base_state, cc_state
+from ccadapter.model import (
+    HetComponent,
+    Job,
+    JobState,
+    Resource,
+    Shared,
+    base_state,
+    cc_state,
+)
 from ccadapter.slurm.formats._common import ControllerJob, SacctRecord
 from ccadapter.slurm.timefmt import readings
 
@@ -21,9 +32,23 @@ log = logging.getLogger(__name__)
 GpuPatterns = list[tuple[re.Pattern[str], list[str]]]
 
 
+def placeholder_record(rec: SacctRecord) -> bool:
+    """Is this slurmdbd's stand-in record of a job whose step start reached it before the
+    job's own start record? Then it has no partition, is named ``allocation`` and has no time
+    limit, until the job's record arrives (seen on 22.05 within a second of a job's start;
+    found by the fault matrix). Every job Slurm starts runs in a partition."""
+    return bool(rec.start_time) and not rec.partition
+
+
 def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
               gpu_patterns: GpuPatterns) -> Job:
-    """Join what slurmdbd and slurmctld know of one run. Pure."""
+    """Join what slurmdbd and slurmctld know of one run. Pure. Where slurmdbd holds only a
+    :func:`placeholder_record`, the job's name, partition, account and time limit are
+    slurmctld's (cc-backend keeps a start as it was first sent)."""
+    if ctl is not None and placeholder_record(rec) and ctl.partition:
+        rec = dataclasses.replace(rec, name=ctl.name, partition=ctl.partition,
+                                  account=ctl.account or rec.account,
+                                  time_limit=ctl.time_limit)
     if ctl is not None and ctl.nodes:
         resources = tuple(
             Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
@@ -60,6 +85,8 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         slurm_info=ctl.text if ctl else "",
         job_script=rec.script or script,
         allocation_known=bool(ctl and ctl.nodes),
+        het_components=_component(rec.job_id, rec.het_job_id, rec.het_offset)
+        or (_component(ctl.job_id, ctl.het_job_id, ctl.het_offset) if ctl else ()),
         energy=rec.energy,
     )
 
@@ -89,7 +116,14 @@ def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
         shared=ctl.shared, resources=resources, array_job_id=ctl.array_job_id,
         array_task_id=ctl.array_task_id, exit_code=ctl.exit_code, slurm_info=ctl.text,
         allocation_known=bool(ctl.nodes),
+        het_components=_component(ctl.job_id, ctl.het_job_id, ctl.het_offset),
     )
+
+
+def _component(job_id: int, het_job_id: int, offset: int | None) -> tuple[HetComponent, ...]:
+    """The het job component a record stands for (merged later: ccadapter.slurm.hetjob)."""
+    return (HetComponent(het_job_id, offset, job_id),) if het_job_id and offset is not None \
+        else ()
 
 
 def _accelerators(host: str, indices: tuple[int, ...], patterns: GpuPatterns

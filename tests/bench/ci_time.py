@@ -3,7 +3,7 @@ runs, into tests/bench/results/ci.json, then BENCHMARKS.md is rendered again.
 
 Time a run (its output is passed through and read for pytest's summary line)::
 
-    .venv/bin/python -m tests.bench.ci_time -- sudo tests/run -v -p no:cacheprovider
+    .venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider
 
 or read a CI log that holds pytest's summary (``=== 568 passed in 1292.37s ===``). A log
 does not say how long the whole run took (venv, test bed, lint) nor on which commit: give

@@ -145,10 +145,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
+def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
+                   lookback: float = 600) -> dict:
     """One run: ``ccadapter daemon`` enqueues ``n_jobs`` jobs (start + stop each) from the
     replayed Slurm while cc-backend is down; then the stand-in (5 ms per request) comes up
-    and the daemon drains the backlog. Returns the raw figures; raises unless the outbox
+    and the daemon drains the backlog. ``lookback``: seconds from lastRun to now (three
+    days: a catch-up in hourly slices). Returns the raw figures; raises unless the outbox
     drained with every event delivered and none rejected."""
     (base / "served").unlink(missing_ok=True)
     port = _free_port()
@@ -159,7 +161,7 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
                "slurmCommandPrefix": [sys.executable, "-m", "tests.bench.replay_slurm",
                                       str(base)],
                "slurmPollInterval": BACKLOG_POLL, "slurmFetchJobScripts": False}
-        LastRun(cfg["lastRunPath"]).set(time.time() - 600)
+        LastRun(cfg["lastRunPath"]).set(time.time() - lookback)
         outbox = Path(tmp, "state", "outbox.sqlite")
         started = time.monotonic()
         daemon = _start_daemon(cfg, tmp, env={**os.environ, "TZ": "UTC"})
@@ -186,6 +188,8 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
             counts = _outbox_counts(outbox)
             hwm = _status_kb(daemon.pid, "VmHWM")
             rss_end = _status_kb(daemon.pid, "VmRSS")
+            progress = [line.split("slurm-window: ", 1)[1][:60] for line in
+                        Path(tmp, "daemon.log").read_text().splitlines() if ": slice " in line]
         finally:
             _stop(daemon)
             if server is not None:
@@ -202,7 +206,8 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600) -> dict:
     return {"jobs": n_jobs, "events": 2 * n_jobs, "enqueue_s": enqueued - started,
             "drain_s": done - up, "rss_end_mb": rss_end / 1024, "peak_rss_mb": hwm / 1024,
             "rss_enqueue_mb": [round(r / 1024, 1) for r in rss_enqueue],
-            "rss_drain_mb": [round(r / 1024, 1) for r in rss_drain], "outbox": counts}
+            "rss_drain_mb": [round(r / 1024, 1) for r in rss_drain], "outbox": counts,
+            "progress_lines": len(progress), "progress_last": progress[-1:]}
 
 
 def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp: str,

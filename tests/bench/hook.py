@@ -1,11 +1,12 @@
 """Benchmark of the Prolog/Epilog fast path (issue 4), on each real test-bed cluster.
 
-1. Latency from the hook's call (slurmctld runs PrologSlurmctld as the job starts,
-   EpilogSlurmctld as it ends; the hook stamps the time it sends) to the start_job / stop_job
-   request arriving at the cc-backend stand-in, for ``latency_jobs`` jobs per cluster
-   (tests.bench.all's plan), SUBMIT_GAP apart, with the poll interval at 60 s so that
-   polling cannot explain the figures. Also from Slurm's own
-   StartTime/EndTime, which have whole seconds only (so they read up to 1 s high).
+1. Latency to the start_job / stop_job request arriving at the cc-backend stand-in, for
+   ``latency_jobs`` jobs per cluster (tests.bench.all's plan), SUBMIT_GAP apart, with the
+   poll interval at 60 s so that polling cannot explain the figures; measured from Slurm's
+   clock: the moment slurmctld ran PrologSlurmctld / EpilogSlurmctld (the test bed's hook
+   wrapper stamps it before it calls the hook: ``hook_stamps`` of ``tests/testbed/slurm
+   info``), and the job's StartTime/EndTime (whole seconds only, so up to 1 s high). Also
+   from the hook's own send stamp (the daemon logs it at debug level).
 2. Hook wall time against a bare `python3 -I -S -c pass`, run alternately (the interpreter's
    start is the floor).
 
@@ -16,6 +17,7 @@ flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.all --only
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import subprocess
@@ -25,9 +27,10 @@ import time
 from pathlib import Path
 
 from ccadapter.lastrun import LastRun
+from tests.bench.scale_probe import read_stamps
 from tests.integration.sync_scenario import TOKEN, DaemonProc, wait_for, write_config
 from tests.integration.test_hook_live import hook_socket
-from tests.integration.workload import sacct_truth
+from tests.integration.workload import TESTBED, sacct_truth
 from tests.standin.ccbackend import CcBackendStandin
 
 HOOK_CMD = "import sys; sys.path.insert(0, {!r}); import hook; sys.exit(hook.main())"
@@ -38,6 +41,13 @@ SENT = re.compile(r"hook: job (\d+) (start|end), sent at ([\d.]+)")
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def stamps_file(cluster) -> Path:
+    """Where the test bed's hook wrapper notes when slurmctld ran it, for this cluster."""
+    out = subprocess.run([str(TESTBED), "info"], capture_output=True, text=True, timeout=120,
+                         check=True, stdin=subprocess.DEVNULL).stdout
+    return Path(next(c["hook_stamps"] for c in json.loads(out) if c["cluster"] == cluster.name))
 
 
 def latencies(cluster, n_jobs: int) -> dict[str, list[float]]:
@@ -69,11 +79,17 @@ def latencies(cluster, n_jobs: int) -> dict[str, list[float]]:
                 kind = "start" if r.path.endswith("start_job/") else "end"
                 arrived.setdefault((r.body["jobId"], kind), r.time)
         truth = sacct_truth(cluster, ids)
+    ran = {"start": read_stamps(stamps_file(cluster), "prolog_slurmctld"),
+           "end": read_stamps(stamps_file(cluster), "epilog_slurmctld")}
     out: dict[str, list[float]] = {"start": [], "end": [], "start_slurm": [], "end_slurm": [],
-                                   "unannounced": []}
+                                   "start_prolog": [], "end_epilog": [], "unannounced": []}
     for job_id in ids:
         for kind in ("start", "end"):
             out[f"{kind}_slurm"].append(arrived[(job_id, kind)] - truth[job_id][kind])
+            stamp = ran[kind].get(job_id)
+            if stamp is not None:
+                key = "start_prolog" if kind == "start" else "end_epilog"
+                out[key].append(arrived[(job_id, kind)] - stamp)
             if (job_id, kind) in sent:
                 out[kind].append(arrived[(job_id, kind)] - sent[(job_id, kind)])
             else:  # the hook could not tell the daemon; the run still got delivered

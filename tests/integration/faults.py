@@ -1,8 +1,11 @@
 """The fault matrix of issue 7: real Slurm, the daemon as a process (REST to the strict
 stand-in, notifications on a real nats-server with JetStream), a continuous churn of jobs,
-and faults injected for real while it runs. Afterwards Slurm's accounting (sacct text, not
-the JSON the product reads) is compared with what cc-backend and NATS received, per fault:
-jobs lost, duplicated, or with wrong fields.
+and faults injected for real while it runs. Afterwards every job id sbatch returned (and
+each task of an array) is looked up in Slurm's accounting (sacct text, not the JSON the
+product reads) and compared with what cc-backend and NATS received, per fault: jobs lost,
+duplicated, or with a field that differs from Slurm's own answer (tests/integration/
+expect.py; CPU ids and GPU indices from ``scontrol show job -d``, read every 2 s while the
+matrix runs). A submitted job sacct never lists counts as lost.
 """
 
 from __future__ import annotations
@@ -18,12 +21,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ccadapter.lastrun import LastRun
-from ccadapter.model import cc_state
+from tests.integration.expect import by_run, check_start, check_stop, ran
 from tests.integration.sync_scenario import TOKEN, DaemonProc, cluster_root, write_config
 from tests.integration.test_hook_live import hook_socket
-from tests.integration.workload import TERMINAL, Cluster, sacct_truth
+from tests.integration.workload import (
+    TERMINAL,
+    Allocation,
+    AllocationWatcher,
+    Cluster,
+    sacct_truth,
+)
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, stream_messages
 from tests.standin.ccbackend import CcBackendStandin
@@ -44,23 +54,36 @@ class Tally:
     nats_duplicated: int = 0
     nats_wrong: int = 0
     resends: int = 0  # repeats cc-backend answered 422: harmless, shown for information
+    unverified: int = 0  # runs whose CPU ids or GPU indices the test could not read
+    unaccounted: int = 0  # submitted runs sacct never listed (also counted as lost)
+    gpu_forgotten: int = 0  # GPU runs read after their end: slurmctld had dropped the ids
     problems: list[str] = field(default_factory=list)
 
     def bad(self) -> int:
         return (self.lost + self.duplicated + self.wrong + self.nats_lost +
-                self.nats_duplicated + self.nats_wrong)
+                self.nats_duplicated + self.nats_wrong + self.unverified)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "lost": self.lost, "duplicated": self.duplicated,
+                "wrong": self.wrong, "nats_lost": self.nats_lost,
+                "nats_duplicated": self.nats_duplicated, "nats_wrong": self.nats_wrong,
+                "resends": self.resends, "unverified": self.unverified,
+                "unaccounted": self.unaccounted, "gpu_forgotten": self.gpu_forgotten,
+                "problems": self.problems[:20]}
 
 
 class Churn(threading.Thread):
     """Submits a mix of jobs until stopped; each id is filed under the phase it began in."""
 
-    MIX = ("short", "short", "fail", "multinode", "cancel", "array", "short", "long")
+    MIX = ("short", "short", "fail", "multinode", "cancel", "array", "short", "long", "gpu")
+    ARRAY_TASKS = 2
 
     def __init__(self, cluster: Cluster, interval: float) -> None:
         super().__init__(name=f"churn-{cluster.name}", daemon=True)
         self.cluster, self.interval = cluster, interval
         self.phase = "normal"
         self.ids: dict[str, list[int]] = {}
+        self.tasks: dict[int, int] = {}  # id sbatch returned -> runs it makes (array tasks)
         self.stopping = threading.Event()
         self.errors: list[str] = []
 
@@ -80,11 +103,15 @@ class Churn(threading.Thread):
                 "fail": ["--wrap", "sleep 1; exit 3"],
                 "multinode": ["-N2", "-n2", "--wrap", "sleep 2"],
                 "cancel": ["--wrap", "sleep 60"],
-                "array": ["--array=1-2", "--wrap", "sleep 1"]}[kind]
+                "array": [f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
+                # runs long enough to be seen running: GPU indices exist only then
+                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "--wrap", "sleep 8"],
+                }[kind]
         out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", "-o", "/dev/null",
                                *args, timeout=30)
         job_id = int(out.strip().split(";")[0])
         self.ids.setdefault(self.phase, []).append(job_id)
+        self.tasks[job_id] = self.ARRAY_TASKS if kind == "array" else 1
         if kind == "cancel":  # cancelled a moment later: running or still pending
             threading.Timer(3 + i % 5, lambda: self.cluster.run(
                 "scancel", str(job_id), check=False, timeout=30)).start()
@@ -216,7 +243,7 @@ def small_tmpfs(path: Path, size: str = "32m"):
 class RunResult:
     cluster: Cluster
     tallies: dict[str, Tally]
-    jobs_submitted: int
+    jobs_submitted: int  # ids sbatch returned (an array: one)
     daemon_restarts: int
     exit_code: int | None
     log: str
@@ -241,6 +268,8 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
         LastRun(state_dir / "lastrun").set(time.time() - 5)
         daemon = DaemonProc(cfg, tmp / "daemon.log")
         rig = Rig(cluster, tmp, standin, nats, daemon, state_dir)
+        watcher = AllocationWatcher(cluster)
+        watcher.start()
         daemon.start()
         churn = Churn(cluster, interval)
         churn.start()
@@ -254,25 +283,38 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
                 time.sleep(quiet)
             churn.stopping.set()
             churn.join(60)
-            ids = [i for v in churn.ids.values() for i in v]
-            _wait_settled(rig, ids)
+            _wait_settled(rig, churn.tasks)
         finally:
             churn.stopping.set()
+            watcher.stop()
             if daemon.proc and daemon.proc.poll() is None:
                 exit_code = daemon.terminate()
-            tallies = _count(rig, churn.ids, plan)
+            tallies = _count(rig, churn, plan, watcher.allocations())
             nats.stop()
         return RunResult(cluster, tallies, churn.total(), rig.restarts, exit_code,
                          rig.log_text(), time.time() - t0)
 
 
-def _wait_settled(rig: Rig, ids: list[int], timeout: float = 900) -> None:
-    """Until Slurm ended every job and cc-backend and NATS hold every started run."""
+def _listed(truth: dict[int, dict], tasks: dict[int, int]) -> dict[int, list[int]]:
+    """Submitted id -> the raw ids of its runs that sacct lists (an array's tasks)."""
+    out: dict[int, list[int]] = {i: [] for i in tasks}
+    for job_id, t in truth.items():
+        owner = t["array_job_id"] or job_id
+        if owner in out:
+            out[owner].append(job_id)
+    return out
+
+
+def _wait_settled(rig: Rig, tasks: dict[int, int], timeout: float = 900) -> None:
+    """Until sacct lists every submitted run, Slurm ended each, and cc-backend and NATS
+    hold every started run."""
     until = time.time() + timeout
     while time.time() < until:
-        truth = sacct_truth(rig.cluster, ids)
-        if truth and all(t["state"] in TERMINAL for t in truth.values()):
-            runs = {(j, t["start"]) for j, t in truth.items() if t["start"] and t["nodes"]}
+        truth = sacct_truth(rig.cluster, list(tasks)) if tasks else {}
+        listed = _listed(truth, tasks)
+        if all(len(listed[i]) >= n for i, n in tasks.items()) and \
+                all(t["state"] in TERMINAL for t in truth.values()):
+            runs = {(j, t["start"]) for j, t in truth.items() if ran(t)}
             stopped = {(b["jobId"], b["startTime"]) for b in rig.standin.stopped()}
             published = {(k[1], k[2]) for k in _nats_keys(rig.nats.url) if k[0] == "stop_job"}
             if runs <= stopped and runs <= published:
@@ -290,23 +332,32 @@ def _nats_keys(url: str) -> list[tuple[str, int, int]]:
     return keys
 
 
-def _count(rig: Rig, ids_by_phase: dict[str, list[int]],
-           plan: list[tuple[str, float]]) -> dict[str, Tally]:
-    """Jobs submitted during a fault or the quiet time after it belong to that fault."""
+def _count(rig: Rig, churn: Churn, plan: list[tuple[str, float]],
+           allocs: dict[int, Allocation]) -> dict[str, Tally]:
+    """Every id sbatch returned, and every task of an array, is one job of the fault it was
+    submitted during (or in the quiet time after); sacct says what became of it."""
     owner = {"normal": "normal"}
     for name, _ in plan:
         owner[name] = owner[f"after {name}"] = name
-    all_ids = [i for v in ids_by_phase.values() for i in v]
-    truth = sacct_truth(rig.cluster, all_ids) if all_ids else {}
-    array_of = {j: t["array_job_id"] or j for j, t in truth.items()}
-    phase_of = {i: owner[p] for p, ids in ids_by_phase.items() for i in ids}
+    truth = sacct_truth(rig.cluster, list(churn.tasks)) if churn.tasks else {}
+    listed = _listed(truth, churn.tasks)
     received = _Received.read(rig)
     tallies: dict[str, Tally] = {}
-    for job_id, t in truth.items():
-        phase = phase_of.get(job_id) or phase_of.get(array_of[job_id], "normal")
-        tally = tallies.setdefault(phase, Tally())
-        tally.jobs += 1
-        received.check(job_id, t, tally)
+    for phase, ids in churn.ids.items():
+        tally = tallies.setdefault(owner[phase], Tally())
+        for sid in ids:
+            missing = churn.tasks[sid] - len(listed[sid])
+            if missing > 0:  # submitted, yet not in Slurm's accounting: lost to cc-backend
+                tally.jobs += missing
+                tally.lost += missing
+                tally.unaccounted += missing
+                seen = "ran" if sid in allocs else "not seen running by slurmctld"
+                tally.problems.append(f"job {sid}: {missing} of {churn.tasks[sid]} runs "
+                                      f"never listed by sacct ({seen})")
+            for job_id in listed[sid]:
+                tally.jobs += 1
+                received.check(rig.cluster.name, job_id, truth[job_id], allocs.get(job_id),
+                               tally)
     received.check_extras(truth, tallies.setdefault("normal", Tally()))
     return tallies
 
@@ -320,12 +371,6 @@ class _Received:
 
     @classmethod
     def read(cls, rig: Rig) -> _Received:
-        starts: dict[tuple[int, int], list[dict]] = {}
-        for b in rig.standin.started(rig.cluster.name):
-            starts.setdefault((b["jobId"], b["startTime"]), []).append(b)
-        stops: dict[tuple[int, int], list[dict]] = {}
-        for b in rig.standin.stopped():
-            stops.setdefault((b["jobId"], b["startTime"]), []).append(b)
         requests: dict[int, int] = {}
         for r in rig.standin.requests("/api/jobs/start_job/"):
             if r.status == 422 and isinstance(r.body, dict) and "jobId" in r.body:
@@ -336,15 +381,17 @@ class _Received:
             body = json.loads(point.fields["event"])
             key = (point.tags["function"], body["jobId"], body["startTime"])
             nats.setdefault(key, []).append(body)
-        return cls(starts, stops, requests, nats)
+        return cls(by_run(rig.standin.started(rig.cluster.name)),
+                   by_run(rig.standin.stopped()), requests, nats)
 
-    def check(self, job_id: int, t: dict, tally: Tally) -> None:
-        run = (job_id, t["start"])
-        if not (t["start"] and t["nodes"]):  # never ran: nothing may be sent
+    def check(self, cluster: str, job_id: int, t: dict, alloc: Allocation | None,
+              tally: Tally) -> None:
+        if not ran(t):  # never ran: nothing may be sent
             if any(k[0] == job_id for k in self.starts):
                 tally.wrong += 1
                 tally.problems.append(f"job {job_id}: never started but sent")
             return
+        run = (job_id, t["start"])
         starts, stops = self.starts.get(run, []), self.stops.get(run, [])
         tally.resends += self.start_requests.get(job_id, 0)
         if not starts or not stops:
@@ -353,21 +400,53 @@ class _Received:
         if len(starts) > 1 or len(stops) > 1:
             tally.duplicated += 1
             tally.problems.append(f"job {job_id}: {len(starts)} starts, {len(stops)} stops")
-        if starts and stops and not _fields_match(starts[0], stops[0], t):
+        wrong, unverified, forgotten = self._compare(cluster, job_id, t, alloc, starts[:1],
+                                                     stops[:1])
+        if forgotten:
+            tally.gpu_forgotten += 1
+            tally.problems.append(f"job {job_id}: {'; '.join(forgotten)}")
+        if wrong:
             tally.wrong += 1
-            tally.problems.append(f"job {job_id}: {starts[0].get('resources')} / {stops[0]} "
-                                  f"!= sacct {t}")
-        for fn, rest in (("start_job", starts[:1]), ("stop_job", stops[:1])):
-            copies = self.nats.get((fn, job_id, t["start"]), [])
-            if not copies:
+            tally.problems.append(f"job {job_id}: {'; '.join(wrong)}")
+        if unverified:
+            tally.unverified += 1
+            tally.problems.append(f"job {job_id}: {'; '.join(unverified)}")
+        self._check_nats(cluster, job_id, t, alloc, tally)
+
+    def _check_nats(self, cluster: str, job_id: int, t: dict, alloc: Allocation | None,
+                    tally: Tally) -> None:
+        """Each of start and stop once on NATS, with Slurm's values (as on REST)."""
+        copies = {fn: self.nats.get((fn, job_id, t["start"]), [])
+                  for fn in ("start_job", "stop_job")}
+        for fn, got in copies.items():
+            if not got:
                 tally.nats_lost += 1
                 tally.problems.append(f"job {job_id}: no {fn} on NATS")
-            elif len(copies) > 1:
+            elif len(got) > 1:
                 tally.nats_duplicated += 1
-                tally.problems.append(f"job {job_id}: {len(copies)} {fn} on NATS")
-            elif rest and copies[0] != rest[0]:
-                tally.nats_wrong += 1
-                tally.problems.append(f"job {job_id}: NATS {fn} differs from REST")
+                tally.problems.append(f"job {job_id}: {len(got)} {fn} on NATS")
+        wrong, _, _ = self._compare(cluster, job_id, t, alloc, copies["start_job"][:1],
+                                    copies["stop_job"][:1])
+        if wrong:
+            tally.nats_wrong += 1
+            tally.problems.append(f"job {job_id}: NATS {'; '.join(wrong)}")
+
+    @staticmethod
+    def _compare(cluster: str, job_id: int, t: dict, alloc: Allocation | None,
+                 starts: list[dict], stops: list[dict]
+                 ) -> tuple[list[str], list[str], list[str]]:
+        """(wrong, unverified, forgotten) of the first start and stop received."""
+        wrong: list[str] = []
+        unverified: list[str] = []
+        forgotten: list[str] = []
+        for body in starts:
+            v = check_start(body, cluster, job_id, t, alloc)
+            wrong += v.wrong
+            unverified += v.unverified
+            forgotten += v.forgotten
+        for body in stops:
+            wrong += check_stop(body, cluster, job_id, t).wrong
+        return wrong, unverified, forgotten
 
     def check_extras(self, truth: dict[int, dict], tally: Tally) -> None:
         """A run cc-backend got that Slurm never had (e.g. a wrong startTime) is a duplicate."""
@@ -376,11 +455,3 @@ class _Received:
             if run[0] in truth and run not in real:
                 tally.duplicated += 1
                 tally.problems.append(f"job {run[0]}: a run starting {run[1]} Slurm never had")
-
-
-def _fields_match(start: dict, stop: dict, t: dict) -> bool:
-    hosts = tuple(r["hostname"] for r in start.get("resources", []))
-    return (hosts == t["nodes"] and start["numNodes"] == len(t["nodes"])
-            and start["numHwthreads"] == t["cpus"]
-            and start["startTime"] == t["start"] and stop["stopTime"] == t["end"]
-            and stop["jobState"] == cc_state(t["state"]).value)

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccadapter.lastrun import LastRun
-from tests.integration.workload import Cluster, sacct_truth
+from tests.integration.expect import by_run, delivery_problems
+from tests.integration.workload import (
+    Allocation,
+    Cluster,
+    controller_allocations,
+    het_allocations,
+    het_merged,
+    sacct_truth,
+)
 from tests.standin.ccbackend import CcBackendStandin
 
 TOKEN = "it-token-0123456789abcdef"
@@ -53,6 +61,11 @@ class DaemonProc:
             [sys.executable, "-m", "ccadapter", "daemon", "--config", str(self.config),
              "--log-level", self.log_level], stdout=fh, stderr=fh, stdin=subprocess.DEVNULL)
         fh.close()
+
+    def wait_listening(self, timeout: float = 30) -> None:
+        """Until the daemon listens for the Prolog/Epilog hook (its start is done)."""
+        wait_for(lambda: "listening for Prolog/Epilog" in self.log.read_text(), timeout,
+                 "daemon not listening")
 
     def kill(self) -> None:
         assert self.proc
@@ -153,35 +166,17 @@ def cluster_root(cluster: Cluster) -> str:
     return cluster.prefix[1] if cluster.prefix else "/"
 
 
-def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) -> list[str]:
-    """Compare what the stand-in received with sacct's truth; returns the problems."""
-    truth = sacct_truth(cluster, ids)
-    problems = []
-    starts: dict[tuple[int, int], int] = {}
-    for b in standin.started(cluster.name):
-        starts[(b["jobId"], b["startTime"])] = starts.get((b["jobId"], b["startTime"]), 0) + 1
-    stops: dict[tuple[int, int], list[dict]] = {}
-    for b in standin.stopped():
-        stops.setdefault((b["jobId"], b["startTime"]), []).append(b)
-    bodies = {(b["jobId"], b["startTime"]): b for b in standin.started(cluster.name)}
-    from ccadapter.model import cc_state
-
-    for job_id, t in truth.items():
-        run = (job_id, t["start"])
-        if not (t["start"] and t["nodes"]):
-            if any(k[0] == job_id for k in starts):
-                problems.append(f"job {job_id}: never started but sent")
-            continue
-        if starts.get(run) != 1:
-            problems.append(f"job {job_id}: {starts.get(run, 0)} successful starts")
-        if len(stops.get(run, [])) != 1:
-            problems.append(f"job {job_id}: {len(stops.get(run, []))} successful stops")
-            continue
-        stop, start = stops[run][0], bodies.get(run, {})
-        if stop["stopTime"] != t["end"] or stop["jobState"] != cc_state(t["state"]).value:
-            problems.append(f"job {job_id}: stop {stop} differs from sacct {t}")
-        if tuple(r["hostname"] for r in start.get("resources", [])) != t["nodes"]:
-            problems.append(f"job {job_id}: hosts {start.get('resources')} != {t['nodes']}")
+def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int],
+                 allocs: dict[int, Allocation] | None = None) -> list[str]:
+    """Compare what the stand-in received with Slurm's own answer (tests/integration/
+    expect.py: every field, exactly once); returns the problems. CPU ids come from what
+    slurmctld holds now (jobs ended within MinJobAge) unless ``allocs`` (read while the jobs
+    ran, with their GPU indices) says more. A het job is one job under its leader's id
+    (``het_merged``); its other components' ids must never reach cc-backend."""
+    truth = het_merged(sacct_truth(cluster, ids))
+    known = het_allocations(truth, {**controller_allocations(cluster), **(allocs or {})})
+    problems = delivery_problems(cluster.name, truth, by_run(standin.started(cluster.name)),
+                                 by_run(standin.stopped()), known)
     bad = [r for r in standin.requests() if r.status == 400]
     if bad:
         problems.append(f"{len(bad)} answers 400: {bad[:2]}")

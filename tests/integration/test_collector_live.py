@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ccadapter.model import Shared
-from tests.integration.workload import sacct_truth
+from tests.integration.workload import het_merged, sacct_truth
 
 pytestmark = pytest.mark.integration
 
@@ -16,9 +16,12 @@ def by_id(result):
 
 def test_every_run_equals_sacct(workload):
     sub, result = workload.sub, workload.final
-    truth = sacct_truth(sub.cluster, sub.all_ids())
+    truth = het_merged(sacct_truth(sub.cluster, sub.all_ids()))
     jobs = by_id(result)
     assert result.errors == []
+    leader, *components = sub.ids["hetjob"]
+    assert list(truth[leader]["components"]) == sub.ids["hetjob"]
+    assert not set(components) & set(jobs)  # a het job is one job, under its leader's id
     # A job cancelled before its --begin time was never eligible: sacct windows omit it.
     never_eligible = set(sub.ids["cancelpend"])
     assert set(truth) - never_eligible <= set(jobs), f"missing: {set(truth) - set(jobs)}"
@@ -34,12 +37,26 @@ def test_every_run_equals_sacct(workload):
             assert job.num_hwthreads == t["cpus"], job_id
         assert (job.array_job_id, job.array_task_id) == (t["array_job_id"], t["array_task_id"])
         assert job.cluster == sub.cluster.name
+        assert [c.job_id for c in job.het_components] == list(t.get("components", ()))
+
+
+def union_by_job(sub, per_id):
+    """Slurm's per-job-id view ({id: {host: ids}}) as cc-backend gets it: a het job's
+    components' hosts under the leader's id, each host's ids united."""
+    leader = {i: sub.ids["hetjob"][0] for i in sub.ids["hetjob"]}
+    out = {}
+    for job_id, hosts in per_id.items():
+        into = out.setdefault(leader.get(job_id, job_id), {})
+        for host, ids in hosts.items():
+            into[host] = tuple(sorted({*into.get(host, ()), *ids}))
+    return out
 
 
 def test_cpu_ids_equal_scontrol(workload):
     sub, jobs = workload.sub, by_id(workload.final)
     assert len(sub.truth_cpus) >= 8, "too few running jobs observed"
-    for job_id, cpus in sub.truth_cpus.items():
+    assert set(sub.ids["hetjob"]) <= set(sub.truth_cpus), "het job not seen running"
+    for job_id, cpus in union_by_job(sub, sub.truth_cpus).items():
         job = jobs[job_id]
         assert job.allocation_known, job_id
         assert {r.hostname: r.hwthreads for r in job.resources} == cpus, job_id
@@ -52,8 +69,14 @@ def test_gpu_indices_equal_scontrol_while_running(workload):
     assert expected == {sub.cluster.gpu_node: expected[sub.cluster.gpu_node]}
     assert len(expected[sub.cluster.gpu_node]) == 1
     assert {r.hostname: r.accelerators for r in busy[gpu_id].resources} == expected
+    het = sub.ids["hetjob"][0]
+    het_gpus = {h: tuple(str(i) for i in ids)
+                for h, ids in union_by_job(sub, sub.truth_gpus)[het].items() if ids}
+    assert het_gpus == {sub.cluster.gpu_node: het_gpus[sub.cluster.gpu_node]}
+    assert {r.hostname: r.accelerators for r in busy[het].resources if r.accelerators} == \
+        het_gpus and busy[het].num_acc == 1
     for job in workload.busy.jobs:  # no other job claims a GPU
-        if job.job_id != gpu_id and job.job_id in sub.all_ids():
+        if job.job_id not in (gpu_id, het) and job.job_id in sub.all_ids():
             assert all(not r.accelerators for r in job.resources), job.job_id
 
 
@@ -74,6 +97,11 @@ def test_workload_specifics(workload):
     excl = one["excl"]
     assert excl.shared is Shared.NONE and excl.resources[0].hwthreads == (0, 1, 2, 3)
     assert one["complete"].shared is Shared.MULTI_USER
+    het = one["hetjob"]  # a GPU component (the leader) and one of 2 CPUs
+    hosts = {h for i in sub.ids["hetjob"] for h in sub.truth_cpus[i]}  # as scontrol said
+    assert (het.num_hwthreads, het.num_acc, het.num_nodes) == (3, 1, len(hosts))
+    assert het.resources[0].hostname == sub.cluster.gpu_node  # the leader's host first
+    assert [c.job_id for c in het.het_components] == sub.ids["hetjob"]
     for job in workload.final.jobs:
         if job.job_id in sub.all_ids() and job.started and job.allocation_known:
             assert job.slurm_info.startswith(f"JobId={job.job_id} ")
@@ -94,9 +122,13 @@ def test_cli_jobs_json_while_running(workload):
     sub = workload.sub
     views = {v["jobId"]: v for v in workload.busy_cli}
     assert views, "ccadapter jobs printed nothing"
+    leader, *components = sub.ids["hetjob"]
     for job_id in workload.busy_ids:
         if job_id in sub.ids["cancelpend"]:
             continue  # never eligible: in no sacct window
+        if job_id in components:  # the het job runs: one job, under its leader's id
+            assert job_id not in views
+            continue
         view = views[job_id]
         if view["started"]:
             body = view["startJob"]
@@ -105,3 +137,7 @@ def test_cli_jobs_json_while_running(workload):
             assert view["startJob"] is None and "never started" in view["reason"]
     gpu = views[sub.ids["gpujob"][0]]["startJob"]
     assert gpu["resources"][0]["accelerators"] and gpu["numAcc"] == 1
+    het = views[leader]["startJob"]
+    assert het["numNodes"] == len(het["resources"]) == 2 and het["numAcc"] == 1
+    assert het["metaData"]["hetJobComponents"] == ",".join(
+        f"{leader}+{n}={i}" for n, i in enumerate(sub.ids["hetjob"]))

@@ -30,14 +30,16 @@ def hook_socket(cluster: Cluster) -> str:
             "26.05": "tcp:127.0.0.1:36890"}[cluster.short]
 
 
-def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> DaemonProc:
-    cfg = write_config(cluster, standin, tmp, slurmPollInterval=60, ccPollInterval=3600,
+def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path,
+                 poll: int = 60) -> DaemonProc:
+    """A daemon listening for the hook, its first poll cycle passed; ``poll`` seconds to the
+    next (600: what arrives later came through the hook)."""
+    cfg = write_config(cluster, standin, tmp, slurmPollInterval=poll, ccPollInterval=3600,
                        prepSockListenPath=hook_socket(cluster))
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
     daemon.start()
-    wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-             "daemon not listening")
+    daemon.wait_listening()
     time.sleep(1)  # let the first poll cycle pass
     return daemon
 

@@ -54,8 +54,7 @@ def test_restarts_within_a_commit_interval(cluster, tmp_path):
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-                     "daemon not listening")
+            daemon.wait_listening()
             # A: jobs that outlive the restart, and short ones
             ids = submit(cluster, "cacheA", [40, 40, 40, 2, 3, 4])
             wait_for(lambda: started(standin, ids) == set(ids), 30, "batch A not started")

@@ -79,12 +79,20 @@ class Standin:
                    for ln in self.log.read_text().splitlines())
 
     def completed(self, cluster: str) -> set[int]:
-        """Ids of the jobs cc-backend (the stand-in) holds as completed, from its REST API."""
-        req = urllib.request.Request(
-            f"{self.url}/api/jobs/?cluster={cluster}&state=completed&items-per-page=-1",
-            headers={"X-Auth-Token": JWT})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return {j["jobId"] for j in json.load(resp)["jobs"]}
+        """Ids of the jobs cc-backend (the stand-in) holds as completed, from its REST API,
+        page by page (cc-backend answers 400 to an ``items-per-page`` below 1)."""
+        ids: set[int] = set()
+        page = 1
+        while True:
+            req = urllib.request.Request(
+                f"{self.url}/api/jobs/?cluster={cluster}&state=completed&items-per-page=100"
+                f"&page={page}", headers={"X-Auth-Token": JWT})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                jobs = json.load(resp)["jobs"]
+            ids |= {j["jobId"] for j in jobs}
+            if len(jobs) < 100:
+                return ids
+            page += 1
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -160,8 +168,7 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
     started = time.time()
     daemon.start()
     try:
-        wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-                 "daemon not listening")
+        daemon.wait_listening()
         wait_for(lambda: get(parse(scrape(url)), "ccadapter_reconciler_last_success_"
                              "timestamp_seconds", reconciler="slurm-window") > 0, 30,
                  "no slurm-window cycle in /metrics")

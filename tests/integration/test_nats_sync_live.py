@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.lastrun import LastRun
+from tests.integration.expect import delivery_problems
 from tests.integration.sync_scenario import (
     TOKEN,
     DaemonProc,
@@ -21,7 +22,15 @@ from tests.integration.sync_scenario import (
     write_config,
 )
 from tests.integration.test_hook_live import hook_socket
-from tests.integration.workload import Cluster, sacct_truth
+from tests.integration.workload import (
+    Allocation,
+    Cluster,
+    controller_allocations,
+    het_allocations,
+    het_merged,
+    sacct_truth,
+    submitted_allocations,
+)
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, require_nats_server, stream_messages
 from tests.standin.ccbackend import (
@@ -65,6 +74,19 @@ def received(url: str) -> dict[tuple[str, int, int], list[dict]]:
     return out
 
 
+def nats_matches_slurm(url: str, cluster: Cluster, ids: list[int],
+                       allocs: dict[int, Allocation] | None = None) -> list[str]:
+    """Each run of ``ids`` Slurm started is on NATS once as started and once as stopped,
+    every field as Slurm itself answers (tests/integration/expect.py), not merely as REST
+    got it."""
+    got = received(url)
+    starts = {(k[1], k[2]): v for k, v in got.items() if k[0] == "start_job"}
+    stops = {(k[1], k[2]): v for k, v in got.items() if k[0] == "stop_job"}
+    truth = het_merged(sacct_truth(cluster, ids))
+    known = het_allocations(truth, {**controller_allocations(cluster), **(allocs or {})})
+    return delivery_problems(cluster.name, truth, starts, stops, known, where="NATS ")
+
+
 def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
     """Each start and stop cc-backend got is in the stream once, with the same body."""
     got = received(url)
@@ -88,7 +110,9 @@ def test_workload_reaches_nats_once_with_rest_bodies(workload, tmp_path):
         for _ in range(2):  # the second run finds nothing owed
             res = ccadapter("sync", "--once", "--config", str(cfg))
             assert res.returncode == 0, res.stderr
-        assert exactly_once(standin, cluster, sub.all_ids()) == []
+        allocs = submitted_allocations(sub)
+        assert exactly_once(standin, cluster, sub.all_ids(), allocs) == []
+        assert nats_matches_slurm(server.url, cluster, sub.all_ids(), allocs) == []
         assert same_as_rest(standin, server.url, cluster) == []
         assert len(received(server.url)) == len(standin.started(cluster.name)) + len(
             standin.stopped())
@@ -113,8 +137,7 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 30,
-                     "daemon not listening")
+            daemon.wait_listening()
             ids = [*submit_batch(cluster, "natsdown", 3), submit_script_job(cluster, tmp_path)]
             wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
                      "REST delivery stalled while NATS was unreachable")
@@ -126,6 +149,7 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
             time.sleep(2)  # nothing more may come
             assert daemon.terminate() == 0
             assert same_as_rest(standin, server.url, cluster) == []
+            assert nats_matches_slurm(server.url, cluster, ids) == []
             assert {k[1] for k in received(server.url)} >= set(ids)
             got = received(server.url)
             script_job = ids[-1]
@@ -159,6 +183,7 @@ def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
         got = received(server.url)
         assert all(len(v) == 1 for v in got.values()), got
         assert {k[1] for k in got if k[0] == "start_job"} >= set(ids)
+        assert nats_matches_slurm(server.url, cluster, ids) == []
         assert standin.requests("/api/jobs/start_job/") == []  # REST jobs are off
         assert standin.requests("/api/jobs/stop_job/") == []
 
@@ -206,6 +231,7 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
                 time.sleep(1.1)
             jobs = stream_points(server.url, "JOBS")
             nodes = stream_points(server.url, "NODES")
+            job_problems = nats_matches_slurm(server.url, cluster, ids)
         finally:
             server.stop()
         assert standin.requests() == []  # neither jobs nor node states over REST
@@ -219,6 +245,7 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
             (point.tags["function"], body["jobId"]), 0) + 1
     assert all(n == 1 for n in got.values()), got
     assert {(f, j) for f in ("start_job", "stop_job") for j in ids} <= set(got)
+    assert job_problems == []
     # two snapshots, one per successful run: the one taken while NATS was down was replaced
     assert len(nodes) == 2, (nodes, outputs)
     for point in nodes:

@@ -8,14 +8,13 @@ The production-sized run (50,000 queued, 500 running, 5 jobs/s, 128 nodes) is th
 
 from __future__ import annotations
 
-import ast
-import re
 import time
 from pathlib import Path
 
 import pytest
 
 from ccadapter.lastrun import LastRun
+from tests.bench.scale_probe import cycles
 from tests.integration.scale_bed import QUEUED_JOBS, ScaleBed
 from tests.integration.sync_scenario import (
     TOKEN,
@@ -31,19 +30,6 @@ from tests.testbed.load import CHURN, QUEUED
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 POLL = 10  # seconds: several cycles in the test's minute and a half
-CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
-
-
-def cycles(log: str) -> list[tuple[str, dict]]:
-    """The summaries the daemon logged, with their cost (see ccadapter.cycle_cost)."""
-    out = []
-    for line in log.splitlines():
-        m = CYCLE.search(line)
-        if m:
-            out.append((m["name"], ast.literal_eval(m["summary"])))
-    return out
-
-
 def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Path):
     bed = scale_cluster
     with CcBackendStandin(TOKEN, clusters=[bed.name]) as standin:
@@ -53,8 +39,7 @@ def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Pat
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: "listening for Prolog/Epilog" in daemon.log.read_text(), 60,
-                     "daemon not listening")
+            daemon.wait_listening(60)
             time.sleep(60)  # jobs start and end through the hook and the polls
             bed.stop_churn()
             churn = sorted(bed.submitted_ids(CHURN))

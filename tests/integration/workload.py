@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,12 @@ WORKLOAD: dict[str, list[str]] = {
     "complete": ["-N1", "-n2", "--wrap", "sleep 4"],
     "fail": ["--wrap", "sleep 2; exit 3"],
     "multinode": ["-N2", "-n4", "--wrap", "sleep 8"],
-    "gpujob": ["-p", "gpu", "--gres=gpu:tesla:1", "--wrap", "sleep 25"],
+    # runs long enough to overlap "hetjob", which only the backfill scheduler starts
+    "gpujob": ["-p", "gpu", "--gres=gpu:tesla:1", "--wrap", "sleep 60"],
+    # a heterogeneous job: a GPU component (the leader) and one of two CPUs; the backfill
+    # scheduler, which alone starts het jobs, gives each component nodes of its own
+    "hetjob": ["-n1", "-p", "gpu", "--gres=gpu:tesla:1", ":", "-n2", "-p", "debug",
+               "--wrap", "sleep 30"],
     "arr": ["--array=1-3", "--wrap", "sleep 3"],
     "cancelpend": ["--begin=now+3600", "--wrap", "sleep 1"],
     "cancelrun": ["--wrap", "sleep 300"],  # also holds its node for "cancelqueued"
@@ -42,6 +48,7 @@ class Cluster:
     prefix: tuple[str, ...]
     nodes: tuple[str, ...]
     gpu_node: str
+    hook_socket: str = ""  # where slurmctld's Prolog/Epilog hook sends (tcp:HOST:PORT)
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run([*self.prefix, *argv], capture_output=True, timeout=timeout,
@@ -63,7 +70,7 @@ def testbed_clusters() -> list[Cluster]:
     if out.returncode != 0:
         return []
     return [Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
-                    c["gpu_node"]) for c in json.loads(out.stdout)]
+                    c["gpu_node"], c.get("hook_socket", "")) for c in json.loads(out.stdout)]
 
 
 @dataclass
@@ -84,11 +91,25 @@ def submit(cluster: Cluster) -> Submitted:
     for name, args in WORKLOAD.items():
         out = cluster.run("sbatch", "--parsable", "-J", name, "-o", "/dev/null", *args)
         sub.ids[name] = [int(out.strip().split(";")[0])]
+        if ":" in args:
+            sub.ids[name] = het_ids(cluster, sub.ids[name][0])
     return sub
 
 
+def het_ids(cluster: Cluster, leader: int) -> list[int]:
+    """Every component's job id of a het job, as slurmctld says (``HetJobIdSet=11-12``)."""
+    out = cluster.run("scontrol", "show", "job", str(leader))
+    m = re.search(r"HetJobIdSet=(\S+)", out)
+    if not m:
+        raise RuntimeError(f"{cluster.name}: job {leader} is no het job: {out[:200]}")
+    return list(_ids(m[1]))
+
+
 def _squeue_state(cluster: Cluster, job_id: int) -> str:
-    return cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).strip()
+    """The job's state; squeue prints a line per component for a het job's leader (they
+    start together): the first one."""
+    out = cluster.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).split()
+    return out[0] if out else ""
 
 
 def wait_running(cluster: Cluster, job_id: int, timeout: float = 60) -> None:
@@ -103,24 +124,25 @@ def drive(sub: Submitted, deadline: float = 300,
           while_busy: Callable[[Submitted], None] | None = None) -> None:
     """Cancel the cancel jobs at the right moments, read slurmctld's allocation of every
     running job, and wait until sacct shows all of them ended. ``while_busy`` is called
-    once while the GPU job runs (GPU indices exist only then)."""
+    once while the GPU job and the het job run (GPU indices exist only then)."""
     c = sub.cluster
     c.run("scancel", str(sub.ids["cancelpend"][0]))
     until = time.time() + deadline
     cancelled = busy_seen = False
     while time.time() < until:
-        if not busy_seen and _squeue_state(c, sub.ids["gpujob"][0]) == "RUNNING":
-            # the GPU job runs 25 s: GPU indices can be read only while it runs
-            _capture_running(sub)
+        if not busy_seen and all(_squeue_state(c, sub.ids[name][0]) == "RUNNING"
+                                 for name in ("gpujob", "hetjob") if name in sub.ids):
+            # the GPU jobs run 60 and 30 s: GPU indices can be read only while they run
+            capture_running(sub)
             if while_busy:
                 while_busy(sub)
             busy_seen = True
         if not cancelled and _squeue_state(c, sub.ids["cancelrun"][0]) == "RUNNING":
             _cancel_queued_behind(sub)
-            _capture_running(sub)
+            capture_running(sub)
             c.run("scancel", str(sub.ids["cancelrun"][0]))
             cancelled = True
-        _capture_running(sub)
+        capture_running(sub)
         states = sacct_truth(c, sub.all_ids(), expand_arrays=True)
         names = {r["name"] for r in states.values()}
         if cancelled and busy_seen and len(states) >= len(sub.all_ids()) + 2 and \
@@ -151,7 +173,9 @@ def _cancel_queued_behind(sub: Submitted) -> None:
     c.run("scancel", str(job_id))
 
 
-def _capture_running(sub: Submitted) -> None:
+def capture_running(sub: Submitted) -> None:
+    """Slurm's allocation of every job running now and not captured yet, by job id (each
+    component of a het job on its own)."""
     out = sub.cluster.run("squeue", "-h", "-o", "%A %T", check=False)
     for line in out.splitlines():
         job_id, state = line.split()
@@ -160,44 +184,137 @@ def _capture_running(sub: Submitted) -> None:
 
 
 _DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=(\S+) Mem=\S+ GRES=(\S*)")
+_JOB_ID = re.compile(r"^JobId=(\d+) ")
+_STATE = re.compile(r"\bJobState=(\S+)")
+
+
+@dataclass(frozen=True)
+class ControllerRecord:
+    """One job of ``scontrol show job -d`` as read here (not by the product's parser)."""
+
+    job_id: int
+    state: str
+    cpus: dict[str, tuple[int, ...]]  # host -> CPU_IDs, in slurmctld's node order
+    gpus: dict[str, tuple[int, ...]]  # host -> GPU IDX (only while the job runs)
+    text: str
+
+
+def controller_records(out: str) -> dict[int, ControllerRecord]:
+    """Every job record of ``scontrol show job -d [ID]`` output, by job id."""
+    found: dict[int, ControllerRecord] = {}
+    for text in re.split(r"\n\s*\n", out):
+        head = _JOB_ID.match(text.strip())
+        if not head:
+            continue
+        cpus: dict[str, tuple[int, ...]] = {}
+        gpus: dict[str, tuple[int, ...]] = {}
+        for nodes, cpu_ids, gres in _DETAIL.findall(text):
+            for host in hostlist.expand_hostlist(nodes):
+                cpus[host] = _ids(cpu_ids)
+                m = re.search(r"IDX:([0-9,-]+)", gres)
+                gpus[host] = _ids(m[1]) if m else ()
+        state = _STATE.search(text)
+        found[int(head[1])] = ControllerRecord(int(head[1]), state[1] if state else "",
+                                               cpus, gpus, text.strip())
+    return found
 
 
 def _capture(sub: Submitted, job_id: int) -> None:
     """Slurm's own statement of a running job's CPUs and GPUs: ``scontrol show job -d ID``."""
     out = sub.cluster.run("scontrol", "show", "job", "-d", str(job_id), check=False)
     # For an array's own id scontrol prints every task: keep this job's record only.
-    records = [r for r in re.split(r"\n\s*\n", out) if r.startswith(f"JobId={job_id} ")]
-    text = records[0] if records else ""
-    cpus: dict[str, tuple[int, ...]] = {}
-    gpus: dict[str, tuple[int, ...]] = {}
-    for nodes, cpu_ids, gres in _DETAIL.findall(text):
-        for host in hostlist.expand_hostlist(nodes):
-            cpus[host] = _ids(cpu_ids)
-            m = re.search(r"IDX:([0-9,-]+)", gres)
-            gpus[host] = _ids(m[1]) if m else ()
-    if cpus:
-        sub.truth_cpus[job_id] = cpus
-        sub.truth_gpus[job_id] = gpus
-        sub.controller_text[job_id] = text
+    rec = controller_records(out).get(job_id)
+    if rec and rec.cpus:
+        sub.truth_cpus[job_id] = rec.cpus
+        sub.truth_gpus[job_id] = rec.gpus
+        sub.controller_text[job_id] = rec.text
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """slurmctld's statement of one run's CPUs and GPUs, for comparing what cc-backend got.
+    ``gpus`` is None when the run was never seen running: slurmctld drops the GPU indices
+    when a job ends (its CPU ids it keeps for MinJobAge)."""
+
+    cpus: dict[str, tuple[int, ...]]
+    gpus: dict[str, tuple[int, ...]] | None
+
+
+class AllocationWatcher(threading.Thread):
+    """Reads ``scontrol show job -d`` (every job slurmctld holds) every ``every`` seconds
+    while a test runs, and keeps each job's CPU ids and, from a moment it ran, its GPU
+    indices: the truth for jobs that end long before the comparison (after MinJobAge
+    slurmctld forgets them)."""
+
+    def __init__(self, cluster: Cluster, every: float = 2.0) -> None:
+        super().__init__(name=f"alloc-{cluster.name}", daemon=True)
+        self.cluster, self.every = cluster, every
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._cpus: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._gpus: dict[int, dict[str, tuple[int, ...]]] = {}
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.read_once()
+            self._halt.wait(self.every)
+
+    def read_once(self) -> None:
+        try:
+            out = self.cluster.run("scontrol", "show", "job", "-d", check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            return  # slurmctld down or restarting: the next read catches up
+        with self._lock:
+            for rec in controller_records(out).values():
+                if rec.cpus:
+                    self._cpus[rec.job_id] = rec.cpus
+                    if rec.state == "RUNNING":
+                        self._gpus[rec.job_id] = rec.gpus
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(60)
+
+    def allocations(self) -> dict[int, Allocation]:
+        with self._lock:
+            return {j: Allocation(c, self._gpus.get(j)) for j, c in self._cpus.items()}
+
+
+def controller_allocations(cluster: Cluster) -> dict[int, Allocation]:
+    """What slurmctld still holds now (jobs that ended within MinJobAge): CPU ids of all,
+    GPU indices of those still running."""
+    watcher = AllocationWatcher(cluster)
+    watcher.read_once()
+    return watcher.allocations()
+
+
+def submitted_allocations(sub: Submitted) -> dict[int, Allocation]:
+    """The allocations :func:`drive` captured while the workload's jobs ran."""
+    return {j: Allocation(c, sub.truth_gpus.get(j)) for j, c in sub.truth_cpus.items()}
 
 
 def _ids(spec: str) -> tuple[int, ...]:
     return tuple(int(x[1:]) for x in hostlist.expand_hostlist(f"x[{spec}]"))
 
 
-SACCT_FIELDS = "JobIDRaw,JobID,JobName,State,Submit,Start,End,NodeList,AllocCPUS"
+SACCT_FIELDS = ("JobIDRaw,JobID,JobName,State,Submit,Start,End,NodeList,AllocCPUS,User,Account,"
+                "Partition,TimelimitRaw,NNodes,AllocTRES")
 
 
 def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -> dict[int, dict]:
-    """sacct's parsable text (not the JSON the product reads), one row per job allocation."""
+    """sacct's parsable text (not the JSON the product reads), one row per job allocation.
+    An array's id lists all its tasks, each under its own raw id; a het job's component has
+    ``het_job_id`` (the leader's id) and ``het_offset`` (its JobID is ``LEADER+OFFSET``)."""
     out = cluster.run("sacct", "-X", "-P", "-n", "--duplicates", "-o", SACCT_FIELDS,
                       "-j", ",".join(map(str, ids)))
     rows: dict[int, dict] = {}
     for line in out.splitlines():
-        raw, jobid, name, state, submit, start, end, nodes, cpus = line.split("|")
+        (raw, jobid, name, state, submit, start, end, nodes, cpus, user, account, partition,
+         limit, nnodes, tres) = line.split("|")
         if not raw.isdigit():
             continue
         arr, _, task = jobid.partition("_")  # "6_1" for array task 1 of array 6
+        leader, plus, offset = jobid.partition("+")  # "11+1" for component 1 of het job 11
         rows[int(raw)] = {
             "name": name, "state": state.split(" ")[0], "submit": _epoch(submit),
             "start": _epoch(start), "end": _epoch(end),
@@ -205,8 +322,86 @@ def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -
                 "None assigned", "") else (),
             "cpus": int(cpus or 0), "array_job_id": int(arr) if task.isdigit() else 0,
             "array_task_id": int(task) if task.isdigit() else None,
+            "user": user, "account": account, "partition": partition,
+            # minutes; None: no limit ("UNLIMITED", or "Partition_Limit" on some versions)
+            "timelimit_min": int(limit) if limit.isdigit() else None,
+            "nnodes": int(nnodes or 0), "gpus": _tres_count(tres, "gres/gpu"),
+            "het_job_id": int(leader) if plus else 0,
+            "het_offset": int(offset) if plus else None,
         }
     return rows
+
+
+def _tres_count(tres: str, name: str) -> int:
+    """``billing=2,cpu=2,gres/gpu=1,mem=1000M,node=1`` -> the count of ``name`` (0: none)."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == name:
+            return int(value)
+    return 0
+
+
+def het_merged(rows: dict[int, dict]) -> dict[int, dict]:
+    """The rows with each het job's components as one row under the leader's id, as the
+    README says cc-backend gets it: the leader's start; the last end (0 while a component
+    runs); the leader's state unless it completed and another component did not (the first
+    such, by offset); the hosts of every component in component order, each once; the CPUs
+    summed. ``components`` maps each component's job id to its offset. A restatement of
+    the rules from sacct's own text, independent of the product's code."""
+    out: dict[int, dict] = {}
+    groups: dict[int, list[tuple[int, dict]]] = {}
+    for job_id, row in rows.items():
+        if row["het_job_id"]:
+            groups.setdefault(row["het_job_id"], []).append((job_id, row))
+        else:
+            out[job_id] = row
+    for leader, parts in groups.items():
+        parts.sort(key=lambda p: p[1]["het_offset"])
+        lead = parts[0][1]
+        states = [r["state"] for _, r in parts]
+        running = [s for s in states if s not in TERMINAL]
+        state = running[0] if running else states[0]
+        if state == "COMPLETED":
+            state = next((s for s in states if s != "COMPLETED"), state)
+        ends = [r["end"] for _, r in parts]
+        out[leader] = {
+            **lead, "state": state, "end": 0 if running or 0 in ends else max(ends),
+            "nodes": tuple(dict.fromkeys(h for _, r in parts for h in r["nodes"])),
+            "cpus": sum(r["cpus"] for _, r in parts),
+            # README "Heterogeneous jobs": distinct hosts; GPUs summed; the components'
+            # distinct partitions; the longest limit, none if a component has none
+            "nnodes": len(dict.fromkeys(h for _, r in parts for h in r["nodes"])),
+            "gpus": sum(r["gpus"] for _, r in parts),
+            "partition": ",".join(dict.fromkeys(r["partition"] for _, r in parts)),
+            "timelimit_min": None if any(r["timelimit_min"] is None for _, r in parts)
+            else max(r["timelimit_min"] for _, r in parts),
+            "components": {job_id: r["het_offset"] for job_id, r in parts},
+        }
+    return out
+
+
+def het_allocations(truth: dict[int, dict],
+                    allocs: dict[int, Allocation]) -> dict[int, Allocation]:
+    """``allocs`` with each het job's components' allocations joined under the leader's id
+    (``truth`` from :func:`het_merged`): the CPU ids of every component's hosts, the GPU
+    indices when every component's are known."""
+    out = dict(allocs)
+    for leader, t in truth.items():
+        parts = [allocs.get(job_id) for job_id in t.get("components", {})]
+        if not parts or any(a is None for a in parts):
+            continue
+        cpus: dict[str, tuple[int, ...]] = {}
+        gpus: dict[str, tuple[int, ...]] | None = {}
+        for a in parts:
+            for host, ids in a.cpus.items():
+                cpus[host] = tuple(sorted({*cpus.get(host, ()), *ids}))
+            if gpus is not None and a.gpus is not None:
+                for host, ids in a.gpus.items():
+                    gpus[host] = tuple(sorted({*gpus.get(host, ()), *ids}))
+            else:
+                gpus = None
+        out[leader] = Allocation(cpus, gpus)
+    return out
 
 
 def _epoch(text: str) -> int:

@@ -57,6 +57,8 @@ def daemon_cpu(pidfile: str) -> float:
 
 
 def run_once(argv: Sequence[str], pidfiles: dict[str, str]) -> Cost:
+    """Run once, reading all it prints: wall, the client's CPU and peak RSS (wait4), bytes,
+    and the CPU the daemons in ``pidfiles`` (any of slurmctld, slurmdbd, mariadbd) spent."""
     before = {name: daemon_cpu(f) for name, f in pidfiles.items()}
     t0 = time.monotonic()
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -71,8 +73,8 @@ def run_once(argv: Sequence[str], pidfiles: dict[str, str]) -> Cost:
     after = {name: daemon_cpu(f) for name, f in pidfiles.items()}
     d = {name: round(after[name] - before[name], 3) for name in pidfiles}
     return Cost(" ".join(argv), round(wall, 3), round(usage.ru_utime + usage.ru_stime, 3),
-                round(usage.ru_maxrss / 1024, 1), size, d["slurmctld"], d["slurmdbd"],
-                d["mariadbd"], proc.returncode)
+                round(usage.ru_maxrss / 1024, 1), size, d.get("slurmctld", 0.0),
+                d.get("slurmdbd", 0.0), d.get("mariadbd", 0.0), proc.returncode)
 
 
 def median_cost(argv: Sequence[str], runs: int, pidfiles: dict[str, str]) -> Cost:

@@ -16,13 +16,20 @@ tests/fixtures/<version>/testbed/:
   commands-busy.json   every command the collector runs, with its answer (tests/recorded.py),
   commands-final.json  while most of the workload runs / after all ended: the window as
                        `ccadapter jobs` reads it, the reconcilers' run listings, the fast
-                       path's scontrol process (and the dump route), the node states
+                       path's scontrol process (and the dump route), the node states; and
+                       the het job as stale-jobs and cc-cache ask for it (by the leader's
+                       id) and as the fast path reads it (told of every component, or of a
+                       non-leader component alone)
+  hook-hetjob.json     the Prolog/Epilog hook's messages for the het job's components, as
+                       slurmctld sent them (one prolog and one epilog per component)
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,6 +60,11 @@ def record_commands(cluster: Cluster, sub: Submitted, path: Path) -> None:
     dump = Collector(runner, settings, clock=lambda: now, costs=RouteCosts(min_dump=1,
                                                                            first_dump=1))
     dump.controller_jobs(ids)  # many jobs at once: the filtered dump
+    het = sub.ids["hetjob"]
+    collector.stamps_of(het[:1])  # stale-jobs: an open het job, by its leader's id
+    collector.jobs_by_id(het[:1], starts=())  # stale-jobs and cc-cache read it in detail
+    collector.controller_jobs(het, scripts_for=het)  # the fast path: every prolog
+    collector.controller_jobs(het[1:], scripts_for=het[1:])  # a component's epilog alone
     collector.nodes()
     runner.save(path, cluster=cluster.name, version=cluster.version, now=now, since=since,
                 tz=time.tzname[0], ids=sub.ids)
@@ -69,9 +81,43 @@ def record_cluster_list(cluster: Cluster) -> Path:
     return out
 
 
+class HookListener:
+    """Takes the test-bed hook's messages (it sends to the daemon's port; no daemon runs
+    while fixtures are recorded) and keeps them, answering as the daemon does."""
+
+    def __init__(self, spec: str) -> None:
+        host, _, port = spec.removeprefix("tcp:").rpartition(":")
+        self.sock = socket.create_server((host, int(port)))
+        self.sock.settimeout(0.5)
+        self.messages: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+                conn.sendall(b"ok")
+            self.messages.append(json.loads(data))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
 def record(cluster: Cluster) -> Path:
     out = FIXTURES / cluster.short / "testbed"
     out.mkdir(parents=True, exist_ok=True)
+    hook = HookListener(cluster.hook_socket)
 
     def snapshot(sub: Submitted) -> None:
         (out / "squeue-busy.json").write_text(cluster.run("squeue", "--json"))
@@ -80,8 +126,14 @@ def record(cluster: Cluster) -> Path:
 
     sub = submit(cluster)
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(sub.submitted_at - 5))
-    drive(sub, while_busy=snapshot)
-    time.sleep(2)
+    try:
+        drive(sub, while_busy=snapshot)
+        time.sleep(2)
+    finally:
+        hook.close()
+    het = {str(i) for i in sub.ids["hetjob"]}
+    (out / "hook-hetjob.json").write_text(json.dumps(
+        [m for m in hook.messages if m.get("SLURM_JOB_ID") in het], indent=1) + "\n")
     (out / "sacct-window.json").write_text(cluster.run(
         "sacct", "--json", "--allusers", "--duplicates", "--starttime", start, "--endtime", "now"))
     if cluster.short != "22.05":

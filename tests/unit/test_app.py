@@ -214,3 +214,130 @@ def test_a_clusters_energy_is_asked_again_until_its_slurmctld_answers(caplog):
     assert runner.argvs == [["scontrol", "--clusters", "b", "show", "config"]] * 2
     assert "cluster b: energy: cannot read slurmctld's config" in caplog.text
     assert "cluster b: energy: the consumed energy of each run goes into" in caplog.text
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+class FailoverSlurm(ReplayRunner):
+    """build()'s config question, and `scontrol ping` from a recording of clusterha."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda argv: "ClusterName = c\nAcctGatherEnergyType = (null)\n")
+        self.ping = "primary"
+
+    def unchecked(self, argv, **_):
+        from ccadapter.slurm.runner import Completed
+
+        assert list(argv) == ["scontrol", "ping"], argv
+        return Completed((FIXTURES / "22.05" / f"scontrol-ping-{self.ping}.txt").read_text(),
+                         "", 0)
+
+
+def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_control(tmp_path):
+    from ccadapter.metrics import Metrics
+    from ccadapter.prep.messages import HookMessage
+
+    slurm_ = FailoverSlurm()
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
+                       slurmctldFailover=True, slurmctldHostName="ha-backup",
+                       metricsListen="127.0.0.1:9102"), runner=slurm_, workers=1, metrics=True)
+    try:
+        assert isinstance(app.metrics, Metrics) and app.control is not None
+        role = lambda r: app.metrics.registry.get_sample_value("ccadapter_role", {"role": r})  # noqa: E731
+        daemon = app.daemon()
+        assert [(r.name, r.gated) for r in daemon.routines][:2] == [("control", False),
+                                                                    ("slurm-window", True)]
+        assert all(r.gated for r in daemon.routines if r.name in app.reconcilers)
+        checks = []
+        server, _router = app.prep(lambda: None, lambda: checks.append(1))
+        received = lambda: app.metrics.registry.get_sample_value(  # noqa: E731
+            "ccadapter_hook_messages_received_total", {"cluster": "c"})
+        assert (role("active"), role("standby")) == (0, 1)
+
+        app.control.run_once()  # both up: the primary (vm) is in control
+        assert not daemon.gate()
+        server.on_message(HookMessage(42, "start", None, "c"))
+        assert checks == [1] and received() == 0
+        assert app.metrics.registry.get_sample_value(
+            "ccadapter_hook_messages_dropped_total", {"reason": "standby"}) == 1
+
+        for key in ("slurm-window.outage_since", "slurm-window.origin"):
+            app.outbox.set_state(key, "1.0")  # left from this outbox's last time in control
+        slurm_.ping = "takeover"
+        app.control.run_once()
+        assert daemon.gate() and (role("active"), role("standby")) == (1, 0)
+        assert app.outbox.get_state("slurm-window.outage_since") is None
+        assert app.outbox.get_state("slurm-window.origin") is None
+        server.on_message(HookMessage(43, "start", None, "c"))
+        assert received() == 1 and checks == [1]
+    finally:
+        app.close()
+
+
+def test_without_failover_the_daemon_always_works(tmp_path):
+    from ccadapter.metrics import Metrics
+
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", metricsListen="127.0.0.1:9102"),
+                runner=slurm(), workers=1, metrics=True)
+    try:
+        assert app.control is None and app.daemon().gate()
+        assert isinstance(app.metrics, Metrics)
+        assert app.metrics.registry.get_sample_value("ccadapter_role", {"role": "active"}) == 1
+    finally:
+        app.close()
+
+
+class FailoverClusters(FailoverSlurm):
+    """slurmClusters a and b on a daemon beside clusterha's backup controller: nothing is
+    asked of a or b at start, `scontrol ping` (the local cluster's) as recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def refuse(argv):
+            raise AssertionError(f"asked Slurm at start: {argv}")
+
+        self.answer = refuse
+
+
+def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
+    """The role is the daemon's: the local controllers decide it, and it gates each served
+    cluster's reconcilers (in their lanes) and hook messages; a takeover clears each
+    cluster's own window state, not the default mode's keys."""
+    from ccadapter.prep.messages import HookMessage
+
+    slurm_ = FailoverClusters()
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
+                       slurmClusters=["a", "b"], slurmctldFailover=True,
+                       slurmctldHostName="ha-backup", metricsListen="127.0.0.1:9102"),
+                runner=slurm_, workers=1, metrics=True)
+    try:
+        assert app.control is not None
+        daemon = app.daemon()
+        lanes = {(r.name, r.cluster, r.gated) for r in daemon.routines}
+        assert ("control", None, False) in lanes
+        assert {("slurm-window", c, True) for c in "ab"} <= lanes
+        assert all(r.gated == (r.cluster is not None) for r in daemon.routines)
+        checks = []
+        server, _router = app.prep(lambda: None, lambda: checks.append(1))
+        received = lambda c: app.metrics.registry.get_sample_value(  # noqa: E731
+            "ccadapter_hook_messages_received_total", {"cluster": c})
+
+        app.control.run_once()  # the primary is in control: this daemon stands by
+        assert not daemon.gate()
+        server.on_message(HookMessage(42, "start", None, "b"))
+        assert checks == [1] and received("b") == 0
+
+        for c in "ab":
+            app.outbox.set_state(f"{c}/slurm-window.origin", "1.0")
+        app.outbox.set_state("slurm-window.origin", "2.0")  # not a key of this mode's
+        slurm_.ping = "takeover"
+        app.control.run_once()
+        assert daemon.gate()
+        assert [app.outbox.get_state(f"{c}/slurm-window.origin") for c in "ab"] == [None, None]
+        assert app.outbox.get_state("slurm-window.origin") == "2.0"
+        server.on_message(HookMessage(43, "start", None, "b"))
+        assert received("b") == 1 and checks == [1]
+    finally:
+        app.close()

@@ -65,3 +65,13 @@ def test_ignored_hosts_are_not_backfilled(backfill):
     result = Backfill(collector, box, Config(ignoreHosts=".*").ignore_hosts_pattern()).run_chunk(
         since, since + 3600)
     assert result.jobs > 5 and result.events == 0
+
+
+def test_a_het_job_is_backfilled_once_under_its_leaders_id(backfill):
+    _, collector, box = backfill
+    meta = fixture_json("24.11", "testbed/workload.json")
+    leader, comp = meta["ids"]["hetjob"]
+    Backfill(collector, box, None).run_chunk(meta["since"], meta["since"] + 3600)
+    events = box.list_events(limit=1000)
+    assert sorted(e["kind"] for e in events if e["jobId"] == leader) == ["start", "stop"]
+    assert all(e["jobId"] != comp for e in events)

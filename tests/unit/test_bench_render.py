@@ -31,13 +31,52 @@ def _run(jobs: int, drain_s: float, peak: float) -> dict:
             "outbox": {"start:delivered": jobs, "stop:delivered": jobs}}
 
 
+def _level(queued: int, cpu_share: float, window_wall: float, squeue_wall: float) -> dict:
+    rec = {"cycles": 10, "wall_median": window_wall, "wall_max": 2 * window_wall,
+           "cpu_median": 0.05, "cpu_max": 0.1, "total_cpu_median": 0.07,
+           "total_cpu_max": 0.12, "commands_median": 2, "bytes_median": 40e3,
+           "bytes_max": 90e3}
+    lat = {"n": 3000, "p50": 0.12, "p95": 0.4, "max": 2.5}
+    return {"queued": queued, "t0": 0.0, "t1": 600.0, "cpu_s": 600 * cpu_share,
+            "cpu_share": cpu_share, "rss_samples_mb": [40.0, 41.0, 42.0], "rss_peak_mb": 55.0,
+            "reconcilers": {"slurm-window": rec, "nodestate": rec}, "cycle_summaries": 20,
+            "latency": {"from_prolog": lat, "from_start_time": lat, "missing": 0},
+            "anchor": {"sacct": {"argv": "sacct", "wall": 1.0, "cpu": 0.5, "bytes": 2e6,
+                                 "rc": 0},
+                       "squeue": {"argv": "squeue", "wall": squeue_wall, "cpu": 6.8,
+                                  "bytes": 165e6, "rc": 0}}}
+
+
+def scale_data() -> dict:
+    return {"levels": [_level(0, 0.01, 0.2, 0.3), _level(50_000, 0.02, 0.3, 16.5)],
+            "count": {"submitted": 9000, "ran": 8900, "never_listed": 0, "problems": 0,
+                      "examples": [], "lost": 0, "duplicated": 0, "queued_submitted": 50000,
+                      "queued_sent": 0, "daemon_exit": 0, "tracebacks": 0},
+            "churn": [], "nodes": 128, "version": "22.05.8", "plot": "x/scale.png"}
+
+
+def history_data() -> dict:
+    return {"catch_up": {"jobs": 60000, "peak_rss_mb": 70.0, "progress_lines": 72,
+                         "enqueue_s": 300.0, "drain_s": 120.0},
+            "backfill": {"days": 30, "runs": 60000, "peak_rss_mb": 120.0, "seconds": 400.0,
+                         "output_lines": 122}}
+
+
+def _fault(name: str, seconds: float | None, jobs: int, wrong: int = 0) -> dict:
+    return {"fault": name, "fault_s": seconds, "jobs": jobs, "lost": 0, "duplicated": 0,
+            "wrong": wrong, "nats_lost": 0, "nats_duplicated": 0, "nats_wrong": 0,
+            "resends": 3, "unverified": 0, "unaccounted": 0, "gpu_forgotten": 1,
+            "problems": [f"job {i}: numAcc 0 != Slurm's 1" for i in range(wrong)]}
+
+
 def synthetic() -> dict[str, dict]:
     """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
     busy = {"scripts": {"calls": {"sacct": 2, "scontrol": 2, "squeue": 1}, "jobs": 10},
             "no_scripts": {"calls": {"sacct": 1, "scontrol": 2, "squeue": 1}, "jobs": 10}}
     lat = {"start": [0.2] * 9 + [3.0], "end": [0.1] * 10, "start_slurm": [0.8] * 10,
-           "end_slurm": [0.7] * 10, "unannounced": []}
+           "end_slurm": [0.7] * 10, "start_prolog": [0.25] * 9 + [3.5],
+           "end_epilog": [0.15] * 10, "unannounced": []}
     return {
         "parse": doc("parse", {"runs": 3, "jobs": 10_000, "quick": False},
                      {"rows": [{"version": "22.05", "size": 27e6, "times": [1.2, 1.3, 1.25]}]}),
@@ -60,6 +99,20 @@ def synthetic() -> dict[str, dict]:
         "hook": doc("hook", {"jobs": 10, "pairs": 50, "gap_s": 0.05, "quick": False},
                     {"rows": [{"version": "26.05.5", "lat": lat}], "wall_version": "22.05.8",
                      "hook_s": 0.016, "bare_s": 0.013}),
+        "scale": doc("scale", {"sizes": [0, 50_000], "duration_s": 600.0, "warmup_s": 120.0,
+                               "nodes": 128, "running": 500, "rate": 5.0, "poll": 60,
+                               "cc_poll": 300, "commit_interval": 120, "anchor_runs": 3},
+                     scale_data()),
+        "scale-history": doc("scale-history", {"runs": 60000, "days": 30, "chunk_jobs": 5000,
+                                               "lookback_days": 3}, history_data()),
+        "faults": doc("faults", {"quiet_s": 15.0, "min_jobs": 200, "poll_s": 10,
+                                 "faults": {"26.05": [["state disk full", 30]]},
+                                 "quick": False},
+                      {"rows": [{"version": "26.05.5", "cluster": "cluster26",
+                                 "jobs_submitted": 230, "daemon_restarts": 20, "seconds": 700,
+                                 "exit_code": 0, "traceback": False, "secret_logged": False,
+                                 "faults": [_fault("normal", None, 40),
+                                            _fault("state disk full", 30, 197, wrong=2)]}]}),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -106,6 +159,16 @@ def test_every_figure_comes_from_the_results():
     assert "**30.0 min**" in text and "573 tests" in text  # CI
     assert "A `--quick` run" in text  # nats was one
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
+    assert "| 26.05.5 | start | 0.25 s / 3.50 s / 3.50 s | 0.80 s / 0.80 s / 0.80 s |" in text
+    assert "2.00x" in text  # scale: daemon CPU at 50,000 / at 0 queued, over 1.5
+    assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
+    assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
+    assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \
+        in text
+    assert "| **all** | | **237** | **0** | **0** | **2** | **0** | **0** | **0** | **0** | " \
+        "**2** | |" in text
+    assert "0 / 0 / 2; NATS 0 / 0 / 0 (of 237 jobs)" in text
+    assert "26.05.5, state disk full: job 1: numAcc 0 != Slurm's 1" in text
 
 
 def test_numbers_change_with_the_results():

@@ -111,6 +111,20 @@ def daemon_holding_lock(pid_file: Path) -> Iterator[subprocess.Popen]:
             proc.wait(10)
 
 
+# --- jobs ------------------------------------------------------------------------------------
+
+def test_jobs_shows_a_het_job_as_the_one_job_cc_backend_gets(env):
+    res = run(env, "jobs", "--since", f"@{SINCE}", "--format", "json")
+    assert res.exit_code == 0, res.output
+    views = {v["jobId"]: v for v in json.loads(res.stdout)}
+    leader, comp = fixture_json("24.11", "testbed/workload.json")["ids"]["hetjob"]
+    assert comp not in views
+    start, stop = views[leader]["startJob"], views[leader]["stopJob"]
+    assert start["metaData"]["hetJobComponents"] == f"{leader}+0={leader},{leader}+1={comp}"
+    assert start["numNodes"] == len(start["resources"]) == 2 and start["numAcc"] == 1
+    assert (stop["jobId"], stop["startTime"]) == (leader, start["startTime"])
+
+
 # --- status ----------------------------------------------------------------------------------
 
 def test_status_json_with_the_daemon_running_and_stopped(env):
@@ -130,7 +144,8 @@ def test_status_json_with_the_daemon_running_and_stopped(env):
     assert (box["pending"], box["rejected"], box["exists"]) == (1, 1, True)
     assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
     assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
-    assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers"}
+    assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers",
+                            "control"}
 
 
 def test_status_never_prints_the_secret(env):

@@ -133,6 +133,40 @@ def test_clusters_come_and_go_while_the_daemon_runs():
     t.join(10)
 
 
+def test_the_gate_holds_every_clusters_lane_and_its_opening_wakes_them():
+    """slurmctldFailover with slurmClusters: the daemon's one gate holds the reconcilers of
+    every lane; when the control routine (main loop) opens it, each lane runs its gated
+    routines at once, even those whose turn is an hour away."""
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=5.0)  # a lane waits long unless woken
+    gate = {"open": False}
+    runs = {"a": 0, "b": 0}
+    opened = threading.Event()
+
+    def control():
+        if opened.is_set():
+            gate["open"] = True
+
+    def count(name):
+        def fn():
+            runs[name] += 1
+        return fn
+
+    d.gate = lambda: gate["open"]
+    d.add_routine(control, 0.05, "control")
+    d.add_routine(count("a"), 3600, "slurm-window", cluster="a", gated=True)
+    d.add_routine(count("b"), 3600, "slurm-window", cluster="b", gated=True)
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.3)
+    assert runs == {"a": 0, "b": 0}  # standing by
+    opened.set()
+    time.sleep(0.5)
+    assert runs == {"a": 1, "b": 1}  # taken over: both lanes caught up within a cycle
+    d.stop()
+    t.join(10)
+    assert not t.is_alive()
+
+
 def test_pid_lock(tmp_path):
     pid = tmp_path / "run" / "daemon.pid"
     pid.parent.mkdir()
@@ -179,3 +213,53 @@ def test_lifecycle():
     stop = events_for(job("TIMEOUT"))[1].payload["stop"]
     assert stop == {"jobId": 7, "cluster": "c", "startTime": 100, "stopTime": 200,
                     "jobState": "timeout"}
+
+
+def test_gated_routines_wait_for_the_gate_and_all_run_when_it_opens():
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    runs = {"control": 0, "window": 0, "cc": 0, "compact": 0}
+    gate = {"open": False}
+
+    def make(name):
+        def fn():
+            runs[name] += 1
+            if name == "control" and runs["control"] == 3:
+                gate["open"] = True  # the third check finds this host in control
+            return {}
+        return fn
+
+    d.gate = lambda: gate["open"]
+    d.add_routine(make("control"), 0.05, "control")
+    d.add_routine(make("window"), 0.05, "window", gated=True)
+    d.add_routine(make("cc"), 3600, "cc", gated=True)
+    d.add_routine(make("compact"), 3600, "compact")
+    d.run_due()
+    assert runs == {"control": 1, "window": 0, "cc": 0, "compact": 1}
+    time.sleep(0.06)
+    d.run_due()
+    assert runs == {"control": 2, "window": 0, "cc": 0, "compact": 1}
+    time.sleep(0.06)
+    d.run_due()  # opens in this pass: the gated routines run in the same pass, all of them
+    assert runs == {"control": 3, "window": 1, "cc": 1, "compact": 1}
+    gate["open"] = False
+    time.sleep(0.06)
+    d.run_due()
+    assert runs["window"] == 1
+    gate["open"] = True
+    d.run_due()  # open again: even the 3600 s routine runs at once (a takeover's catch-up)
+    assert runs["cc"] == 2 and runs["window"] == 2
+
+
+def test_run_soon_wakes_the_loop_for_that_routine():
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    calls = []
+    d.add_routine(lambda: calls.append(time.monotonic()), 3600, "control")
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.2)
+    asked = time.monotonic()
+    d.run_soon("control")
+    time.sleep(0.3)
+    d.stop()
+    t.join(5)
+    assert len(calls) == 2 and calls[1] - asked < 0.25

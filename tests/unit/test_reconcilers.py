@@ -323,3 +323,69 @@ def test_cc_cache_resends_a_lost_start_only_after_the_commit_interval(env, clien
     clock.now += 121
     summary = cache.run_once()
     assert summary["reopened"] == 1 and [e.job_id for e in box.due()] == [job_id]
+
+
+# --- heterogeneous jobs: one job under the leader's id on every reconciler's path ----------
+
+
+def _het_records(slurm, meta):
+    leader, comp = meta["ids"]["hetjob"]
+    by_id = {r["job_id"]: r for r in slurm.doc["jobs"]}
+    return by_id[leader], by_id[comp]
+
+
+def _running(record):
+    return {**record, "time": {**record["time"], "end": 0},
+            "state": {**record["state"], "current": ["RUNNING"]}}
+
+
+def test_window_sends_a_het_job_once_under_its_leaders_id(env):
+    meta, clock, _, collector, box, last = env
+    last.set(meta["since"])
+    SlurmWindow(collector, box, last, settings(), clock).run_once()
+    leader, comp = meta["ids"]["hetjob"]
+    events = box.list_events(limit=1000)
+    assert sorted(e["kind"] for e in events if e["jobId"] == leader) == ["start", "stop"]
+    assert not [e for e in events if e["jobId"] == comp]
+    (start,) = [e for e in box.due() if e.job_id == leader]
+    assert start.payload["metaData"]["hetJobComponents"] == \
+        f"{leader}+0={leader},{leader}+1={comp}"
+    assert start.payload["numHwthreads"] == 3 and start.payload["numNodes"] == 2
+
+
+def test_stale_jobs_stops_a_het_job_only_when_its_last_component_ended(env):
+    meta, _, slurm, collector, box, _ = env
+    lead, comp = _het_records(slurm, meta)
+    job_id, start = _open(box, meta, "hetjob")
+    assert job_id == lead["job_id"]
+    others = [r for r in slurm.doc["jobs"] if r["job_id"] != comp["job_id"]]
+    slurm.doc = slurm.listed = {**slurm.doc, "jobs": [*others, _running(comp)]}
+    stale = StaleJobs(collector, box, CLUSTER)
+    assert stale.run_once() == {"open": 1, "ended": 0, "unlisted": 0, "stopped": 0}
+    listing = next(a for a in slurm.argvs if "-P" in a)
+    assert listing[listing.index("--jobs") + 1] == str(job_id)  # the leader's id alone
+    slurm.doc = slurm.listed = {**slurm.doc, "jobs": [*others, comp]}
+    assert stale.run_once()["stopped"] == 1
+    (stop,) = [e for e in box.list_events(kind="stop")]
+    assert (stop["jobId"], stop["startTime"]) == (job_id, start)
+    assert box.open_runs(CLUSTER) == []
+
+
+def test_cc_cache_sees_a_running_het_job_as_the_leaders_run(env, client, standin):
+    """cc-backend knows the leader's id only: the component must not look like a run
+    cc-backend lacks, and the het job must not look ended while a component runs."""
+    meta, clock, slurm, collector, box, _ = env
+    lead, comp = _het_records(slurm, meta)
+    slurm.doc = slurm.listed = {**slurm.doc, "jobs": [lead, _running(comp)]}
+    (job,) = collector.window(meta["since"]).jobs
+    assert job.started and not job.finished
+    _deliver_start_only(box, standin, job)
+    clock.now = job.start_time + 3600  # long after the leader ended
+    cache = CcCache(client, collector, box, CLUSTER, commit_interval=300, clock=clock)
+    summary = cache.run_once()
+    assert summary["cc_running"] == 1 and summary["slurm_running"] == 1
+    assert summary["ended"] == summary["new_events"] == summary["reopened"] == 0
+    assert box.due() == []
+    slurm.doc = slurm.listed = {**slurm.doc, "jobs": [lead, comp]}  # the component ended
+    assert cache.run_once()["ended"] == 1
+    assert [(e.job_id, e.kind) for e in box.due()] == [(lead["job_id"], "stop")]

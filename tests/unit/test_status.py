@@ -151,3 +151,27 @@ def test_unreadable_outbox_is_an_error(config, outbox_file):
     outbox_file.write_bytes(b"not a database at all" * 100)
     with pytest.raises(sqlite3.DatabaseError):
         collect(config, outbox_file)
+
+
+def test_failover_role_is_shown_and_absent_without_failover(config, outbox_file):
+    from ccadapter.control import Control
+    from ccadapter.slurm.formats.ping import ControllerPing
+
+    now = 3_000_000.0
+    box = Outbox(outbox_file)
+    doc = collect(config, outbox_file, clock=lambda: now)
+    assert doc["control"] is None and "\nrole " not in render_table(doc)
+
+    class Pings:
+        def controllers(self):
+            return [ControllerPing("primary", "ctld1", True), ControllerPing("backup", "ctld2",
+                                                                             True)]
+
+    Control(Pings(), "ctld2", record=box.set_state, clock=lambda: now - 40).run_once()
+    box.close()
+    doc = collect(config, outbox_file, clock=lambda: now)
+    assert doc["control"] == {"role": "standby", "since": now - 40, "host": "ctld2",
+                              "inControl": "ctld1", "checkedAt": now - 40, "error": None,
+                              "age": 40.0}
+    assert ("role        standby since 40s ago  (this host ctld2; in control: ctld1; "
+            "checked 40s ago)") in render_table(doc)

@@ -57,6 +57,8 @@ class SacctRecord:
     shared: Shared | None  # None when this generation's sacct does not say
     script: str | None  # None when slurmdbd did not store it
     exit_code: int | None
+    het_job_id: int = 0  # the leader's id for a component of a het job, else 0
+    het_offset: int | None = None  # the component's offset in its het job
     energy: int | None = None  # joules consumed; None when Slurm accounted none
 
 
@@ -92,6 +94,8 @@ class ControllerJob:
     array_task_id: int | None = None
     exit_code: int | None = None
     gpus: int | None = None  # gres/gpu in the allocated TRES
+    het_job_id: int = 0  # HetJobId= of a het job's component, else 0
+    het_offset: int | None = None  # HetJobOffset=
 
 
 # --- value decoders ------------------------------------------------------------------------
@@ -358,6 +362,7 @@ def build_sacct_record(
     if cpus is None:
         # Nothing allocated (yet): what was asked for if it ran, else nothing.
         cpus = (required_cpus or 0) if start else 0
+    het_job_id, het_offset = _het(record, ctx)
     return SacctRecord(
         job_id=ctx.job_id or 0,
         array_job_id=number(field(record, "array.job_id", ctx), "array.job_id", ctx) or 0,
@@ -380,8 +385,21 @@ def build_sacct_record(
         shared=shared,
         script=script or None,
         exit_code=exit_code,
+        het_job_id=het_job_id,
+        het_offset=het_offset,
         energy=consumed_energy(tres, ctx),
     )
+
+
+def _het(record: Mapping[str, Any], ctx: ParseContext) -> tuple[int, int | None]:
+    """(leader id, offset) of a het job's component; (0, None) for any other job. Every
+    generation carries ``het``; a job that is no component has ``job_id`` 0 and no offset."""
+    het_job_id = number(field(record, "het.job_id", ctx), "het.job_id", ctx) or 0
+    offset = number(field(record, "het.job_offset", ctx), "het.job_offset", ctx)
+    if het_job_id <= 0 or het_job_id >= _SENTINEL or offset is None or not (
+            0 <= offset < _SENTINEL):
+        return 0, None
+    return het_job_id, offset
 
 
 def job_id_of(record: Any, ctx: ParseContext) -> int:

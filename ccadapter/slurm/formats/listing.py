@@ -1,4 +1,4 @@
-"""The cheap listing of runs: ``sacct -X -n -P -o JobIDRaw,Start,End,State,NodeList``.
+"""The cheap listing of runs: ``sacct -X -n -P -o JobIDRaw,JobID,Start,End,State,NodeList``.
 
 Why a second sacct form beside ``--json``: a poll needs to know *which* runs exist in a window
 and whether each has ended, and only then the details of the few that are new to it. The
@@ -8,18 +8,25 @@ asked for only for the runs that changed.
 
 Times are asked as epochs (``SLURM_TIME_FORMAT=%s``, honoured by sacct since long before
 22.05), so no wall-clock text and no daylight-saving ambiguity is involved. The format is the
-same on 22.05, 24.11 and 26.05 (``tests/fixtures/*/sacct-listing-*.txt``); unset times read
-``Unknown`` or ``None``, a run that never got nodes lists ``None assigned``.
+same on 22.05, 24.11 and 26.05 (the listings in ``tests/fixtures/*/testbed/commands-*.json``);
+unset times read ``Unknown`` or ``None``, a run that never got nodes lists ``None assigned``.
+
+``JobID`` is there for heterogeneous jobs only: it names a component ``LEADER+OFFSET``
+(``11+1`` for job 12), which ``JobIDRaw`` does not say, so that a listing can be compared
+with the outbox by the leader's id (:func:`ccadapter.slurm.hetjob.merge_stamps`). 22.05
+prints ``11+1`` from submission on; 24.11 and 26.05 only once the job started (slurmdbd
+learns the het job when it starts): a pending component reads ``12``, a job of its own.
+Array tasks read ``10_3`` and are left to ``JobIDRaw``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ccadapter.model import JobState, base_state, cc_state
+from ccadapter.model import HetComponent, JobState, base_state, cc_state
 from ccadapter.slurm.formats._common import ParseContext, decimal
 
-FIELDS = "JobIDRaw,Start,End,State,NodeList"
+FIELDS = "JobIDRaw,JobID,Start,End,State,NodeList"
 TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}
 _NO_NODES = frozenset({"", "none assigned", "(null)", "none", "(unknown)"})
 
@@ -33,6 +40,7 @@ class RunStamp:
     end_time: int  # 0: has not ended
     state: str  # Slurm's base state, e.g. "RUNNING", "CANCELLED"
     nodes: str  # hostlist expression, "" when it never got nodes
+    het: HetComponent | None = None  # a het job's component, as listed
 
     @property
     def started(self) -> bool:
@@ -56,18 +64,28 @@ def parse_listing(out: str, ctx: ParseContext) -> tuple[list[RunStamp], list[str
         if not line.strip():
             continue
         parts = line.split("|")
-        job_id = decimal(parts[0]) if len(parts) == 5 else None
+        job_id = decimal(parts[0]) if len(parts) == 6 else None
         if job_id is None:
             errors.append(str(ctx.error(f"unreadable listing line {line[:80]!r}")))
             continue
-        start, end = (_epoch(p) for p in parts[1:3])
+        start, end = (_epoch(p) for p in parts[2:4])
         if start is None or end is None:
             errors.append(str(ctx.for_job(job_id).error(f"unreadable times in {line[:80]!r}")))
             continue
-        nodes = parts[4].strip()
-        stamps.append(RunStamp(job_id, start, end, base_state(parts[3]),
-                               "" if nodes.lower() in _NO_NODES else nodes))
+        nodes = parts[5].strip()
+        stamps.append(RunStamp(job_id, start, end, base_state(parts[4]),
+                               "" if nodes.lower() in _NO_NODES else nodes,
+                               _component(job_id, parts[1])))
     return stamps, errors
+
+
+def _component(job_id: int, name: str) -> HetComponent | None:
+    """``11+1`` -> component 1 of het job 11; any other JobID (``12``, ``10_3``) -> None."""
+    leader, plus, offset = name.strip().partition("+")
+    het_job_id, number = decimal(leader), decimal(offset)
+    if not plus or het_job_id is None or number is None:
+        return None
+    return HetComponent(het_job_id, number, job_id)
 
 
 def _epoch(text: str) -> int | None:

@@ -7,6 +7,11 @@ Mem=.. GRES=..`` detail lines, ``JobState``, ``StartTime``, ``OverSubscribe``); 
 exact CPU ids on every version (22.05's scontrol has no --json, and the JSON core bitmaps lose
 hyper-threads), so it is parsed here, once.
 
+A heterogeneous job's component has ``HetJobId=`` and ``HetJobOffset=`` on its first line and
+a ``HetJobIdSet=`` line, the same on every version: ``JobId=12 HetJobId=11 HetJobOffset=1
+JobName=..``. ``show job 11`` (the leader) prints every component's record, ``show job 12``
+that component's only; so a record is kept when its id or its ``HetJobId`` is wanted.
+
 Cost: a record is read in one pass over its lines (``key=value`` tokens split once), never one
 regular-expression search per key; and a dump of every job slurmctld holds is filtered by the
 ``JobId=`` at the head of each record before anything else of it is read, so reading the few
@@ -77,7 +82,8 @@ def iter_records(lines: Iterable[str], wanted: Collection[int] | None = None
             if current is not None:
                 yield current_id, "\n".join(current).strip("\n")
             current_id = decimal(line[6:].split(" ", 1)[0])
-            keep = wanted is None or (current_id is not None and current_id in wanted)
+            keep = wanted is None or (current_id is not None and current_id in wanted) \
+                or _het_job_id(line) in wanted
             current = [line] if keep else None
         elif current is not None:
             current.append(line)
@@ -86,6 +92,16 @@ def iter_records(lines: Iterable[str], wanted: Collection[int] | None = None
         after_blank = False
     if current is not None:
         yield current_id, "\n".join(current).strip("\n")
+
+
+def _het_job_id(head: str) -> int | None:
+    """``HetJobId=`` of a record's first line (``JobId=12 HetJobId=11 HetJobOffset=1
+    JobName=..``); None for a job that is no het job's component."""
+    at = head.find(" HetJobId=")
+    name = head.find(" JobName=")
+    if at < 0 or 0 <= name < at:
+        return None
+    return decimal(head[at + 10:].split(" ", 1)[0])
 
 
 def record_fields(record: str) -> tuple[dict[str, str], list[str], str]:
@@ -153,6 +169,8 @@ def controller_job_from_text(job_id: int, record: str, ctx: ParseContext) -> Con
                                    gpu_indices(alloc.get("GRES", ""))))
     tres = fields.get("AllocTRES") or fields.get("TRES") or ""
     gpu = _TRES_GPU.search(tres)
+    het_job_id = decimal(fields.get("HetJobId", "")) or 0
+    het_offset = decimal(fields.get("HetJobOffset", ""))
     return ControllerJob(
         job_id=job_id,
         state=fields.get("JobState", ""),
@@ -174,6 +192,8 @@ def controller_job_from_text(job_id: int, record: str, ctx: ParseContext) -> Con
         array_task_id=decimal(fields.get("ArrayTaskId", "")),
         exit_code=decimal(fields.get("ExitCode", "").split(":")[0]),
         gpus=int(gpu[1]) if gpu else None,
+        het_job_id=het_job_id if het_offset is not None else 0,
+        het_offset=het_offset if het_job_id else None,
     )
 
 

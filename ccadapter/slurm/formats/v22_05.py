@@ -9,6 +9,10 @@ The baseline generation:
   (``scontrol write batch_script``) and sharing from ``scontrol show job`` only
   (``sacct -B`` prints scripts in text form only, one header per job; not used);
 - ``gres/gpu`` appears in ``tres.allocated`` only with ``AccountingStorageTRES=gres/gpu``;
+- a heterogeneous job's component carries ``het: {"job_id": LEADER, "job_offset": N}``
+  (plain numbers) from submission on, and ``sacct -j LEADER`` answers with every component;
+  any other job has ``{"job_id": 0, "job_offset": null}``. The listing's JobID reads
+  ``LEADER+N`` from submission on too (``.listing``);
 - sacctmgr has no ``--json``: the cluster list is read as parsable text, one name a line
   (``sacctmgr -n -P list clusters format=Cluster``);
 - consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's

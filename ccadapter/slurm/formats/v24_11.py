@@ -14,6 +14,11 @@ Differences from 22.05 and how they are handled:
   ``count: -2`` while unset: ``count`` is dumped as a plain int64, so NO_VAL64 reads -2
   (src/plugins/data_parser/v0.0.42/parsers.c:7137-7145 the TRES fields, :2549-2557 the int64
   dump, :7006 ``tres/allocated`` of a job); a set count is the consumed energy in joules;
+- ``het.job_offset`` became a number object; a job that is no het job's component has
+  ``het.job_id`` 0 and an unset offset. slurmdbd learns of a het job only when it starts:
+  until then its components read like jobs of their own (``het.job_id`` 0, JobID ``12`` in
+  the listing instead of 22.05's ``11+1``), so a pending het job is listed per component by
+  ``ccadapter jobs``; it is never sent before it starts, when it becomes one job;
 - sacctmgr speaks JSON: the cluster list is ``sacctmgr list clusters --json``, one object
   per cluster in ``clusters`` with its ``name`` (as cc-slurm-adapter reads it).
 """

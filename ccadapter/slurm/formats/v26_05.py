@@ -9,7 +9,8 @@ Differences from 24.11 and how they are handled:
   ``SLUID=`` line (handled in ``_common``);
 - ``sacctmgr list clusters --json`` drops ``select_plugin`` from each cluster (not used):
   the list is read as in 24.11.
-Everything else is read as in 24.11, consumed energy included (the job's ``tres.allocated``
+Everything else is read as in 24.11: heterogeneous jobs (``het`` as in 24.11; each
+component has a SLUID of its own) and consumed energy (the job's ``tres.allocated``
 ``energy`` entry, ``count: -2`` while unset: data_parser/v0.0.45 parsers.c:9287-9295,
 :2933-2941, :9062).
 """

@@ -99,3 +99,52 @@ def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, m
     fast.submit(HookMessage(gpu, "start", None))  # the fast path still runs
     assert wait(lambda: box.due()), caplog.text
     assert [e.job_id for e in box.due()] == [gpu]
+
+
+@pytest.fixture
+def timed(tmp_path):
+    """A FastPath over the recorded 24.11 busy snapshot, its timings given by the test;
+    with the runner (its ``stdins``: one per scontrol process) and two job ids."""
+    busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
+    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    box = Outbox(tmp_path / "o.sqlite")
+    started = []
+
+    def make(**timings) -> FastPath:
+        started.append(FastPath(collector, box, lambda: None, **timings).start())
+        return started[-1]
+    meta = fixture_json("24.11", "testbed/workload.json")
+    yield make, runner, meta["ids"]["gpujob"][0], meta["ids"]["timeout"][0]
+    for fast in started:
+        fast.stop()
+    box.close()
+
+
+def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(timed):
+    """PrologSlurmctld announces a start while slurmctld still configures the job: asked at
+    once, it would answer CONFIGURING and cost a second scontrol process."""
+    make, runner, gpu, ended = timed
+    fast = make(coalesce=0.01, start_settle=0.4)
+    fast.submit(HookMessage(gpu, "start", None))
+    time.sleep(0.2)
+    assert runner.stdins == []  # still settling
+    fast.submit(HookMessage(ended, "end", None))  # due at once, alone
+    assert wait(lambda: runner.stdins)
+    assert f"job {ended}" in runner.stdins[0] and f"job {gpu}" not in runner.stdins[0]
+    assert wait(lambda: any(f"job {gpu}" in text for text in runner.stdins))
+    asked = [text for text in runner.stdins if f"job {gpu}" in text]
+    assert len(asked) == 1  # once, after its settle time, with its script
+
+
+def test_an_end_rides_along_with_the_next_start(timed):
+    """A churn costs one scontrol process per start: ends wait for company (up to
+    ``coalesce``) and go with the next query."""
+    make, runner, gpu, other = timed
+    fast = make(coalesce=5.0, start_settle=0.05)
+    fast.submit(HookMessage(other, "end", None))
+    time.sleep(0.2)
+    assert runner.stdins == []  # an end alone waits
+    fast.submit(HookMessage(gpu, "start", None))
+    assert wait(lambda: runner.stdins)
+    assert f"job {other}" in runner.stdins[0] and f"job {gpu}" in runner.stdins[0]

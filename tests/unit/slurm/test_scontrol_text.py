@@ -96,16 +96,24 @@ def test_markers_differ_per_batch():
 
 
 def test_listing_lines():
-    out = ("12|1795425711|1795425712|COMPLETED|n1\n"
-           "13|None|1795425733|CANCELLED by 0|None assigned\n"
-           "14|1795425800|Unknown|RUNNING|n[1-2]\n"
-           "7|1795425711|1795425711|CANCELLED by 0|None assigned\n"
-           "x|1|2|RUNNING|n1\n"
-           "15|soon|Unknown|RUNNING|n1\n")
+    out = ("12|12|1795425711|1795425712|COMPLETED|n1\n"
+           "13|13|None|1795425733|CANCELLED by 0|None assigned\n"
+           "14|14|1795425800|Unknown|RUNNING|n[1-2]\n"
+           "7|7|1795425711|1795425711|CANCELLED by 0|None assigned\n"
+           "x|x|1|2|RUNNING|n1\n"
+           "15|15|soon|Unknown|RUNNING|n1\n"
+           "18|1795425711|1795425712|COMPLETED|n1\n"  # without JobID: refused
+           "20|20+0|1795425800|Unknown|RUNNING|n1\n"
+           "21|20+1|1795425800|Unknown|RUNNING|n2\n"
+           "17|16_1|1795425800|Unknown|RUNNING|n2\n")
     stamps, errors = parse_listing(out, ParseContext("22.05.8", "sacct -P"))
     by_id = {s.job_id: s for s in stamps}
     assert by_id[12].finished and by_id[12].started and by_id[12].run == (12, 1795425711)
     assert not by_id[13].started and by_id[13].state == "CANCELLED"
     assert by_id[14].started and not by_id[14].finished and by_id[14].nodes == "n[1-2]"
     assert not by_id[7].started  # 22.05 prints End as Start of a never-started job
-    assert len(errors) == 2 and "22.05.8" in errors[0] and "job 15" in errors[1]
+    assert len(errors) == 3 and "22.05.8" in errors[0] and "job 15" in errors[1]
+    assert "18|" in errors[2] and 18 not in by_id
+    assert [str(by_id[i].het) for i in (20, 21)] == ["20+0", "20+1"]
+    assert by_id[21].het.job_id == 21
+    assert by_id[12].het is None and by_id[17].het is None  # a job, an array task

@@ -1,0 +1,168 @@
+"""What the scale benchmark (tests.bench.scale) reads off a running daemon and the test bed:
+CPU and RSS from /proc, the cost the daemon logs per cycle, start latencies from Slurm's
+clock, and the anchor's per-poll commands. Pure helpers and thin /proc readers, no policy."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import statistics
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.testbed.measure_commands import run_once
+
+TICK = os.sysconf("SC_CLK_TCK")
+CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system seconds of the process and of its waited-for children (the Slurm
+    commands it ran): utime, stime, cutime, cstime of /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICK
+
+
+def status_mb(pid: int, key: str) -> float:
+    """A kB figure of /proc/PID/status (VmRSS, VmHWM) in MB."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return int(text.split(f"{key}:")[1].split()[0]) / 1024
+
+
+def reset_peak(pid: int) -> None:
+    """Start VmHWM afresh (proc(5): writing 5 to clear_refs resets the peak RSS)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+class RssSampler(threading.Thread):
+    """VmRSS every ``every`` seconds until stopped."""
+
+    def __init__(self, pid: int, every: float = 2.0) -> None:
+        super().__init__(name="rss-sampler", daemon=True)
+        self.pid, self.every = pid, every
+        self.samples: list[float] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.every):
+            try:
+                self.samples.append(status_mb(self.pid, "VmRSS"))
+            except (OSError, IndexError):
+                return
+
+    def stop(self) -> list[float]:
+        self._stop_event.set()
+        self.join(10)
+        return self.samples
+
+
+def cycles(log_text: str) -> list[tuple[str, dict]]:
+    """The cycle summaries the daemon logged (ccadapter.cycle_cost adds ``cost``)."""
+    out = []
+    for line in log_text.splitlines():
+        m = CYCLE.search(line)
+        if m:
+            out.append((m["name"], ast.literal_eval(m["summary"])))
+    return out
+
+
+def per_reconciler(seen: Iterable[tuple[str, dict]]) -> dict[str, dict]:
+    """Per reconciler: cycles, median and max wall and CPU (the daemon's own, and with the
+    Slurm commands' own processes: ``total_cpu``), median commands and bytes."""
+    by: dict[str, list[dict]] = {}
+    for name, summary in seen:
+        if "cost" in summary:
+            by.setdefault(name, []).append(summary["cost"])
+    out = {}
+    for name, costs in sorted(by.items()):
+        def col(key: str, costs: list[dict] = costs) -> list[float]:
+            return [float(c.get(key, 0)) for c in costs]
+        out[name] = {"cycles": len(costs),
+                     "wall_median": round(statistics.median(col("seconds")), 3),
+                     "wall_max": round(max(col("seconds")), 3),
+                     "cpu_median": round(statistics.median(col("cpu")), 3),
+                     "cpu_max": round(max(col("cpu")), 3),
+                     "total_cpu_median": round(statistics.median(
+                         c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
+                     "total_cpu_max": round(max(
+                         c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
+                     "commands_median": statistics.median(col("slurm_commands")),
+                     "bytes_median": statistics.median(col("slurm_bytes")),
+                     "bytes_max": max(col("slurm_bytes"))}
+    return out
+
+
+def read_stamps(path: Path, context: str = "prolog_slurmctld") -> dict[int, float]:
+    """First time the hook wrapper ran for each job in ``context`` (tests/testbed/slurm)."""
+    out: dict[int, float] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == context and parts[0].isdigit():
+            out.setdefault(int(parts[0]), float(parts[2]))
+    return out
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    v = sorted(values)
+    return {"n": len(v), "p50": round(v[len(v) // 2], 3),
+            "p95": round(v[min(len(v) - 1, int(0.95 * len(v)))], 3), "max": round(v[-1], 3)}
+
+
+@dataclass
+class Latency:
+    """Start latency of the runs whose PrologSlurmctld ran within a window: from that
+    moment (Slurm's clock) and from the job's StartTime (whole seconds in Slurm)."""
+
+    from_prolog: list[float] = field(default_factory=list)
+    from_start_time: list[float] = field(default_factory=list)
+    missing: int = 0  # started in the window, never received by the stand-in
+
+    def summary(self) -> dict:
+        return {"from_prolog": percentiles(self.from_prolog),
+                "from_start_time": percentiles(self.from_start_time), "missing": self.missing}
+
+
+def start_latency(stamps: dict[int, float], received: dict[int, float],
+                  start_times: dict[int, int], ids: Iterable[int], t0: float,
+                  t1: float) -> Latency:
+    """``received``: job id -> when the stand-in took its first start (time.time())."""
+    lat = Latency()
+    for job_id in ids:
+        stamp = stamps.get(job_id)
+        if stamp is None or not t0 <= stamp < t1:
+            continue
+        got = received.get(job_id)
+        if got is None:
+            lat.missing += 1
+            continue
+        lat.from_prolog.append(got - stamp)
+        if start_times.get(job_id):
+            lat.from_start_time.append(got - start_times[job_id])
+    return lat
+
+
+def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
+                    runs: int) -> dict[str, dict]:
+    """What cc-slurm-adapter runs per poll (its slurm.go: a sacct window of every job and
+    squeue of all jobs, both as JSON), each ``runs`` times; the run of median wall."""
+    window = ["sacct", "--cluster", cluster, "--allusers", "--starttime",
+              time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)), "--endtime",
+              time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until)), "--json"]
+    queue = ["squeue", "--noheader", "--cluster", cluster, "--all", "--json"]
+    out = {}
+    for name, argv in (("sacct", window), ("squeue", queue)):
+        costs = sorted((run_once([*prefix, *argv], {}) for _ in range(runs)),
+                       key=lambda c: c.wall)
+        mid = costs[len(costs) // 2]
+        out[name] = {"argv": " ".join(argv), "wall": mid.wall,
+                     "cpu": round(statistics.median(c.cpu for c in costs), 3),
+                     "bytes": mid.out_bytes, "rc": mid.rc}
+    return out

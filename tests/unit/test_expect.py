@@ -1,0 +1,116 @@
+"""The fault matrix's field comparison (tests/integration/expect.py) catches each field a
+product could get wrong, on bodies built by hand from one recorded-looking Slurm answer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.integration.expect import by_run, check_start, check_stop, delivery_problems
+from tests.integration.workload import Allocation
+
+T = {"name": "fgpu", "state": "CANCELLED", "submit": 100, "start": 110, "end": 130,
+     "nodes": ("n1", "n2"), "cpus": 3, "array_job_id": 0, "array_task_id": None,
+     "user": "ccuser", "account": "testacct", "partition": "gpu", "timelimit_min": 5,
+     "nnodes": 2, "gpus": 1}
+ALLOC = Allocation({"n1": (0, 2), "n2": (1,)}, {"n1": (1,), "n2": ()})
+START = {"jobId": 7, "cluster": "c", "user": "ccuser", "project": "testacct",
+         "partition": "gpu", "numNodes": 2, "numHwthreads": 3, "numAcc": 1, "arrayJobId": 0,
+         "startTime": 110, "walltime": 300, "metaData": {"jobName": "fgpu"},
+         "resources": [{"hostname": "n1", "hwthreads": [0, 2], "accelerators": ["1"]},
+                       {"hostname": "n2", "hwthreads": [1]}]}
+STOP = {"jobId": 7, "cluster": "c", "startTime": 110, "stopTime": 130,
+        "jobState": "cancelled"}
+
+
+def test_a_body_as_slurm_answered_passes():
+    v = check_start(START, "c", 7, T, ALLOC)
+    assert (v.wrong, v.unverified) == ([], [])
+    assert check_stop(STOP, "c", 7, T).wrong == []
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("user", "root"), ("project", "root"), ("partition", "debug"), ("numNodes", 1),
+    ("numHwthreads", 2), ("numAcc", 0), ("arrayJobId", 6), ("startTime", 111),
+    ("walltime", 5), ("cluster", "other"),
+])
+def test_each_start_field_is_compared(key, value):
+    body = {**START, key: value}
+    assert any(w.startswith(key) for w in check_start(body, "c", 7, T, ALLOC).wrong)
+
+
+def test_walltime_absent_only_without_a_limit():
+    body = {k: v for k, v in START.items() if k != "walltime"}
+    assert check_start(body, "c", 7, T, ALLOC).wrong
+    assert check_start(body, "c", 7, {**T, "timelimit_min": None}, ALLOC).wrong == []
+
+
+def test_hosts_hwthreads_and_accelerators_per_host():
+    swapped = copy.deepcopy(START)
+    swapped["resources"].reverse()
+    assert check_start(swapped, "c", 7, T, ALLOC).wrong
+    cpus = copy.deepcopy(START)
+    cpus["resources"][1]["hwthreads"] = [3]
+    assert check_start(cpus, "c", 7, T, ALLOC).wrong[0].startswith("hwthreads")
+    none = copy.deepcopy(START)
+    del none["resources"][0]["accelerators"]
+    running = {**none, "metaData": {"jobName": "fgpu", "slurmInfo": "JobState=RUNNING"}}
+    assert check_start(running, "c", 7, T, ALLOC).wrong[0].startswith("accelerators")
+    other = copy.deepcopy(START)
+    other["resources"][0]["accelerators"] = ["0"]
+    assert check_start(other, "c", 7, T, ALLOC).wrong[0].startswith("accelerators")
+    extra = copy.deepcopy(START)
+    extra["resources"][1]["accelerators"] = ["0"]
+    nogpu = {**T, "gpus": 0}
+    assert check_start({**extra, "numAcc": 0}, "c", 7, nogpu, ALLOC).wrong
+
+
+def test_what_slurmctld_did_not_say_is_unverified_not_passed():
+    v = check_start(START, "c", 7, T, None)
+    assert v.wrong == [] and len(v.unverified) == 2
+    v = check_start(START, "c", 7, T, Allocation(ALLOC.cpus, None))
+    assert v.unverified == ["accelerators: the run was not seen running"]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("stopTime", 129), ("jobState", "completed"), ("startTime", 100), ("cluster", "x")])
+def test_each_stop_field_is_compared(key, value):
+    assert check_stop({**STOP, key: value}, "c", 7, T).wrong
+
+
+def test_delivery_counts_runs_and_extras():
+    truth = {7: T, 8: {**T, "start": 0, "nodes": ()}}
+    ok = delivery_problems("c", truth, by_run([START]), by_run([STOP]), {7: ALLOC})
+    assert ok == []
+    twice = delivery_problems("c", truth, by_run([START, START]), by_run([STOP]), {7: ALLOC})
+    assert twice == ["job 7: 2 starts, 1 stops"]
+    ghost = {**START, "startTime": 115}
+    found = delivery_problems("c", truth, by_run([START, ghost]), by_run([STOP]), {7: ALLOC})
+    assert "job 7: a run starting 115 Slurm never had" in found
+    never = {**START, "jobId": 8, "startTime": 120}
+    found = delivery_problems("c", truth, by_run([START, never]), by_run([STOP]), {7: ALLOC})
+    assert "job 8: never started but sent" in found
+    lost = delivery_problems("c", truth, by_run([START]), {}, {7: ALLOC})
+    assert lost == ["job 7: 1 starts, 0 stops"]
+    strict = delivery_problems("c", truth, by_run([START]), by_run([STOP]), {},
+                               strict_allocation=True)
+    assert len(strict) == 2
+
+
+def test_gpu_ids_gone_before_the_daemon_read_the_run_are_forgotten_not_wrong():
+    none = copy.deepcopy(START)
+    del none["resources"][0]["accelerators"]
+    ended = {**none, "metaData": {"jobName": "fgpu",
+                                  "slurmInfo": "JobId=7 JobName=fgpu\n   JobState=COMPLETED"}}
+    v = check_start(ended, "c", 7, T, ALLOC)
+    assert v.wrong == [] and v.forgotten[0].startswith("accelerators: none sent")
+    absent = check_start(none, "c", 7, T, ALLOC)  # slurmctld no longer held it: no slurmInfo
+    assert absent.wrong == [] and absent.forgotten
+    running = {**none, "metaData": {"jobName": "fgpu",
+                                    "slurmInfo": "JobId=7 JobName=fgpu\n   JobState=RUNNING"}}
+    v = check_start(running, "c", 7, T, ALLOC)
+    assert v.forgotten == [] and v.wrong[0].startswith("accelerators")
+    other = copy.deepcopy(ended)
+    other["resources"][0]["accelerators"] = ["0"]  # a wrong id is wrong, read late or not
+    assert check_start(other, "c", 7, T, ALLOC).wrong
