@@ -14,6 +14,11 @@ unless that port is taken.
    the route to it are gone; a fault wrapper in ``slurmCommandPrefix``): cluster22's jobs
    of that time are still delivered, clusterscale's are not, and its failures are counted
    under its name in the metrics. Once it answers again, what it ran meanwhile follows.
+3. ``slurmClusters: ["*"]``: the daemon serves every cluster ``sacctmgr list clusters``
+   names. That includes clusters whose slurmctld is down (clusterha of the failover profile
+   stays registered in the same slurmdbd when its controllers are stopped): each of those is
+   served, its failing routines are its own errors in ``status`` and in the metrics, and
+   cluster22's and clusterscale's jobs are delivered as in 1.
 """
 
 from __future__ import annotations
@@ -251,4 +256,94 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
     assert all(v["served"] for v in doc["clusters"].values())
     hooks = "hook on its own socket" if sockets else "polls only (its hook port was taken)"
     figures.append(f"clusterscale: {len(scale.nodes)} nodes, {hooks}")
+    print("\n" + "\n".join(figures), file=sys.stderr)
+
+
+def listed_clusters() -> list[str]:
+    """What `sacctmgr list clusters` names (the host's slurmdbd: cluster22's)."""
+    out = subprocess.run(["sacctmgr", "-n", "-P", "list", "clusters", "format=Cluster"],
+                         capture_output=True, text=True, timeout=60, check=True,
+                         stdin=subprocess.DEVNULL)
+    return [line for line in out.stdout.split() if line]
+
+
+def unreachable(name: str) -> bool:
+    """Whether ``name``'s slurmctld does not answer (`scontrol --clusters NAME ping`)."""
+    out = subprocess.run(["scontrol", "--clusters", name, "ping"], capture_output=True,
+                         timeout=60, stdin=subprocess.DEVNULL, check=False)
+    return out.returncode != 0
+
+
+def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path):
+    c22 = testbed["22.05"]
+    scale, scale_hook = clusterscale
+    listed = listed_clusters()
+    assert {c22.name, scale.name} <= set(listed), listed
+    down = [name for name in listed if name not in (c22.name, scale.name) and unreachable(name)]
+    sockets = {"clusterscale": scale_hook} if port_free(scale_hook) else {}
+    port = free_port()
+    cfg = {"ccRestJwt": TOKEN, "slurmPollInterval": 2, "ccPollInterval": 3600,
+           "pidFilePath": str(tmp_path / "run" / "daemon.pid"),
+           "prepSockListenPath": hook_socket(c22), "prepSockClusterListenPaths": sockets,
+           "lastRunPath": str(tmp_path / "lastrun"), "stateDirectory": str(tmp_path / "state"),
+           "slurmCommandTimeout": 20, "slurmClusters": ["*"],
+           "metricsListen": f"127.0.0.1:{port}"}
+    both = (c22, scale)
+    figures = [f"slurmClusters [\"*\"]: sacctmgr lists {', '.join(listed)}; "
+               f"controller down: {', '.join(down) or 'none'}"]
+    with CcBackendStandin(TOKEN, clusters=listed) as standin:
+        cfg["ccRestUrl"] = standin.url
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        LastRun(tmp_path / "lastrun").set(time.time() - 5)  # every cluster's seed
+        daemon = DaemonProc(path, tmp_path / "daemon.log")
+        daemon.start()
+        try:
+            daemon.wait_listening(60)
+            wait_for(lambda: all(metric(port, "ccadapter_cluster_served", cluster=n) == 1
+                                 for n in listed), 60, "not every listed cluster is served")
+            t0 = time.monotonic()
+            with ThreadPoolExecutor(2) as pool:
+                ids = dict(zip([c.name for c in both],
+                               pool.map(lambda c: submit_batch(c, "mcall-", JOBS), both),
+                               strict=True))
+            for c in both:
+                wait_for(lambda c=c: delivered(standin, c.name, ids[c.name]), 60,
+                         f"{c.name}: not delivered with slurmClusters [\"*\"]")
+            figures.append(f"{2 * JOBS} jobs delivered in {time.monotonic() - t0:.1f} s")
+            failed = {n: metric(port, "ccadapter_reconciler_failures_total",
+                                reconciler="nodestate", cluster=n) for n in listed}
+            status = subprocess.run(
+                [sys.executable, "-m", "ccadapter", "status", "--format", "json", "--config",
+                 str(path)], capture_output=True, text=True, timeout=60, check=True,
+                stdin=subprocess.DEVNULL)
+        finally:
+            exit_code = daemon.terminate()
+        log = daemon.log.read_text()
+
+    assert exit_code == 0
+    assert "Traceback" not in log and TOKEN not in log
+    for c in both:
+        assert problems(standin, c, ids[c.name]) == []
+        sent = {j for j, _ in runs_of(standin, "/api/jobs/start_job/", c.name)}
+        figures.append(f"{c.name}: {JOBS} jobs submitted, "
+                       f"{len(sent & set(ids[c.name]))} delivered under its name")
+    named = {r.body.get("cluster") for r in standin.requests()
+             if isinstance(r.body, dict) and r.body.get("cluster")}
+    assert named <= set(listed), named
+    doc = json.loads(status.stdout)
+    assert set(doc["clusters"]) == set(listed)
+    assert all(v["served"] for v in doc["clusters"].values())
+    for c in both:
+        cycles = doc["clusters"][c.name]["reconcilers"]
+        assert cycles and all(r["ok"] for r in cycles.values()), (c.name, cycles)
+        assert failed[c.name] == 0
+    for name in down:  # its own error, no one else's
+        cycles = doc["clusters"][name]["reconcilers"]
+        errors = {k: r["error"] for k, r in cycles.items() if not r["ok"]}
+        assert "nodestate" in errors and name in errors["nodestate"], (name, cycles)
+        assert failed[name] >= 1
+        assert f"nodestate[{name}] failed" in log
+        figures.append(f"{name} (controller down): served, {failed[name]:.0f} failed "
+                       f"nodestate cycles, status: {errors['nodestate'][:100]}")
     print("\n" + "\n".join(figures), file=sys.stderr)
