@@ -134,6 +134,21 @@ def problems(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) -> lis
     return out
 
 
+def duplicated(standin: CcBackendStandin, cluster: str) -> list[tuple[int, int]]:
+    """Runs of ``cluster`` started or stopped more than once (any job, not only the test's)."""
+    return sorted({run for path in ("/api/jobs/start_job/", "/api/jobs/stop_job/")
+                   for run, n in runs_of(standin, path, cluster).items() if n > 1})
+
+
+def in_all(standin: CcBackendStandin, cluster: Cluster) -> str:
+    """What the stand-in got of ``cluster`` in all: the first window reaches back
+    slurmWindowOverlap (120 s) before lastRun, so jobs of a test run just before are in it."""
+    starts = runs_of(standin, "/api/jobs/start_job/", cluster.name)
+    stops = runs_of(standin, "/api/jobs/stop_job/", cluster.name)
+    return (f"{sum(starts.values())} starts and {sum(stops.values())} stops in all, "
+            f"{len(starts)} and {len(stops)} distinct runs")
+
+
 def delivered(standin: CcBackendStandin, cluster: str, ids: list[int]) -> bool:
     stopped = {job for job, _ in runs_of(standin, "/api/jobs/stop_job/", cluster)}
     return set(ids) <= stopped
@@ -242,11 +257,9 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
         sent = {j for j, _ in runs_of(standin, "/api/jobs/start_job/", c.name)}
         ran = {j for j, t in sacct_truth(c, every).items() if t["start"] and t["nodes"]}
         figures.append(f"{c.name}: {len(every)} jobs submitted, {len(ran)} ran in its sacct, "
-                       f"{len(sent & set(every))} delivered under its name, "
-                       f"{sum(runs_of(standin, '/api/jobs/start_job/', c.name).values())} "
-                       f"starts and {sum(runs_of(standin, '/api/jobs/stop_job/', c.name).values())}"
-                       " stops in all")
+                       f"{len(sent & set(every))} delivered under its name; {in_all(standin, c)}")
         assert sent & set(every) == ran
+        assert duplicated(standin, c.name) == []
     other = [r.body.get("cluster") for r in standin.requests()
              if isinstance(r.body, dict) and r.body.get("cluster")
              and r.body["cluster"] not in (c22.name, scale.name)]
@@ -327,7 +340,9 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
         assert problems(standin, c, ids[c.name]) == []
         sent = {j for j, _ in runs_of(standin, "/api/jobs/start_job/", c.name)}
         figures.append(f"{c.name}: {JOBS} jobs submitted, "
-                       f"{len(sent & set(ids[c.name]))} delivered under its name")
+                       f"{len(sent & set(ids[c.name]))} delivered under its name; "
+                       f"{in_all(standin, c)}")
+        assert duplicated(standin, c.name) == []
     named = {r.body.get("cluster") for r in standin.requests()
              if isinstance(r.body, dict) and r.body.get("cluster")}
     assert named <= set(listed), named
