@@ -160,7 +160,6 @@ class Daemon:
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
-                self._gate_open()  # a gate that opened wakes the lanes now, not at their turn
                 wait = self._until_due(self._runnable(None))
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
@@ -186,7 +185,9 @@ class Daemon:
                 self._run(routine)
 
     def _runnable(self, cluster: str | None) -> list[Routine]:
-        """``cluster``'s routines that may run now (the gated ones only while it is open)."""
+        """``cluster``'s routines that may run now (the gated ones only while it is open).
+        Asks the gate at each pass of the main loop, even with no gated routine there
+        (slurmClusters): a gate the control routine opened wakes the lanes at once."""
         is_open = self._gate_open()
         return [r for r in self._of(cluster) if not r.gated or is_open]
 

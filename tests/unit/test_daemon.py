@@ -160,8 +160,10 @@ def test_the_gate_holds_every_clusters_lane_and_its_opening_wakes_them():
     time.sleep(0.3)
     assert runs == {"a": 0, "b": 0}  # standing by
     opened.set()
-    time.sleep(0.5)
-    assert runs == {"a": 1, "b": 1}  # taken over: both lanes caught up within a cycle
+    woken = time.monotonic() + 3.0  # well within the lanes' 5 s wait: they were woken
+    while runs != {"a": 1, "b": 1} and time.monotonic() < woken:
+        time.sleep(0.02)
+    assert runs == {"a": 1, "b": 1}  # taken over: both lanes caught up at once
     d.stop()
     t.join(10)
     assert not t.is_alive()
