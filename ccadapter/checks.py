@@ -8,6 +8,10 @@ unsafe, each reported as one warning that says what to run to fix it.
 - Secrets on disk. A config file holding a secret (``ccRestJwt``, ``natsPassword``, ...)
   or a NATS credentials file must not be readable by others, nor by its group unless the
   daemon itself reads it through that group (owner root, group of the daemon, mode 0640).
+- Cluster names. ``sacct --clusters NAME`` for a NAME slurmdbd does not hold answers
+  nothing and exits 0 (22.05 on the test bed), so a typo in ``slurmClusters`` would leave
+  that cluster's windows empty without a word; the names are compared with ``sacctmgr list
+  clusters`` once at start.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import re
 import stat
 from dataclasses import dataclass
 
+from ccadapter import clustername
 from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.errors import CcAdapterError
+from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.runner import CommandRunner
 
 PRIVILEGED_LEVELS = frozenset({"operator", "administrator"})
@@ -47,11 +53,31 @@ class Identity:
 
 def startup_warnings(config: Config, config_path: str | None, runner: CommandRunner,
                      who: Identity) -> list[str]:
-    """Every warning of both checks, in a stable order."""
+    """Every warning of the checks, in a stable order."""
     warnings = []
     if (slurm := slurm_privilege(runner, who)) is not None:
         warnings.append(slurm)
+    if (clusters := unknown_clusters(config, runner)) is not None:
+        warnings.append(clusters)
     return warnings + secret_files(config, config_path, who)
+
+
+def unknown_clusters(config: Config, runner: CommandRunner) -> str | None:
+    """A warning when slurmClusters names a cluster slurmdbd does not hold (None for the
+    default mode and for ``["*"]``, which reads the names from slurmdbd)."""
+    named = [c for c in config.slurm_clusters if c != clustername.ALL]
+    if not named:
+        return None
+    try:
+        known = ClusterList(runner).names()
+    except CcAdapterError as exc:
+        return f"cannot tell whether slurmdbd holds the clusters of slurmClusters: {exc}"
+    unknown = [c for c in named if c not in known]
+    if not unknown:
+        return None
+    return (f"slurmClusters names {', '.join(unknown)}, which slurmdbd does not hold "
+            f"(`sacctmgr list clusters`: {', '.join(known) or 'none'}); sacct answers "
+            "nothing for such a name, without an error: check the spelling in the config")
 
 
 def slurm_privilege(runner: CommandRunner, who: Identity) -> str | None:

@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -24,8 +25,8 @@ from typing import Any, NoReturn
 
 import click
 
-from ccadapter import __version__
-from ccadapter.app import App, build, node_state_warnings, outbox_path
+from ccadapter import __version__, clustername
+from ccadapter.app import App, LastRuns, build, last_runs, node_state_warnings, outbox_path
 from ccadapter.backfill import Backfill, ChunkResult, chunks
 from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.checks import Identity, startup_warnings
@@ -39,12 +40,14 @@ from ccadapter.model import Job
 from ccadapter.notify.nats import safe_url
 from ccadapter.outbox import Outbox, admin
 from ccadapter.pidlock import AlreadyRunning, PidLock
+from ccadapter.prep.server import PrepServer
 from ccadapter.problems import describe, sqlite_advice
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.events import ignored as is_ignored
 from ccadapter.recover import claim, clear_socket, rebuild
 from ccadapter.retry import RetryPolicies
 from ccadapter.sdnotify import notify, watchdog_interval
+from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 from ccadapter.slurm.timefmt import parse_when
@@ -161,7 +164,8 @@ def check_config(path: str) -> None:
 @click.option("--since", default="1h", show_default=True,
               help="Window start: 2h, 30m, 1d, @EPOCH or an ISO time.")
 @click.option("--until", default=None, help="Window end (default: now).")
-@click.option("--cluster", default=None, help="Slurm cluster (default: the local one).")
+@click.option("--cluster", default=None,
+              help="Slurm cluster (default: the local one; with slurmClusters, each of them).")
 @click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="json",
               show_default=True)
 @click.pass_obj
@@ -169,7 +173,8 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
          cluster: str | None, fmt: str) -> None:
     """Show the jobs of a time window as the cc-backend requests they would become.
 
-    A dry run: nothing is sent anywhere.
+    A dry run: nothing is sent anywhere. A cluster whose Slurm fails is said on stderr and
+    the others are shown; the exit code is then 1.
     """
     config = _load(config_path)
     now = time.time()
@@ -178,15 +183,37 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
         end = parse_when(until, now) if until else None
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    result = Collector(deps.runner(config), config).window(start, end, cluster)
+    runner = deps.runner(config)
+    found, skipped, failed = [], 0, False
+    for name in [cluster] if cluster else _served_names(config, runner):
+        try:
+            result = Collector(runner, config).window(start, end, name)
+        except CcAdapterError as exc:
+            click.echo(f"error: cluster {name}: {describe(exc, config)}", err=True)
+            failed = True
+            continue
+        found += result.jobs
+        skipped += len(result.errors)
     ignore = config.ignore_hosts_pattern()
-    views = [_job_view(job, ignore) for job in result.jobs]
+    views = [_job_view(job, ignore) for job in found]
     if fmt == "json":
         click.echo(json.dumps(views, indent=2, ensure_ascii=False))
     else:
-        click.echo(_table(result.jobs, views))
-    if result.errors:
-        click.echo(f"{len(result.errors)} record(s) skipped, see messages above", err=True)
+        click.echo(_table(found, views))
+    if skipped:
+        click.echo(f"{skipped} record(s) skipped, see messages above", err=True)
+    if failed:
+        sys.exit(1)
+
+
+def _served_names(config: Config, runner: CommandRunner) -> list[str | None]:
+    """The clusters the daemon would serve: the local one (None: no --clusters), the
+    names of slurmClusters, or each that `sacctmgr list clusters` names."""
+    if not config.multi_cluster():
+        return [None]
+    if config.slurm_clusters == [clustername.ALL]:
+        return list(ClusterList(runner).names())
+    return list(config.slurm_clusters)
 
 
 @contextmanager
@@ -237,23 +264,43 @@ def _refusal(command: str, config_file: str | None, busy: OutboxBusy) -> str:
 
 
 class _ReadyAfterFirstWindow:
-    """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify), or,
-    for a daemon standing by (``slurmctldFailover``), once it knows it stands by: it runs
-    no window until it takes over, and systemd would kill a start that never ends."""
+    """systemd's READY=1 once the first Slurm window is in the outbox (Type=notify). With
+    several clusters: once every served cluster's first window has run and one of them is
+    in the outbox -- a cluster whose Slurm fails must not keep the others from starting
+    (systemd would kill the daemon that serves them). A daemon standing by
+    (``slurmctldFailover``) is ready once it knows it stands by: it runs no window until
+    it takes over, and systemd would kill a start that never ends."""
 
-    def __init__(self, standby: Callable[[], bool] = lambda: False) -> None:
-        self.sent = False
+    def __init__(self, served: Callable[[], list[str | None]],
+                 standby: Callable[[], bool] = lambda: False) -> None:
+        self.served = served  # the lanes of the served clusters (None: the default mode)
         self.standby = standby
+        self.sent = False
+        self.ran: dict[str | None, bool] = {}  # lane -> its first window succeeded
+        self._lock = threading.Lock()  # called from every cluster's lane
 
     def __call__(self, routine: Routine) -> None:
-        if self.sent or routine.last_error is not None:
+        if routine.name == "control":
+            if routine.last_error is None and self.standby():
+                self._send("READY=1\nSTATUS=standby: another host's slurmctld is in control")
             return
-        if routine.name == "slurm-window":
-            notify("READY=1\nSTATUS=first Slurm window synced")
+        if routine.name != "slurm-window":
+            return
+        with self._lock:
+            self.ran[routine.cluster] = self.ran.get(routine.cluster, False) or \
+                routine.last_error is None
+            served = self.served()
+            ready = bool(served) and all(c in self.ran for c in served) and \
+                any(self.ran[c] for c in served)
+        if ready:
+            self._send("READY=1\nSTATUS=first Slurm window synced")
+
+    def _send(self, message: str) -> None:
+        with self._lock:
+            if self.sent:
+                return
             self.sent = True
-        elif routine.name == "control" and self.standby():
-            notify("READY=1\nSTATUS=standby: another host's slurmctld is in control")
-            self.sent = True
+        notify(message)
 
 
 def _require_delivery(config: Config) -> None:
@@ -306,19 +353,15 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
             daemon.heartbeat = lambda: notify("WATCHDOG=1")
         control = app.control
         standby = (lambda: not control.active) if control else (lambda: False)
-        daemon.on_cycle = CycleLog(app.outbox, then=_ReadyAfterFirstWindow(standby))
+        daemon.on_cycle = CycleLog(app.outbox,
+                                   then=_ReadyAfterFirstWindow(app.lanes, standby))
         server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: daemon.stop())
         app.start_publishing()
         fast.start()
-        try:
-            server.start()
-        except OSError as exc:
-            click.echo(f"error: config key 'prepSockListenPath': cannot listen on "
-                       f"{config.prep_sock_listen_path}: {exc.strerror}", err=True)
-            sys.exit(2)
-        log.info("ccadapter %s serving cluster %s (outbox %s)", __version__, app.cluster,
+        _listen(server, config)
+        log.info("ccadapter %s serving %s (outbox %s)", __version__, _serving(app),
                  outbox_path(config))
         if control:
             log.info("slurmctldFailover: working only while the slurmctld on %s (this host) "
@@ -330,6 +373,27 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
             exporter.stop()
         app.close()
         log.info("stopped")
+
+
+def _listen(server: PrepServer, config: Config) -> None:
+    """The hook sockets, or exit 2 naming the key of the one that cannot be listened on."""
+    try:
+        server.start()
+    except OSError as exc:
+        spec = exc.filename or config.prep_sock_listen_path
+        key = ("prepSockListenPath" if spec == config.prep_sock_listen_path
+               else "prepSockClusterListenPaths")
+        click.echo(f"error: config key '{key}': cannot listen on {spec}: {exc.strerror}",
+                   err=True)
+        sys.exit(2)
+
+
+def _serving(app: App) -> str:
+    if not app.config.multi_cluster():
+        return f"cluster {app.cluster}"
+    if app.roster.dynamic:
+        return "every cluster `sacctmgr list clusters` names"
+    return f"clusters {', '.join(app.roster.names())}"
 
 
 def _serve_metrics(app: App) -> MetricsServer | None:
@@ -372,13 +436,12 @@ def _sync_once(config: Config, deps: Deps, dry_run: bool, only: str | None,
     outbox = last_run = None
     if dry_run:  # work on copies: the real outbox and lastRun stay as they are
         outbox = _dry_run_outbox(config, tmp / "outbox.sqlite")
-        last_run = LastRun(tmp / "lastrun")
-        if (ts := LastRun(config.last_run_path).get()) is not None:
-            last_run.set(ts)
+        last_run = _dry_run_last_runs(config, tmp)
     app = _build(config, deps, outbox=outbox, last_run=last_run)
     try:
-        failed = [name for name, rec in app.reconcilers.items()
-                  if only in (None, name) and not _run_reconciler(name, rec, config)]
+        failed = [name for sync in app.syncs for name, rec in sync.reconcilers.items()
+                  if only in (None, name) and not _run_reconciler(name, rec, config,
+                                                                  sync.scope)]
         if dry_run:
             for ev in admin.changed(app.outbox.store):
                 click.echo(json.dumps({"event": ev.kind, "cluster": ev.cluster,
@@ -401,16 +464,34 @@ def _dry_run_outbox(config: Config, target: Path) -> Outbox:
     return outbox
 
 
-def _run_reconciler(name: str, rec: Reconciler, config: Config) -> bool:
-    """One cycle of a reconciler, its summary (or error) as a JSON line; False: failed."""
+def _dry_run_last_runs(config: Config, tmp: Path) -> LastRuns:
+    """Copies of each cluster's lastRun, made as the dry run asks for them."""
+    real = last_runs(config)
+
+    def copy(scope: str | None) -> LastRun:
+        last_run = LastRun(tmp / clustername.last_run_path("lastrun", scope))
+        if (ts := real(scope).get()) is not None:
+            last_run.set(ts)
+        return last_run
+
+    return copy
+
+
+def _run_reconciler(name: str, rec: Reconciler, config: Config,
+                    cluster: str | None = None) -> bool:
+    """One cycle of a reconciler, its summary (or error) as a JSON line; False: failed.
+    ``cluster``: the cluster it serves where slurmClusters names them (in the line)."""
+    head = {"reconciler": name} if cluster is None else {"reconciler": name,
+                                                         "cluster": cluster}
+    label = name if cluster is None else f"{name}[{cluster}]"
     try:
         summary = rec.run_once()
     except (CcAdapterError, OSError, sqlite3.Error) as exc:
-        line = f"{name}: {describe(exc, config)}"
-        click.echo(json.dumps({"reconciler": name, "error": line}, ensure_ascii=False))
+        line = f"{label}: {describe(exc, config)}"
+        click.echo(json.dumps({**head, "error": line}, ensure_ascii=False))
         click.echo(f"error: {line}", err=True)
         return False
-    click.echo(json.dumps({"reconciler": name, **summary}))
+    click.echo(json.dumps({**head, **summary}))
     return True
 
 
@@ -625,10 +706,13 @@ def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, ye
 
 
 def _build(config: Config, deps: Deps, **kwargs: Any) -> App:
+    """The app of a one-shot command, its clusters listed (``["*"]``) or exit 1."""
     try:
-        return build(config, runner=deps.runner(config), **kwargs)
+        app = build(config, runner=deps.runner(config), **kwargs)
+        app.refresh_clusters()
     except CcAdapterError as exc:
         _fail(exc, "cannot start: ")
+    return app
 
 
 def _iso(ts: float) -> str:
@@ -662,8 +746,10 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
     with _outbox_writer(config, config_path, "backfill"):
         app = _build(config, deps)
         try:
-            job = Backfill(app.collector, app.outbox, config.ignore_hosts_pattern(), resend)
-            _backfill_report(_run_chunks(job, spans))
+            for sync in app.syncs:
+                job = Backfill(sync.collector, app.outbox, config.ignore_hosts_pattern(),
+                               resend)
+                _backfill_report(_run_chunks(job, spans, sync.scope), sync.scope)
             undelivered = not no_deliver and _deliver_and_report(app)
         finally:
             app.close()
@@ -671,16 +757,19 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
         sys.exit(1)
 
 
-def _run_chunks(job: Backfill, spans: list[tuple[float, float]]) -> list[ChunkResult]:
-    """Chunk by chunk: a bar on a terminal, a line per chunk otherwise (logs, pipes)."""
+def _run_chunks(job: Backfill, spans: list[tuple[float, float]],
+                cluster: str | None = None) -> list[ChunkResult]:
+    """Chunk by chunk: a bar on a terminal, a line per chunk otherwise (logs, pipes).
+    ``cluster``: named in every line where slurmClusters names clusters."""
     done: list[ChunkResult] = []
+    of = "" if cluster is None else f" of cluster {cluster}"
 
     def one(since: float, until: float) -> ChunkResult:
         try:
             result = job.run_chunk(since, until)
         except CcAdapterError as exc:
             config = click.get_current_context().meta.get(_CONFIG_KEY)
-            click.echo(f"error: chunk {_iso(since)} .. {_iso(until)}: "
+            click.echo(f"error: chunk {_iso(since)} .. {_iso(until)}{of}: "
                        f"{describe(exc, config)}; the chunks before it are in the outbox: "
                        f"continue with --since @{since:.0f}", err=True)
             sys.exit(1)
@@ -688,21 +777,22 @@ def _run_chunks(job: Backfill, spans: list[tuple[float, float]]) -> list[ChunkRe
         return result
 
     if sys.stdout.isatty():
-        with click.progressbar(spans, label="backfill", show_pos=True) as bar:
+        with click.progressbar(spans, label=f"backfill{of}", show_pos=True) as bar:
             for since, until in bar:
                 one(since, until)
         return done
     for i, (since, until) in enumerate(spans, 1):
         r = one(since, until)
-        click.echo(f"chunk {i}/{len(spans)} {_iso(since)} .. {_iso(until)}: {r.jobs} jobs, "
-                   f"{r.events} events, {r.new} new, {r.resent} resent")
+        click.echo(f"chunk {i}/{len(spans)} {_iso(since)} .. {_iso(until)}{of}: {r.jobs} "
+                   f"jobs, {r.events} events, {r.new} new, {r.resent} resent")
     return done
 
 
-def _backfill_report(results: list[ChunkResult]) -> None:
+def _backfill_report(results: list[ChunkResult], cluster: str | None = None) -> None:
     total = {f: sum(getattr(r, f) for r in results)
              for f in ("jobs", "events", "new", "resent", "skipped_records")}
-    click.echo(f"backfill {_iso(results[0].since)} .. {_iso(results[-1].until)}: "
+    of = "" if cluster is None else f" of cluster {cluster}"
+    click.echo(f"backfill{of} {_iso(results[0].since)} .. {_iso(results[-1].until)}: "
                f"{total['jobs']} job runs, {total['events']} events, {total['new']} new, "
                f"{total['resent']} resent")
     if total["skipped_records"]:
@@ -759,11 +849,17 @@ def recover_cmd(deps: Deps, config_path: str | None, stale_wait: float) -> None:
 
 
 def _clear_socket(config: Config) -> list[str]:
-    try:
-        return clear_socket(config.prep_sock_listen_path)
-    except ValueError as exc:
-        click.echo(f"error: config key 'prepSockListenPath': {exc}", err=True)
-        sys.exit(2)
-    except OSError as exc:
-        _fail(FileAccessError("prepSockListenPath", "remove", config.prep_sock_listen_path,
-                              exc))
+    """Stale UNIX sockets at prepSockListenPath and at each prepSockClusterListenPaths."""
+    specs = [("prepSockListenPath", config.prep_sock_listen_path),
+             *(("prepSockClusterListenPaths", spec)
+               for spec in config.prep_sock_cluster_listen_paths.values())]
+    done = []
+    for key, spec in specs:
+        try:
+            done += clear_socket(spec)
+        except ValueError as exc:
+            click.echo(f"error: config key '{key}': {exc}", err=True)
+            sys.exit(2)
+        except OSError as exc:
+            _fail(FileAccessError(key, "remove", spec, exc))
+    return done

@@ -21,9 +21,18 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from ccadapter import clustername
 from ccadapter.errors import ConfigError
+from ccadapter.prep.hook import parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +120,25 @@ class Config(BaseModel):
     # Where the daemon serves Prometheus metrics: "127.0.0.1:9102", "[::1]:9102" or ":9102"
     # (every IPv4 address). Empty: no metrics, no listening socket.
     metrics_listen: str = Field("", alias="metricsListen")
+    # The Slurm clusters one daemon serves (several clusters of one slurmdbd): names, or
+    # ["*"] for every cluster `sacctmgr list clusters` names, as cc-slurm-adapter does. Each
+    # gets `--clusters NAME` on every Slurm command and state of its own (see
+    # ccadapter.clustername). Empty: the local cluster only, without --clusters, as before.
+    slurm_clusters: list[str] = Field(default_factory=list, alias="slurmClusters")
+    # With ["*"]: seconds between two readings of the cluster list (a cluster added to
+    # slurmdbd is served from the next one on, a deleted one is no longer polled).
+    slurm_cluster_list_interval: float = Field(300.0, alias="slurmClusterListInterval", ge=1)
+    # Further hook sockets, one per cluster whose slurmctld's hook sends elsewhere than
+    # prepSockListenPath: {"CLUSTER": "tcp:HOST:PORT" or a UNIX path}. A message is routed
+    # by its SLURM_CLUSTER_NAME whatever socket it came in on; one without that name belongs
+    # to the socket's cluster. Needs slurmClusters.
+    prep_sock_cluster_listen_paths: dict[str, str] = Field(
+        default_factory=dict, alias="prepSockClusterListenPaths")
     # Controller failover: slurm.conf lists SlurmctldHost more than once and a daemon runs
     # beside each slurmctld. Only the daemon beside the one in control (scontrol ping) finds
-    # and sends jobs; the others stand by. Off: this daemon always works, as before.
+    # and sends jobs; the others stand by. Off: this daemon always works, as before. With
+    # slurmClusters the controllers are the local cluster's (this host's slurm.conf), and the
+    # daemon in control works for every cluster it serves.
     slurmctld_failover: bool = Field(False, alias="slurmctldFailover")
     # This host's name as SlurmctldHost spells it (before any "(address)"); empty: the host
     # name the system gives (socket.gethostname()), compared without domain and case.
@@ -187,6 +212,43 @@ class Config(BaseModel):
         parse_listen_address(value)
         return value
 
+    @field_validator("slurm_clusters")
+    @classmethod
+    def _cluster_names(cls, value: list[str]) -> list[str]:
+        if clustername.ALL in value and value != [clustername.ALL]:
+            raise ValueError(f'"{clustername.ALL}" stands for every cluster and goes alone: '
+                             f'["{clustername.ALL}"]')
+        for name in value:
+            if name != clustername.ALL and not clustername.valid(name):
+                raise ValueError(f"{name[:80]!r} is not a Slurm cluster name (letters, digits, "
+                                 "'_', '.', '-')")
+        if len(set(value)) < len(value):
+            raise ValueError("names a cluster twice")
+        return value
+
+    @field_validator("prep_sock_cluster_listen_paths")
+    @classmethod
+    def _cluster_sockets(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if not value:
+            return value
+        clusters = info.data.get("slurm_clusters")
+        if not clusters:
+            raise ValueError("needs slurmClusters: the default mode serves the local cluster "
+                             "on prepSockListenPath alone")
+        seen = {info.data.get("prep_sock_listen_path")}
+        for name, spec in value.items():
+            if clusters != [clustername.ALL] and name not in clusters:
+                raise ValueError(f"{name[:80]!r} is not in slurmClusters")
+            try:
+                parse_spec(spec)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+            if spec in seen:
+                raise ValueError(f"{name}: {spec} is prepSockListenPath or another cluster's "
+                                 "socket; one socket serves every cluster already")
+            seen.add(spec)
+        return value
+
     # --- derived views --------------------------------------------------------------------
     def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
         """Host regexes in file order; the first match wins."""
@@ -212,6 +274,11 @@ class Config(BaseModel):
         if self.state_directory:
             return Path(self.state_directory)
         return Path(self.last_run_path).parent
+
+    def multi_cluster(self) -> bool:
+        """Whether clusters are named (``slurmClusters`` set): then every Slurm command
+        carries ``--clusters NAME`` and each cluster's state its name."""
+        return bool(self.slurm_clusters)
 
     def controller_host(self) -> str:
         """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""

@@ -9,10 +9,19 @@ Each deliverer (the outbox to cc-backend; the NATS notifications of what cc-back
 drains in a thread of its own, so a NATS outage never slows REST delivery; what one of them
 delivered wakes the others.
 
+Where one daemon serves several clusters (``slurmClusters``), a routine may belong to a
+cluster: each cluster's routines run in a thread of their own (its *lane*), one after the
+other as in the main loop, so a cluster whose Slurm hangs or fails for minutes (every command
+running into ``slurmCommandTimeout``) delays its own cycles only. Lanes come and go with
+their clusters (:meth:`Daemon.add_routine`, :meth:`Daemon.remove_cluster`). The routines of
+no cluster -- all of them in the default mode -- run in the main loop, as before.
+
 With controller failover a ``gate`` says whether this daemon is the one that works
 (:mod:`ccadapter.control`): routines added with ``gated=True`` (the reconcilers) run only
 while it is open, and all of them at once when it opens (the catch-up of a takeover).
-Delivery is never gated: what the outbox holds is owed whatever the role.
+Delivery is never gated: what the outbox holds is owed whatever the role. The gate is the
+daemon's, not a lane's: with slurmClusters the daemon beside the slurmctld in control works
+for every cluster it serves, and a gate that opens wakes every lane.
 """
 
 from __future__ import annotations
@@ -30,6 +39,11 @@ from ccadapter.errors import CcAdapterError
 log = logging.getLogger(__name__)
 
 
+# How long a stopping daemon waits for a lane's cycle in flight (a Slurm command that hangs
+# is killed after slurmCommandTimeout; what a cut cycle leaves is repeated by the next one).
+LANE_JOIN = 30.0
+
+
 @dataclass
 class Routine:
     name: str
@@ -38,7 +52,15 @@ class Routine:
     next_at: float = 0.0  # 0: run at start, not one interval later
     last_ok: float | None = None
     last_error: str | None = None
+    cluster: str | None = None  # runs in this cluster's lane; None: in the main loop
+    retry: float | None = None  # after a failure, run again this soon (None: interval)
+    retired: bool = False  # its cluster is no longer served
     gated: bool = False  # runs only while the daemon's gate is open
+
+    @property
+    def label(self) -> str:
+        """How logs name it: ``slurm-window``, or ``slurm-window[CLUSTER]``."""
+        return self.name if self.cluster is None else f"{self.name}[{self.cluster}]"
 
 
 class Daemon:
@@ -57,21 +79,49 @@ class Daemon:
         # a stuck loop stops the pings and systemd restarts the daemon.
         self.heartbeat = heartbeat
         self.heartbeat_interval = heartbeat_interval
+        self._lock = threading.Lock()  # self.routines, self._lanes and the gate's last state
+        self._lanes: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._running = False
         self.gate: Callable[[], bool] = lambda: True
         self._gate_was_open = True
         self._main_wake = threading.Event()
 
-    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None,
+    def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None, *,
+                    cluster: str | None = None, retry: float | None = None,
                     gated: bool = False) -> None:
-        self.routines.append(Routine(name or getattr(fn, "__name__", "routine"), fn, interval,
-                                     gated=gated))
+        """``cluster``: run it in that cluster's lane (started now if the daemon runs).
+        ``retry``: after a failure, try again after this many seconds instead of
+        ``interval``. ``gated``: run it only while :attr:`gate` is open."""
+        routine = Routine(name or getattr(fn, "__name__", "routine"), fn, interval,
+                          cluster=cluster, retry=retry, gated=gated)
+        with self._lock:
+            self.routines.append(routine)
+            if self._running and cluster is not None and cluster not in self._lanes:
+                self._start_lane(cluster)
+
+    def remove_cluster(self, cluster: str) -> None:
+        """Stop running ``cluster``'s routines; its lane ends after the cycle in flight."""
+        with self._lock:
+            for routine in self.routines:
+                if routine.cluster == cluster:
+                    routine.retired = True
+            self.routines = [r for r in self.routines if r.cluster != cluster]
+            lane = self._lanes.pop(cluster, None)
+        if lane is not None:
+            lane[1].set()
 
     def run_soon(self, name: str) -> None:
         """Run the routine ``name`` now rather than at its turn (safe from any thread)."""
-        for routine in self.routines:
-            if routine.name == name:
-                routine.next_at = 0.0
+        with self._lock:
+            for routine in self.routines:
+                if routine.name == name:
+                    routine.next_at = 0.0
+            self._wake_lanes()
         self._main_wake.set()
+
+    def _of(self, cluster: str | None) -> list[Routine]:
+        with self._lock:
+            return [r for r in self.routines if r.cluster == cluster]
 
     @property
     def deliverer(self) -> Deliverer:
@@ -85,6 +135,8 @@ class Daemon:
         self.stopping.set()
         self._main_wake.set()
         self.wake_delivery()
+        with self._lock:
+            self._wake_lanes()
 
     def wake_delivery(self) -> None:
         """Deliver now: something was enqueued outside the routines (the fast path)."""
@@ -99,13 +151,16 @@ class Daemon:
                    for (name, d), wake in zip(self.deliverers, self._wakes, strict=True)]
         for sender in senders:
             sender.start()
+        with self._lock:
+            self._running = True
+            for cluster in dict.fromkeys(r.cluster for r in self.routines if r.cluster):
+                self._start_lane(cluster)
         try:
             while not self.stopping.is_set():
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
-                runnable = [r.next_at for r in self.routines if not r.gated or self._gate_open()]
-                wait = min(runnable, default=self.clock() + 1.0) - self.clock()
+                wait = self._until_due(self._runnable(None))
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
                 self._main_wake.wait(max(0.05, wait))
@@ -114,26 +169,67 @@ class Daemon:
             self.stop()
             for sender in senders:
                 sender.join()
+            with self._lock:
+                lanes = [thread for thread, _ in self._lanes.values()]
+            for lane in lanes:
+                lane.join(LANE_JOIN)
 
-    def run_due(self) -> None:
-        for routine in self.routines:
+    def run_due(self, cluster: str | None = None) -> None:
+        """The due routines of ``cluster``'s lane (None: the main loop's), here and now."""
+        for routine in self._of(cluster):
             if self.stopping.is_set():
                 return
-            if routine.gated and not self._gate_open():
+            if routine.retired or (routine.gated and not self._gate_open()):
                 continue
             if self.clock() >= routine.next_at:
                 self._run(routine)
 
+    def _runnable(self, cluster: str | None) -> list[Routine]:
+        """``cluster``'s routines that may run now (the gated ones only while it is open).
+        Asks the gate at each pass of the main loop, even with no gated routine there
+        (slurmClusters): a gate the control routine opened wakes the lanes at once."""
+        is_open = self._gate_open()
+        return [r for r in self._of(cluster) if not r.gated or is_open]
+
+    def _until_due(self, routines: list[Routine]) -> float:
+        if not routines:
+            return self.idle_delivery_wait
+        return min(r.next_at for r in routines) - self.clock()
+
     def _gate_open(self) -> bool:
         """The gate, asked anew for each routine: the routine before may have opened it.
-        When it opens, every gated routine is due at once."""
+        When it opens, every gated routine is due at once, in every lane (safe from any
+        thread: the first that sees it open makes them due)."""
         is_open = self.gate()
-        if is_open and not self._gate_was_open:
-            for routine in self.routines:
-                if routine.gated:
-                    routine.next_at = 0.0
-        self._gate_was_open = is_open
+        with self._lock:
+            if is_open and not self._gate_was_open:
+                for routine in self.routines:
+                    if routine.gated:
+                        routine.next_at = 0.0
+                self._wake_lanes()
+            self._gate_was_open = is_open
         return is_open
+
+    def _wake_lanes(self) -> None:
+        """Under ``self._lock``."""
+        for _, wake in self._lanes.values():
+            wake.set()
+
+    def _start_lane(self, cluster: str) -> None:
+        """Under ``self._lock``."""
+        wake = threading.Event()
+        thread = threading.Thread(target=self._lane, args=(cluster, wake),
+                                  name=f"lane-{cluster}", daemon=True)
+        self._lanes[cluster] = (thread, wake)
+        thread.start()
+
+    def _lane(self, cluster: str, wake: threading.Event) -> None:
+        while not self.stopping.is_set():
+            wake.clear()
+            if not self._of(cluster):
+                return  # the cluster is no longer served
+            self.run_due(cluster)
+            wake.wait(max(0.05, self._until_due(self._runnable(cluster))))
 
     def _run(self, routine: Routine) -> None:
         started = self.clock()
@@ -141,12 +237,15 @@ class Daemon:
             summary = routine.fn()
         except Exception as exc:  # a failing routine must not stop the others
             routine.last_error = f"{type(exc).__name__}: {exc}"
-            log.error("%s failed: %s", routine.name, routine.last_error)
+            log.error("%s failed: %s", routine.label, routine.last_error)
         else:
             routine.last_ok = time.time()
             routine.last_error = None
-            log.info("%s: %s (%.2f s)", routine.name, summary, self.clock() - started)
-        routine.next_at = started + routine.interval
+            log.info("%s: %s (%.2f s)", routine.label, summary, self.clock() - started)
+        wait = routine.interval
+        if routine.last_error is not None and routine.retry is not None:
+            wait = routine.retry
+        routine.next_at = started + wait
         self.wake_delivery()
         if self.on_cycle:
             self.on_cycle(routine)

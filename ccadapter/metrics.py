@@ -10,7 +10,10 @@ used: two daemons in one test process must not share counters.
 The outbox figures are read from ``outbox.admin.stats()`` when Prometheus scrapes (a custom
 collector), not polled: a scrape is the only moment they are needed. Label values are names
 from the code (event kinds, Slurm commands, endpoints, reasons), never data from jobs or the
-config, so no label can carry a secret or grow without bound.
+config, so no label can carry a secret or grow without bound; the one exception is
+``cluster``, the Slurm cluster a figure belongs to (the local one in the default mode, each
+of ``slurmClusters`` otherwise, empty for what concerns no single cluster), which is bounded
+by the clusters slurmdbd holds.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import PurePath
 from threading import Thread
@@ -78,18 +82,13 @@ class Metrics:
         self._events(self.registry)
         self._requests(self.registry)
         self._hook(self.registry)
-        self.cycle_ok = Gauge(
-            "ccadapter_reconciler_last_success_timestamp_seconds",
-            "Unix time at which the reconciler last finished a cycle without error.",
-            ["reconciler"], registry=self.registry)
-        self.cycle_seconds = Histogram(
-            "ccadapter_reconciler_cycle_duration_seconds",
-            "Wall time of one successful reconciler cycle, Slurm commands included.",
-            ["reconciler"], buckets=SLURM_BUCKETS, registry=self.registry)
-        self.cycle_cpu = Counter(
-            "ccadapter_reconciler_cpu_seconds",
-            "CPU time of reconciler cycles: the daemon's own and that of the Slurm commands "
-            "they ran.", ["reconciler"], registry=self.registry)
+        self._cycles(self.registry)
+        self.served = Gauge(
+            "ccadapter_cluster_served",
+            "1 for each Slurm cluster the daemon serves now (slurmClusters; with [\"*\"] "
+            "as sacctmgr last listed them).", ["cluster"], registry=self.registry)
+        # One for the daemon, whatever clusters it serves: with slurmctldFailover the
+        # daemon beside the slurmctld in control works for all of them (ccadapter.control).
         self.roles = Gauge(
             "ccadapter_role",
             "1 for the daemon's role, 0 for the other: active (finds and sends jobs) or "
@@ -97,6 +96,25 @@ class Metrics:
             ["role"], registry=self.registry)
         # Memory, CPU and open files of the daemon itself: a leak shows here first.
         ProcessCollector(registry=self.registry)
+
+    def _cycles(self, registry: CollectorRegistry) -> None:
+        self.cycle_ok = Gauge(
+            "ccadapter_reconciler_last_success_timestamp_seconds",
+            "Unix time at which the reconciler last finished a cycle without error.",
+            ["reconciler", "cluster"], registry=registry)
+        self.cycle_seconds = Histogram(
+            "ccadapter_reconciler_cycle_duration_seconds",
+            "Wall time of one successful reconciler cycle, Slurm commands included.",
+            ["reconciler", "cluster"], buckets=SLURM_BUCKETS, registry=registry)
+        self.cycle_cpu = Counter(
+            "ccadapter_reconciler_cpu_seconds",
+            "CPU time of reconciler cycles: the daemon's own and that of the Slurm commands "
+            "they ran.", ["reconciler", "cluster"], registry=registry)
+        self.cycle_failures = Counter(
+            "ccadapter_reconciler_failures",
+            "Reconciler cycles that failed (the log line and `ccadapter status` say why); "
+            "the reconciler runs again at its next turn.",
+            ["reconciler", "cluster"], registry=registry)
 
     def _events(self, registry: CollectorRegistry) -> None:
         self.enqueued = Counter("ccadapter_events_enqueued",
@@ -122,13 +140,13 @@ class Metrics:
         self.slurm_seconds = Histogram(
             "ccadapter_slurm_command_duration_seconds",
             "Wall time of one Slurm command run (each retry counts), failed ones included.",
-            ["command"], buckets=SLURM_BUCKETS, registry=registry)
+            ["command", "cluster"], buckets=SLURM_BUCKETS, registry=registry)
         self.slurm_failures = Counter(
             "ccadapter_slurm_command_failures",
             "Slurm command runs that failed: non-zero exit, timeout, or not startable.",
-            ["command"], registry=registry)
+            ["command", "cluster"], registry=registry)
         for command in SLURM_COMMANDS:
-            self.slurm_failures.labels(command)
+            self.slurm_failures.labels(command, "")
         self.cc_seconds = Histogram(
             "ccadapter_cc_request_duration_seconds",
             "Wall time of one cc-backend request by endpoint and HTTP status "
@@ -137,8 +155,9 @@ class Metrics:
 
     def _hook(self, registry: CollectorRegistry) -> None:
         self.hook_in = Counter("ccadapter_hook_messages_received",
-                               "Valid Prolog/Epilog hook messages read from the socket.",
-                               registry=registry)
+                               "Valid Prolog/Epilog hook messages read from the socket, by "
+                               "the cluster whose fast path took them.",
+                               ["cluster"], registry=registry)
         self.hook_drops = Counter("ccadapter_hook_messages_dropped",
                                   "Hook messages not acted on (the poll catches the job later).",
                                   ["reason"], registry=registry)
@@ -162,17 +181,17 @@ class Metrics:
         outcome = {DELIVERED: "published", REJECTED: "rejected"}.get(result.status, "retry")
         self.nats.labels(event.kind, outcome).inc()
 
-    def slurm_command(self, command: str, seconds: float, ok: bool) -> None:
+    def slurm_command(self, command: str, seconds: float, ok: bool, cluster: str = "") -> None:
         name = PurePath(command).name  # a full path in a prefix setup is still "sacct"
-        self.slurm_seconds.labels(name).observe(seconds)
+        self.slurm_seconds.labels(name, cluster).observe(seconds)
         if not ok:
-            self.slurm_failures.labels(name).inc()
+            self.slurm_failures.labels(name, cluster).inc()
 
     def cc_request(self, endpoint: str, status: int, seconds: float) -> None:
         self.cc_seconds.labels(endpoint, str(status)).observe(seconds)
 
-    def hook_received(self) -> None:
-        self.hook_in.inc()
+    def hook_received(self, cluster: str = "") -> None:
+        self.hook_in.labels(cluster).inc()
 
     def hook_dropped(self, reason: str) -> None:
         self.hook_drops.labels(reason).inc()
@@ -181,17 +200,34 @@ class Metrics:
         for name in ROLES:
             self.roles.labels(name).set(1 if name == role else 0)
 
-    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:
-        """``cycle`` that records the time of each success; failures propagate unchanged
-        (the daemon logs them), leaving the last success where it was."""
+    def cluster_served(self, cluster: str, served: bool) -> None:
+        """A cluster is served from now on (its series start at zero, so rate() sees its
+        first failure) or no longer (its ``ccadapter_cluster_served`` series goes away)."""
+        if served:
+            self.served.labels(cluster).set(1)
+            for command in SLURM_COMMANDS:
+                self.slurm_failures.labels(command, cluster)
+            self.hook_in.labels(cluster)
+        else:
+            with suppress(KeyError):
+                self.served.remove(cluster)
+
+    def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]:
+        """``cycle`` that records the time of each success and counts failures; those
+        propagate unchanged (the daemon logs them), leaving the last success where it was."""
+        self.cycle_failures.labels(name, cluster)
 
         def run() -> T:
-            result = cycle()
-            self.cycle_ok.labels(name).set(self.clock())
+            try:
+                result = cycle()
+            except Exception:
+                self.cycle_failures.labels(name, cluster).inc()
+                raise
+            self.cycle_ok.labels(name, cluster).set(self.clock())
             cost = result.get("cost") if isinstance(result, dict) else None
             if cost:  # see ccadapter.cycle_cost
-                self.cycle_seconds.labels(name).observe(cost["seconds"])
-                self.cycle_cpu.labels(name).inc(cost["cpu"] + cost["slurm_cpu"])
+                self.cycle_seconds.labels(name, cluster).observe(cost["seconds"])
+                self.cycle_cpu.labels(name, cluster).inc(cost["cpu"] + cost["slurm_cpu"])
             return result
 
         run.__name__ = name
@@ -214,12 +250,14 @@ class Recorder(Protocol):
     def events_enqueued(self, kind: EventKind, count: int) -> None: ...
     def delivery_result(self, event: Event, result: Result) -> None: ...
     def nats_result(self, event: Event, result: Result) -> None: ...
-    def slurm_command(self, command: str, seconds: float, ok: bool) -> None: ...
+    def slurm_command(self, command: str, seconds: float, ok: bool,
+                      cluster: str = "") -> None: ...
     def cc_request(self, endpoint: str, status: int, seconds: float) -> None: ...
-    def hook_received(self) -> None: ...
+    def hook_received(self, cluster: str = "") -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
+    def cluster_served(self, cluster: str, served: bool) -> None: ...
     def role(self, role: str) -> None: ...
-    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]: ...
+    def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]: ...
     def watch_outbox(self, outbox: OutboxStats) -> None: ...
 
 
@@ -236,22 +274,25 @@ class NoMetrics:
     def nats_result(self, event: Event, result: Result) -> None:
         pass
 
-    def slurm_command(self, command: str, seconds: float, ok: bool) -> None:
+    def slurm_command(self, command: str, seconds: float, ok: bool, cluster: str = "") -> None:
         pass
 
     def cc_request(self, endpoint: str, status: int, seconds: float) -> None:
         pass
 
-    def hook_received(self) -> None:
+    def hook_received(self, cluster: str = "") -> None:
         pass
 
     def hook_dropped(self, reason: str) -> None:
         pass
 
+    def cluster_served(self, cluster: str, served: bool) -> None:
+        pass
+
     def role(self, role: str) -> None:
         pass
 
-    def observed(self, name: str, cycle: Callable[[], T]) -> Callable[[], T]:
+    def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]:
         return cycle
 
     def watch_outbox(self, outbox: OutboxStats) -> None:

@@ -5,13 +5,15 @@
    the lock) or something else (cc-slurm-adapter, which uses the same default path, or a
    reused PID), and in both cases the operator decides. A PID file naming a dead process
    is stale and is replaced by ours, then removed when recover ends.
-2. A UNIX socket at prepSockListenPath is stale once we hold the lock: it is removed.
-   Anything else at that path (a file, a directory) is reported and left alone.
-3. The running jobs are rebuilt from both sides: cc-cache compares cc-backend's running
-   jobs with Slurm (ends it missed are sent, starts it lost are sent again), and stale-jobs
-   lists the runs our outbox holds open twice, ``stale_wait`` seconds apart, to stop those
-   slurmdbd shows ended (the second listing catches ends slurmdbd recorded in between: it
-   receives them from slurmctld with a delay).
+2. A UNIX socket at prepSockListenPath (or at one of prepSockClusterListenPaths) is stale
+   once we hold the lock: it is removed. Anything else at that path (a file, a directory)
+   is reported and left alone.
+3. The running jobs are rebuilt from both sides, for every served cluster: cc-cache
+   compares cc-backend's running jobs with Slurm (ends it missed are sent, starts it lost
+   are sent again), and stale-jobs lists the runs our outbox holds open twice,
+   ``stale_wait`` seconds apart, to stop those slurmdbd shows ended (the second listing
+   catches ends slurmdbd recorded in between: it receives them from slurmctld with a
+   delay).
 4. What that enqueued is delivered once; what cannot be delivered now stays in the outbox
    for the daemon.
 """
@@ -71,11 +73,21 @@ def clear_socket(spec: str) -> list[str]:
 
 def rebuild(app: App, stale_wait: float, sleep: Callable[[float], None],
             report: Callable[[str, dict[str, Any]], None]) -> None:
-    """Steps 3 and 4; ``report`` gets each step's summary as it finishes."""
-    if "cc-cache" in app.reconcilers:  # jobs go over REST (not NATS alone)
-        report("cc-cache", app.reconcilers["cc-cache"].run_once())
-    stale = app.reconcilers["stale-jobs"]
-    report("stale-jobs (first poll)", stale.run_once())
+    """Steps 3 and 4, for every served cluster; ``report`` gets each step's summary as it
+    finishes (its name carries the cluster where slurmClusters names clusters)."""
+    syncs = app.syncs
+    for sync in syncs:
+        if "cc-cache" in sync.reconcilers:  # jobs go over REST (not NATS alone)
+            report(_step("cc-cache", sync.scope), sync.reconcilers["cc-cache"].run_once())
+    for sync in syncs:
+        report(_step("stale-jobs (first poll)", sync.scope),
+               sync.reconcilers["stale-jobs"].run_once())
     sleep(stale_wait)
-    report("stale-jobs (second poll)", stale.run_once())
+    for sync in syncs:
+        report(_step("stale-jobs (second poll)", sync.scope),
+               sync.reconcilers["stale-jobs"].run_once())
     report("delivery", app.deliver_once())
+
+
+def _step(name: str, cluster: str | None) -> str:
+    return name if cluster is None else f"{name} [{cluster}]"

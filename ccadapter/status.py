@@ -5,6 +5,11 @@ It never takes the daemon's lock, never calls Slurm or cc-backend and never crea
 so it answers the same whether the daemon runs, is stopped, or crashed. The daemon leaves
 each routine's last cycle in the outbox's state table (:class:`CycleLog`) for it to read.
 Secret values of the config are scrubbed from everything it returns, whatever the source.
+
+With ``slurmClusters`` each cluster's routines, lastRun and whether the daemon serves it now
+are shown per cluster (``clusters``); the clusters are those the config names, those the
+daemon last listed (``["*"]``) and those with a recorded cycle (a cluster no longer listed
+keeps its last cycles, ``"served": false``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ccadapter import __version__
+from ccadapter import __version__, clustername
 from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
@@ -30,6 +35,8 @@ log = logging.getLogger(__name__)
 
 CYCLE_PREFIX = "cycle."
 REDACTED = "<redacted>"
+# The outbox's state key listing the clusters the daemon serves now (see ccadapter.app).
+SERVED_KEY = "clusters.served"
 
 
 class CycleLog:
@@ -47,10 +54,11 @@ class CycleLog:
     def __call__(self, routine: Routine) -> None:
         record = {"at": self.clock(), "ok": routine.last_error is None,
                   "lastOk": routine.last_ok, "error": routine.last_error}
+        key = CYCLE_PREFIX + clustername.scoped(routine.name, routine.cluster)
         try:
-            self.outbox.store.set_state(CYCLE_PREFIX + routine.name, json.dumps(record))
+            self.outbox.store.set_state(key, json.dumps(record))
         except (sqlite3.Error, OutboxError) as exc:
-            log.warning("cannot record the cycle of %s for `status`: %s", routine.name, exc)
+            log.warning("cannot record the cycle of %s for `status`: %s", routine.label, exc)
         if self.then:
             self.then(routine)
 
@@ -63,9 +71,13 @@ def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time
         "version": __version__,
         "time": now,
         "daemon": daemon_view(config),
-        "lastRun": _last_run_view(config, now),
+        "lastRun": _last_run_view(config.last_run_path, now),
         **_outbox_views(outbox_file, now, rejected_limit),
     }
+    cycles, served = doc.pop("cycles"), doc.pop("served")
+    doc["reconcilers"] = cycles.pop(None, {})
+    if config.multi_cluster():
+        doc["clusters"] = _cluster_views(config, cycles, served, now)
     return scrub(doc, secret_values(config))
 
 
@@ -81,19 +93,34 @@ def daemon_view(config: Config) -> dict[str, Any]:
             "lockHeld": None if owners is None else bool(owners), "lockPids": owners}
 
 
-def _last_run_view(config: Config, now: float) -> dict[str, Any]:
-    ts = LastRun(config.last_run_path).get()
-    return {"path": config.last_run_path, "time": ts,
-            "age": None if ts is None else round(now - ts, 3)}
+def _last_run_view(path: str | Path, now: float, seed: str | None = None) -> dict[str, Any]:
+    ts = LastRun(path, seed).get()
+    return {"path": str(path), "time": ts, "age": None if ts is None else round(now - ts, 3)}
+
+
+def _cluster_views(config: Config, cycles: dict[str | None, dict[str, Any]],
+                   served: list[str] | None, now: float) -> dict[str, dict[str, Any]]:
+    """Per cluster: served now (None: the daemon has not said yet), its lastRun (read from
+    ``lastRunPath`` until its own file exists), its routines' last cycles."""
+    named = [c for c in config.slurm_clusters if c != clustername.ALL]
+    names = dict.fromkeys([*named, *(served or []), *(c for c in cycles if c is not None)])
+    out = {}
+    for name in names:
+        path = clustername.last_run_path(config.last_run_path, name)
+        out[name] = {"served": None if served is None else name in served,
+                     "lastRun": _last_run_view(path, now, seed=config.last_run_path),
+                     "reconcilers": cycles.get(name, {})}
+    return out
 
 
 def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]:
-    """``outbox`` and ``reconcilers``; an outbox that does not exist yet is not created."""
+    """``outbox``, the cycles by cluster (``cycles``), the served clusters (``served``) and
+    the failover role (``control``); an outbox that does not exist yet is not created."""
     view: dict[str, Any] = {"path": str(path), "exists": path.exists(), "pending": 0,
                             "rejected": 0, "oldestPendingAge": None, "counts": {},
                             "rejectedEvents": []}
     if not view["exists"]:
-        return {"outbox": view, "reconcilers": {}, "control": None}
+        return {"outbox": view, "cycles": {}, "served": None, "control": None}
     outbox = Outbox(path, clock=lambda: now)
     try:
         stats = admin.stats(outbox.store)
@@ -103,11 +130,20 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         if stats["pending"]:
             view["oldestPendingAge"] = round(stats["oldest_pending_age"], 3)
         cycles = outbox.store.state_items(CYCLE_PREFIX)
+        served = outbox.store.get_state(SERVED_KEY)
         control = outbox.store.get_state(CONTROL_KEY)
     finally:
         outbox.close()
-    return {"outbox": view, "reconcilers": _cycles(cycles, now),
+    return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served),
             "control": _control(control, now)}
+
+
+def _names(raw: str | None) -> list[str] | None:
+    try:
+        names = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None  # written by a newer or broken version: not ours to interpret
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
 
 
 def _control(raw: str | None, now: float) -> dict[str, Any] | None:
@@ -131,15 +167,17 @@ def _nested(counts: dict[str, int]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _cycles(raw: dict[str, str], now: float) -> dict[str, dict[str, Any]]:
-    out = {}
+def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]:
+    """cluster (None: the default mode's, and routines of no cluster) -> routine -> cycle."""
+    out: dict[str | None, dict[str, Any]] = {}
     for key, value in raw.items():
         try:
             record = json.loads(value)
         except ValueError:
             continue  # written by a newer or broken version: not ours to interpret
         record["age"] = round(now - record["at"], 3)
-        out[key.removeprefix(CYCLE_PREFIX)] = record
+        cluster, name = clustername.unscoped(key.removeprefix(CYCLE_PREFIX))
+        out.setdefault(cluster, {})[name] = record
     return out
 
 
@@ -175,12 +213,21 @@ def render_table(doc: dict[str, Any]) -> str:
     if control := doc.get("control"):
         lines.append(_control_line(control, doc["time"]))
     lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
-    for name, rec in sorted(doc["reconcilers"].items()):
-        result = "ok" if rec["ok"] else f"error: {rec['error']}"
-        lines.append(f"{name:<15} {_ago(rec['age']):<12} {result}")
-    if not doc["reconcilers"]:
+    lines += _cycle_lines(doc["reconcilers"])
+    if not doc["reconcilers"] and not doc.get("clusters"):
         lines.append("(no cycle recorded yet)")
+    for name, cluster in doc.get("clusters", {}).items():
+        served = {True: "served", False: "not served any more", None: "not yet served"}
+        lines += ["", f"cluster {name}: {served[cluster['served']]}, lastRun "
+                      f"{_ago(cluster['lastRun']['age'])}  ({cluster['lastRun']['path']})"]
+        lines += _cycle_lines(cluster["reconcilers"]) or ["  (no cycle recorded yet)"]
     return "\n".join(lines)
+
+
+def _cycle_lines(cycles: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"{name:<15} {_ago(rec['age']):<12} "
+            f"{'ok' if rec['ok'] else 'error: ' + str(rec['error'])}"
+            for name, rec in sorted(cycles.items())]
 
 
 def _daemon_lines(daemon: dict[str, Any]) -> list[str]:

@@ -173,16 +173,18 @@ class Outbox:
 
     # --- readers -------------------------------------------------------------------------
 
-    def known_starts(self, runs: list[tuple[int, int]]) -> set[tuple[int, int]]:
-        """Of these runs (jobId, startTime), the ones whose start is stored already."""
+    def known_starts(self, runs: list[tuple[int, int]], cluster: str | None = None
+                     ) -> set[tuple[int, int]]:
+        """Of these runs (jobId, startTime), the ones whose start is stored already (of
+        ``cluster``, if given: two clusters of one slurmdbd count job ids each on its own)."""
         found: set[tuple[int, int]] = set()
+        where = "" if cluster is None else " AND cluster = ?"
         with self.store.read() as db:
-            for i in range(0, len(runs), 500):  # SQLite's variable limit
-                chunk = runs[i:i + 500]
-                marks = ",".join("?" * len(chunk))
+            for chunk in batches(sorted({j for j, _ in runs})):
                 found.update(db.execute(
                     f"SELECT job_id, start_time FROM events WHERE kind = 'start' AND job_id IN "
-                    f"({marks})", [j for j, _ in chunk]).fetchall())
+                    f"({marks(chunk)}){where}",
+                    [*chunk, *([] if cluster is None else [cluster])]).fetchall())
         return found & set(runs)
 
     def open_runs(self, cluster: str) -> list[tuple[int, int]]:

@@ -64,7 +64,11 @@ class FastPath:
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="fast-path", daemon=True)
+        # logs (and the thread) name the cluster where one daemon serves several
+        cluster = getattr(collector, "cluster", None)
+        self.name = f"fast path[{cluster}]" if cluster else "fast path"
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"fast-path-{cluster}" if cluster else "fast-path")
         self.on_received = on_received
         self.on_drop = on_drop
 
@@ -84,7 +88,7 @@ class FastPath:
             self.on_received()
         with self._cond:
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
-                log.warning("fast path full (%d jobs pending): job %d left to the poll",
+                log.warning("%s full (%d jobs pending): job %d left to the poll", self.name,
                             self.max_pending, msg.job_id)
                 if self.on_drop:
                     self.on_drop("fast_path_full")
@@ -114,7 +118,7 @@ class FastPath:
                 try:
                     self._sync(batch)
                 except Exception:  # a bug must not end the fast path: the poll goes on
-                    log.exception("fast path: %d job(s) left to the poll", len(batch))
+                    log.exception("%s: %d job(s) left to the poll", self.name, len(batch))
 
     def _take(self, now: float) -> dict[int, tuple[set[str], int]]:
         """The jobs due now or within ``burst`` (one query for a burst), and every end (it
@@ -140,7 +144,7 @@ class FastPath:
             # needs its script; for an end it costs a request, not a process).
             jobs, missing = self.collector.controller_jobs(batch, scripts_for=batch)
         except CcAdapterError as exc:
-            log.warning("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
             return
         events = []
         for job in jobs:
@@ -155,19 +159,19 @@ class FastPath:
                 self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
-            log.info("fast path: slurmctld does not show job %d; left to the poll", job_id)
+            log.info("%s: slurmctld does not show job %d; left to the poll", self.name, job_id)
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
-            log.error("fast path: %s; %d job(s) left to the poll", exc, len(batch))
+            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
             return
         if added:
             self.wake()
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if self.retry.exhausted(attempts + 1):
-            log.info("fast path: job %d not %s after %d tries; left to the poll", job_id,
-                     "ended" if event == "end" else "running", attempts + 1)
+            log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
+                     job_id, "ended" if event == "end" else "running", attempts + 1)
             return
         delay = self.retry.delay(attempts + 1)
         with self._cond:

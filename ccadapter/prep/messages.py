@@ -1,4 +1,10 @@
-"""What a hook message must be; anything else is logged and dropped. Pure."""
+"""What a hook message must be; anything else is logged and dropped. Pure.
+
+A message names its cluster (``SLURM_CLUSTER_NAME``, set by slurmctld for PrologSlurmctld
+and EpilogSlurmctld); one without it belongs to the cluster of the socket it came in on.
+Whether this daemon serves that cluster is the router's question
+(:class:`ccadapter.prep.router.HookRouter`), not the parser's.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +25,13 @@ class HookMessage:
     job_id: int
     event: str  # "start" or "end"
     sent: float | None  # when the hook sent it (its clock), for latency figures
+    cluster: str = ""  # SLURM_CLUSTER_NAME, else the socket's cluster
 
 
-def parse_message(data: bytes, cluster: str) -> HookMessage:
+def parse_message(data: bytes, cluster: str | None) -> HookMessage:
     """The message in ``data``, or :class:`BadMessage`; never any other exception, since
-    the server's one thread must outlive whatever arrives on its socket."""
+    the server's one thread must outlive whatever arrives on its socket. ``cluster``: the
+    cluster of the socket it came in on (None: a socket of several clusters)."""
     if len(data) > MAX_MESSAGE:
         raise BadMessage(f"message over {MAX_MESSAGE} bytes")
     try:
@@ -42,10 +50,13 @@ def parse_message(data: bytes, cluster: str) -> HookMessage:
     job_id = body.get("SLURM_JOB_ID")
     if not _is_job_id(job_id):
         raise BadMessage(f"SLURM_JOB_ID {str(job_id)[:40]!r} is not a job id")
-    their = body.get("SLURM_CLUSTER_NAME")
-    if their is not None and their != cluster:
-        raise BadMessage(f"cluster {str(their)[:40]!r} is not ours ({cluster!r})")
-    return HookMessage(int(job_id), CONTEXTS[context], _sent(body.get("CCADAPTER_HOOK_SENT")))
+    their = body.get("SLURM_CLUSTER_NAME", cluster)
+    if their is None:
+        raise BadMessage("no SLURM_CLUSTER_NAME, and this socket serves several clusters")
+    if not isinstance(their, str) or not their:
+        raise BadMessage(f"SLURM_CLUSTER_NAME {str(their)[:40]!r} is not a cluster name")
+    return HookMessage(int(job_id), CONTEXTS[context], _sent(body.get("CCADAPTER_HOOK_SENT")),
+                       their)
 
 
 def _is_job_id(value: object) -> bool:

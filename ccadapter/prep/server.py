@@ -2,9 +2,14 @@
 
 Each connection carries one message (the hook shuts its side after sending). A connection
 gets a second to deliver at most 64 KiB; what is too large, too slow or not a valid message
-is logged and dropped, and the server goes on. Valid messages go to ``on_message``; drops
-are told to ``on_drop`` with a short reason code (``invalid``, ``too_large``, ``timeout``),
-a fixed set fit for a metrics label, while the log line keeps the details.
+is logged and dropped, and the server goes on. Valid messages go to ``on_message``, which
+may refuse one by raising :class:`BadMessage` (a cluster it does not serve); drops are told
+to ``on_drop`` with a short reason code (``invalid``, ``too_large``, ``timeout``), a fixed
+set fit for a metrics label, while the log line keeps the details.
+
+Every socket has the cluster its messages belong to when they do not name one: ``cluster``
+for the ``specs``, and each of ``cluster_specs`` its own (one daemon serving the hooks of
+several clusters, ``prepSockClusterListenPaths``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ccadapter.prep.hook import parse_spec
@@ -30,23 +35,33 @@ _READ_TIMEOUT = 1.0
 
 
 class PrepServer:
-    def __init__(self, specs: list[str], cluster: str, on_message: Callable[[HookMessage], None],
-                 group: str | None = None, on_drop: Callable[[str], None] | None = None) -> None:
-        self.specs = specs
+    def __init__(self, specs: list[str], cluster: str | None,
+                 on_message: Callable[[HookMessage], None], group: str | None = None,
+                 on_drop: Callable[[str], None] | None = None,
+                 cluster_specs: Mapping[str, str] | None = None) -> None:
+        """``cluster_specs``: socket spec -> the cluster whose hook sends there."""
+        # every socket spec -> the cluster of its messages that name none
+        self._spec_clusters = {**dict.fromkeys(specs, cluster), **(cluster_specs or {})}
+        self.specs = list(self._spec_clusters)
         self.cluster = cluster
         self.on_message = on_message
         self.on_drop = on_drop
         self.group = group
         self._sel = selectors.DefaultSelector()
-        self._listeners: list[socket.socket] = []
+        self._listeners: dict[socket.socket, str | None] = {}  # -> the socket's cluster
         self._paths: list[Path] = []
-        self._conns: dict[socket.socket, tuple[bytearray, float]] = {}
+        self._conns: dict[socket.socket, tuple[bytearray, float, str | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="prep-server", daemon=True)
 
     def start(self) -> PrepServer:
-        for spec in self.specs:
-            self._listen(spec)
+        """Raises OSError (its ``filename`` the spec) when a socket cannot be listened on."""
+        for spec, cluster in self._spec_clusters.items():
+            try:
+                self._listen(spec, cluster)
+            except OSError as exc:
+                exc.filename = spec
+                raise
         self._thread.start()
         return self
 
@@ -59,7 +74,7 @@ class PrepServer:
             path.unlink(missing_ok=True)
         self._sel.close()
 
-    def _listen(self, spec: str) -> None:
+    def _listen(self, spec: str, cluster: str | None) -> None:
         family, address = parse_spec(spec)
         sock = socket.socket(family, socket.SOCK_STREAM)
         if family == socket.AF_UNIX:
@@ -78,8 +93,9 @@ class PrepServer:
         sock.listen(1024)
         sock.setblocking(False)
         self._sel.register(sock, selectors.EVENT_READ, "listener")
-        self._listeners.append(sock)
-        log.info("listening for Prolog/Epilog messages on %s", spec)
+        self._listeners[sock] = cluster
+        log.info("listening for Prolog/Epilog messages on %s%s", spec,
+                 f" (cluster {cluster})" if cluster and cluster != self.cluster else "")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -105,11 +121,11 @@ class PrepServer:
         except OSError:
             return
         conn.setblocking(False)
-        self._conns[conn] = (bytearray(), time.monotonic())
+        self._conns[conn] = (bytearray(), time.monotonic(), self._listeners.get(listener))
         self._sel.register(conn, selectors.EVENT_READ, "conn")
 
     def _read(self, conn: socket.socket) -> None:
-        buf, _ = self._conns[conn]
+        buf, _, cluster = self._conns[conn]
         try:
             chunk = conn.recv(65536)
         except BlockingIOError:
@@ -124,24 +140,22 @@ class PrepServer:
             self._drop("too_large", f"message over {MAX_MESSAGE} bytes")
             self._close(conn)
             return
-        self._handle(conn, bytes(buf))
+        self._handle(conn, bytes(buf), cluster)
 
-    def _handle(self, conn: socket.socket, data: bytes) -> None:
+    def _handle(self, conn: socket.socket, data: bytes, cluster: str | None) -> None:
         try:
-            msg = parse_message(data, self.cluster)
+            msg = parse_message(data, cluster)
+            self.on_message(msg)
         except BadMessage as exc:
             self._drop("invalid", str(exc))
         else:
-            try:
-                self.on_message(msg)
+            with contextlib.suppress(OSError):
                 conn.sendall(b"ok\n")
-            except OSError:
-                pass
         self._close(conn)
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for conn, (_, opened) in list(self._conns.items()):
+        for conn, (_, opened, _) in list(self._conns.items()):
             if now - opened > _READ_TIMEOUT:
                 self._drop("timeout", "no complete message within 1 s")
                 self._close(conn)

@@ -23,6 +23,10 @@ starting where the failures began until ``outage_grace`` seconds after it answer
 The same class with ``lookback`` set (``slurm-lookback``, every few minutes) re-reads a fixed
 span and never touches lastRun: it catches records that arrive later still. It never reaches
 before the first window this outbox ever ran (a new installation does not resend history).
+
+Where one daemon serves several clusters, each has its own window (its own lastRun, its own
+outage and origin in the outbox's state, :func:`ccadapter.clustername.scoped`): a cluster
+whose Slurm fails holds back its own window only.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from ccadapter import clustername
 from ccadapter.errors import CcAdapterError
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
@@ -51,7 +57,8 @@ SLICE = 3600.0  # seconds of Slurm history per listing in a long window
 class WindowSettings:
     """What the window depends on, from the config. ``energy``: the cluster gathers energy
     and it can be sent, so a run that ended less than :data:`ENERGY_WAIT` ago is read until
-    its energy is stored (:meth:`Outbox.needs`)."""
+    its energy is stored (:meth:`Outbox.needs`). ``scoped``: the outbox's state keys carry
+    the cluster's name (``slurmClusters`` set)."""
 
     cluster: str
     poll_interval: float = 60
@@ -59,6 +66,7 @@ class WindowSettings:
     overlap: float = 120
     ignore: re.Pattern[str] | None = None
     energy: bool = False
+    scoped: bool = False
 
 
 # slurmctld adds a step's consumed energy to its job when the step completes, and slurmdbd
@@ -83,8 +91,12 @@ class _Tally:
 class SlurmWindow:
     def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun,
                  settings: WindowSettings, clock: Callable[[], float] = time.time, *,
-                 lookback: float | None = None, outage_grace: float = 600.0) -> None:
+                 lookback: float | None = None, outage_grace: float = 600.0,
+                 energy_probe: Callable[[], bool] | None = None) -> None:
+        """``energy_probe``: asked at each window instead of ``settings.energy`` (one of
+        several clusters: whether its slurmctld gathers energy is asked in its own lane)."""
         self.collector = collector
+        self.energy_probe = energy_probe
         self.outbox = outbox
         self.last_run = last_run
         self.settings = settings
@@ -92,11 +104,14 @@ class SlurmWindow:
         self.lookback = lookback
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
+        scope = settings.cluster if settings.scoped else None
+        self._outage, self._recovered, self._origin = (
+            clustername.scoped(key, scope) for key in (_OUTAGE, _RECOVERED, _ORIGIN))
 
     def window_start(self, now: float) -> float:
         cfg = self.settings
         if self.lookback:
-            origin = self.outbox.store.get_state(_ORIGIN)
+            origin = self.outbox.store.get_state(self._origin)
             span = min(self.lookback, cfg.max_span)
             return max(now - span, float(origin)) if origin else now
         last = self.last_run.get()
@@ -113,7 +128,7 @@ class SlurmWindow:
                         now - last, cfg.max_span, time.ctime(earliest))
             return earliest
         since = max(last - cfg.overlap, earliest)
-        outage = self.outbox.store.get_state(_OUTAGE)
+        outage = self.outbox.store.get_state(self._outage)
         return min(since, float(outage)) if outage else since
 
     def take_over(self) -> None:
@@ -121,8 +136,9 @@ class SlurmWindow:
         outbox remembers of its own last time in control no longer says where to read. The
         next window starts at lastRun (shared by the hosts: where the other daemon left
         off), and slurm-lookback reaches back no further than that window, not into the
-        stretch the other daemon covered (re-sending it all again, as 422s)."""
-        for key in (_OUTAGE, _RECOVERED, _ORIGIN):
+        stretch the other daemon covered (re-sending it all again, as 422s). The keys are
+        this cluster's (scoped with slurmClusters)."""
+        for key in (self._outage, self._recovered, self._origin):
             self.outbox.store.del_state(key)
 
     def run_once(self) -> dict[str, Any]:
@@ -137,13 +153,13 @@ class SlurmWindow:
             try:
                 self._slice(lo, None if last else hi, tally)
             except CcAdapterError:
-                if not self.lookback and self.outbox.store.get_state(_OUTAGE) is None:
-                    self.outbox.store.set_state(_OUTAGE, repr(lo))
-                self.outbox.store.del_state(_RECOVERED)
+                if not self.lookback and self.outbox.store.get_state(self._outage) is None:
+                    self.outbox.store.set_state(self._outage, repr(lo))
+                self.outbox.store.del_state(self._recovered)
                 raise
             if not self.lookback:
-                if self.outbox.store.get_state(_ORIGIN) is None:
-                    self.outbox.store.set_state(_ORIGIN, repr(since))
+                if self.outbox.store.get_state(self._origin) is None:
+                    self.outbox.store.set_state(self._origin, repr(since))
                 self.last_run.set(hi)
             if len(spans) > 1:
                 log.info("%s: slice %d/%d (%s .. %s) done: %d runs listed, %d read, %d new "
@@ -164,11 +180,13 @@ class SlurmWindow:
         runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
                 if s.started and not hosts_ignored(s.nodes, cfg.ignore)]
         recent = self.clock() - ENERGY_WAIT
-        energy = {s.run for s in listing.stamps if cfg.energy and s.finished
-                  and s.end_time >= recent}
+        energy = {s.run for s in listing.stamps if s.finished and s.end_time >= recent}
+        # the probe asks slurmctld (until it answered once): only when it matters
+        if energy and not (self.energy_probe() if self.energy_probe else cfg.energy):
+            energy = set()
         details, starts = self.outbox.needs(cfg.cluster, runs, energy=energy)
-        for result in self.collector.iter_jobs(details, starts=starts,
-                                               known=self.outbox.known_starts):
+        known = partial(self.outbox.known_starts, cluster=cfg.cluster)
+        for result in self.collector.iter_jobs(details, starts=starts, known=known):
             events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
             tally.read += len(result.jobs)
             tally.events += len(events)
@@ -176,16 +194,16 @@ class SlurmWindow:
             tally.new += self.outbox.enqueue(events)  # one transaction per batch
 
     def _after_outage(self, now: float) -> None:
-        if self.outbox.store.get_state(_OUTAGE) is None:
+        if self.outbox.store.get_state(self._outage) is None:
             return
-        recovered = self.outbox.store.get_state(_RECOVERED)
+        recovered = self.outbox.store.get_state(self._recovered)
         if recovered is None:
             log.info("sacct answers again; windows start at the outage's start for %.0f s",
                      self.outage_grace)
-            self.outbox.store.set_state(_RECOVERED, repr(now))
+            self.outbox.store.set_state(self._recovered, repr(now))
         elif now - float(recovered) > self.outage_grace:
-            self.outbox.store.del_state(_OUTAGE)
-            self.outbox.store.del_state(_RECOVERED)
+            self.outbox.store.del_state(self._outage)
+            self.outbox.store.del_state(self._recovered)
 
 
 def slices(since: float, until: float, size: float) -> list[tuple[float, float]]:

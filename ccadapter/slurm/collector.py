@@ -148,7 +148,12 @@ class Collector:
         clock: Callable[[], float] = time.time,
         tz: tzinfo | None = None,
         costs: RouteCosts | None = None,
+        cluster: str | None = None,
+        config_text: str = "",
     ) -> None:
+        """``cluster``: the cluster every query asks (``--clusters NAME``) when the call
+        names none; None asks the local one, without ``--clusters``. ``config_text``: its
+        ``scontrol show config`` where it was read already (:attr:`config_text`)."""
         self.runner = runner
         if settings is None:
             settings = CollectorSettings()
@@ -159,8 +164,9 @@ class Collector:
         self.tz = tz or local_zone()
         self.costs = costs or RouteCosts()
         self._known_version: str | None = None  # for error messages only
-        self._cluster: str | None = None
-        self._config_text = ""  # `scontrol show config`, once read
+        self.cluster = cluster
+        self._cluster: str | None = cluster  # the name jobs carry, once known
+        self._config_text = config_text  # `scontrol show config`, once read
 
     # --- which runs exist -----------------------------------------------------------------
 
@@ -187,7 +193,7 @@ class Collector:
 
     def _listing(self, args: list[str], cluster: str | None) -> Listing:
         argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", *args,
-                "-o", FIELDS, *_clusters(cluster)]
+                "-o", FIELDS, *self._clusters(cluster)]
         out = self.runner.run(argv, env=TIME_FORMAT_ENV)
         stamps, errors = parse_listing(out, ParseContext(self._known_version or "", "sacct -P"))
         if errors and not self._known_version:  # errors name the version: ask it now
@@ -242,7 +248,7 @@ class Collector:
         scripts_wanted = self.settings.fetch_job_scripts and bool(starts)
         argv = ["sacct", "--json", "-X", "--allusers", "--duplicates",
                 *(["-B"] if scripts_wanted else []),
-                "--jobs", ",".join(map(str, ids)), *_clusters(cluster)]
+                "--jobs", ",".join(map(str, ids)), *self._clusters(cluster)]
         with _gc_paused():
             doc = self._json(argv)
             command = " ".join(argv[:2])
@@ -361,7 +367,7 @@ class Collector:
             return {}, {}, []
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
-        done = self.runner.unchecked(["scontrol", *_clusters(cluster), "-d"],
+        done = self.runner.unchecked(["scontrol", *self._clusters(cluster), "-d"],
                                      stdin=batch.stdin(), env=TIME_FORMAT_ENV)
         self.costs.saw_singles(len(ids), time.monotonic() - started)
         answers = batch.answers(done.stdout)
@@ -378,15 +384,18 @@ class Collector:
               ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
         """Every job slurmctld holds, read line by line and filtered by id as it streams."""
         started = time.monotonic()
-        lines = self.runner.lines(["scontrol", *_clusters(cluster), "-d", "show", "job"],
+        lines = self.runner.lines(["scontrol", *self._clusters(cluster), "-d", "show", "job"],
                                   env=TIME_FORMAT_ENV)
         held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
         self.costs.saw_dump(time.monotonic() - started)
         return held, errors
 
+    def _clusters(self, cluster: str | None) -> list[str]:
+        return _clusters(cluster or self.cluster)
+
     def nodes(self, cluster: str | None = None) -> list[NodeState]:
         """Node states (``scontrol -o show node``: one call, one line per node)."""
-        out = self.runner.run(["scontrol", *_clusters(cluster), "-o", "show", "node"])
+        out = self.runner.run(["scontrol", *self._clusters(cluster), "-o", "show", "node"])
         nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
                                                       "scontrol -o show node"))
         for err in errors:
@@ -417,10 +426,17 @@ class Collector:
                                   "no ClusterName line")
         return name
 
+    @property
+    def config_text(self) -> str:
+        """``scontrol show config`` as :meth:`cluster_name` read it ("" before)."""
+        return self._config_text
+
     def energy_accounted(self) -> bool:
         """Whether slurmctld gathers energy (``AcctGatherEnergyType`` is a plugin other than
-        none), from the config :meth:`cluster_name` read (else asked now)."""
-        out = self._config_text or self.runner.run(["scontrol", "show", "config"])
+        none), from the config :meth:`cluster_name` read (else asked now, of this
+        collector's cluster)."""
+        out = self._config_text or self.runner.run(["scontrol", *self._clusters(None), "show",
+                                                    "config"])
         return parse_energy_plugin(out) is not None
 
     def cluster_name_cached(self) -> str:

@@ -110,6 +110,7 @@ class Run:
     daemon_log: str
     standin: Standin
     exit_code: int
+    cluster: str  # the ``cluster`` label of per-cluster figures (the local cluster's name)
 
 
 def free_port() -> int:
@@ -170,7 +171,8 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
     try:
         daemon.wait_listening()
         wait_for(lambda: get(parse(scrape(url)), "ccadapter_reconciler_last_success_"
-                             "timestamp_seconds", reconciler="slurm-window") > 0, 30,
+                             "timestamp_seconds", reconciler="slurm-window",
+                             cluster=cluster.name) > 0, 30,
                  "no slurm-window cycle in /metrics")
         before = parse(scrape(url))
         ids = submit_batch(cluster, "metrics", JOBS)
@@ -189,7 +191,7 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
     finally:
         code = daemon.terminate()
     return Run(before, parse(exposition), exposition, ids, started, daemon.log.read_text(),
-               standin, code)
+               standin, code, cluster.name)
 
 
 @pytest.fixture(scope="module")
@@ -219,20 +221,26 @@ def test_counters_move_with_the_workload(run):
         run.standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
     assert delta(run, "ccadapter_cc_request_duration_seconds_count",
                  endpoint="/api/jobs/start_job/", status="201") >= JOBS
-    assert delta(run, "ccadapter_slurm_command_duration_seconds_count", command="sacct") >= 1
+    # Slurm commands, cycles and hook messages carry the cluster they concern: in the
+    # default mode the local one (slurmClusters empty).
+    of = {"cluster": run.cluster}
+    assert delta(run, "ccadapter_slurm_command_duration_seconds_count", command="sacct",
+                 **of) >= 1
     assert delta(run, "ccadapter_slurm_command_duration_seconds_count",
-                 command="scontrol") >= 1  # the fast path asks slurmctld
-    assert get(run.after, "ccadapter_slurm_command_failures_total", command="sacct") == 0
+                 command="scontrol", **of) >= 1  # the fast path asks slurmctld
+    assert get(run.after, "ccadapter_slurm_command_failures_total", command="sacct", **of) == 0
+    assert get(run.after, "ccadapter_reconciler_failures_total", reconciler="slurm-window",
+               **of) == 0
     # The hook ran at each start and end: two messages per job, and one not from the hook.
-    assert delta(run, "ccadapter_hook_messages_received_total") == 2 * JOBS
+    assert delta(run, "ccadapter_hook_messages_received_total", **of) == 2 * JOBS
     assert delta(run, "ccadapter_hook_messages_dropped_total", reason="invalid") == 1
     assert delta(run, "ccadapter_hook_messages_dropped_total", reason="fast_path_full") == 0
     assert get(run.after, "ccadapter_outbox_pending_events", kind="stop") == 0
     assert get(run.after, "ccadapter_outbox_oldest_pending_age_seconds") == 0
     last = get(run.after, "ccadapter_reconciler_last_success_timestamp_seconds",
-               reconciler="slurm-window")
+               reconciler="slurm-window", **of)
     assert last > get(run.before, "ccadapter_reconciler_last_success_timestamp_seconds",
-                      reconciler="slurm-window") > run.started
+                      reconciler="slurm-window", **of) > run.started
     assert get(run.after, "process_resident_memory_bytes") > 0
 
 

@@ -1,7 +1,11 @@
 """Record real Slurm outputs of the workload mix from the test bed into tests/fixtures/.
 
 Run as root with the test bed up:  .venv/bin/python -m tests.testbed.record_fixtures
-Writes tests/fixtures/<version>/testbed/:
+(``--cluster-lists``: only the cluster lists below, without the workload).
+Writes tests/fixtures/<version>/sacctmgr-clusters.txt (22.05: parsable text) or .json (24.11
+and later): the cluster list as the generation's parser reads it (every cluster of that
+slurmdbd: on 22.05 cluster22 and clusterscale, once the scale profile has been up), and
+tests/fixtures/<version>/testbed/:
   workload.json        name -> raw job ids, and the window start
   squeue-busy.json     squeue --json while most of the workload runs
   scontrol-d-busy.txt  scontrol show job -d (all jobs) at the same moment
@@ -23,12 +27,15 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ccadapter.slurm.collector import Collector, CollectorSettings, RouteCosts
+from ccadapter.slurm.formats import format_for
+from ccadapter.slurm.formats._common import version_from_text
 from ccadapter.slurm.runner import SlurmRunner
 from tests.integration.workload import Cluster, Submitted, drive, submit, testbed_clusters
 from tests.recorded import RecordingRunner
@@ -60,6 +67,17 @@ def record_commands(cluster: Cluster, sub: Submitted, path: Path) -> None:
     collector.nodes()
     runner.save(path, cluster=cluster.name, version=cluster.version, now=now, since=since,
                 tz=time.tzname[0], ids=sub.ids)
+
+
+def record_cluster_list(cluster: Cluster) -> Path:
+    """``sacctmgr`` with the arguments the cluster's generation reads its cluster list
+    from (``ccadapter.slurm.clusters``)."""
+    version = version_from_text(cluster.run("sacctmgr", "-V"), "sacctmgr -V")
+    args = format_for(version, "sacctmgr list clusters").CLUSTER_LIST_ARGS
+    out = FIXTURES / cluster.short / ("sacctmgr-clusters.json" if "--json" in args
+                                      else "sacctmgr-clusters.txt")
+    out.write_text(cluster.run("sacctmgr", *args))
+    return out
 
 
 class HookListener:
@@ -123,6 +141,7 @@ def record(cluster: Cluster) -> Path:
             "sacct", "--json", "--allusers", "--duplicates", "-B", "--jobs", ids))
     (out / "scontrol-d-final.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
     record_commands(cluster, sub, out / "commands-final.json")
+    record_cluster_list(cluster)
     (out / "workload.json").write_text(json.dumps(
         {"cluster": cluster.name, "version": cluster.version, "since": sub.submitted_at - 5,
          "ids": sub.ids}, indent=1) + "\n")
@@ -133,6 +152,10 @@ def main() -> None:
     clusters = testbed_clusters()
     if not clusters:
         raise SystemExit("no test-bed cluster is up: run tests/testbed/slurm up")
+    if sys.argv[1:] == ["--cluster-lists"]:
+        for cluster in clusters:
+            print(f"recorded {record_cluster_list(cluster)}")
+        return
     with ThreadPoolExecutor(len(clusters)) as pool:
         for path in pool.map(record, clusters):
             print(f"recorded {path}")

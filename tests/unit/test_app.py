@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import build, node_state_path, node_state_warnings
+from ccadapter.app import EnergyProbe, build, node_state_path, node_state_warnings
 from ccadapter.config import Config
+from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published
 from ccadapter.outbox import NewEvent
+from ccadapter.slurm.collector import Collector
 from tests.conftest import ReplayRunner
 from tests.lineproto import parse_line
 from tests.standin.ccbackend import NODESTATE_REQUEST, CcBackendStandin, decode_body
@@ -182,6 +184,38 @@ def test_nats_only_sends_energy_over_rest(tmp_path):
         "start_job", "stop_job"]
 
 
+def test_with_slurm_clusters_nothing_is_asked_of_slurmctld_at_start(tmp_path):
+    """One cluster's hung or dead slurmctld must not hold up the others' start: energy is
+    asked in each cluster's lane, at its first window that needs it."""
+    def answer(argv):
+        raise AssertionError(f"asked Slurm at start: {argv}")
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", slurmClusters=["a", "b"]),
+                runner=ReplayRunner(answer), workers=1)
+    try:
+        assert [s.name for s in app.syncs] == ["a", "b"]
+        window = app.syncs[0].reconcilers["slurm-window"]
+        assert isinstance(window.energy_probe, EnergyProbe)
+        assert window.energy_probe is app.syncs[0].reconcilers["slurm-lookback"].energy_probe
+    finally:
+        app.close()
+
+
+def test_a_clusters_energy_is_asked_again_until_its_slurmctld_answers(caplog):
+    def answer(argv):
+        if runner.calls["scontrol"] == 1:
+            raise SlurmCommandError(list(argv), "exit code 1", "cannot reach 'b'")
+        return "ClusterName = b\nAcctGatherEnergyType = acct_gather_energy/rapl\n"
+    runner = ReplayRunner(answer)
+    probe = EnergyProbe(Collector(runner, cluster="b"), "b")
+    with caplog.at_level(logging.INFO, "ccadapter.app"):
+        assert probe() is False  # not known yet: no run is read again for energy
+        assert probe() is True
+        assert probe() is True  # known: not asked again
+    assert runner.argvs == [["scontrol", "--clusters", "b", "show", "config"]] * 2
+    assert "cluster b: energy: cannot read slurmctld's config" in caplog.text
+    assert "cluster b: energy: the consumed energy of each run goes into" in caplog.text
+
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -216,14 +250,14 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
                                                                     ("slurm-window", True)]
         assert all(r.gated for r in daemon.routines if r.name in app.reconcilers)
         checks = []
-        server, _ = app.prep(lambda: None, lambda: checks.append(1))
+        server, _router = app.prep(lambda: None, lambda: checks.append(1))
+        received = lambda: app.metrics.registry.get_sample_value(  # noqa: E731
+            "ccadapter_hook_messages_received_total", {"cluster": "c"})
         assert (role("active"), role("standby")) == (0, 1)
 
         app.control.run_once()  # both up: the primary (vm) is in control
         assert not daemon.gate()
-        server.on_message(HookMessage(42, "start", None))
-        received = lambda: app.metrics.registry.get_sample_value(  # noqa: E731
-            "ccadapter_hook_messages_received_total")
+        server.on_message(HookMessage(42, "start", None, "c"))
         assert checks == [1] and received() == 0
         assert app.metrics.registry.get_sample_value(
             "ccadapter_hook_messages_dropped_total", {"reason": "standby"}) == 1
@@ -235,7 +269,7 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
         assert daemon.gate() and (role("active"), role("standby")) == (1, 0)
         assert app.outbox.store.get_state("slurm-window.outage_since") is None
         assert app.outbox.store.get_state("slurm-window.origin") is None
-        server.on_message(HookMessage(43, "start", None))
+        server.on_message(HookMessage(43, "start", None, "c"))
         assert received() == 1 and checks == [1]
     finally:
         app.close()
@@ -250,5 +284,61 @@ def test_without_failover_the_daemon_always_works(tmp_path):
         assert app.control is None and app.daemon().gate()
         assert isinstance(app.metrics, Metrics)
         assert app.metrics.registry.get_sample_value("ccadapter_role", {"role": "active"}) == 1
+    finally:
+        app.close()
+
+
+class FailoverClusters(FailoverSlurm):
+    """slurmClusters a and b on a daemon beside clusterha's backup controller: nothing is
+    asked of a or b at start, `scontrol ping` (the local cluster's) as recorded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def refuse(argv):
+            raise AssertionError(f"asked Slurm at start: {argv}")
+
+        self.answer = refuse
+
+
+def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
+    """The role is the daemon's: the local controllers decide it, and it gates each served
+    cluster's reconcilers (in their lanes) and hook messages; a takeover clears each
+    cluster's own window state, not the default mode's keys."""
+    from ccadapter.prep.messages import HookMessage
+
+    slurm_ = FailoverClusters()
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
+                       slurmClusters=["a", "b"], slurmctldFailover=True,
+                       slurmctldHostName="ha-backup", metricsListen="127.0.0.1:9102"),
+                runner=slurm_, workers=1, metrics=True)
+    try:
+        assert app.control is not None
+        daemon = app.daemon()
+        lanes = {(r.name, r.cluster, r.gated) for r in daemon.routines}
+        assert ("control", None, False) in lanes
+        assert {("slurm-window", c, True) for c in "ab"} <= lanes
+        assert all(r.gated == (r.cluster is not None) for r in daemon.routines)
+        checks = []
+        server, _router = app.prep(lambda: None, lambda: checks.append(1))
+        received = lambda c: app.metrics.registry.get_sample_value(  # noqa: E731
+            "ccadapter_hook_messages_received_total", {"cluster": c})
+
+        app.control.run_once()  # the primary is in control: this daemon stands by
+        assert not daemon.gate()
+        server.on_message(HookMessage(42, "start", None, "b"))
+        assert checks == [1] and received("b") == 0
+
+        for c in "ab":
+            app.outbox.store.set_state(f"{c}/slurm-window.origin", "1.0")
+        app.outbox.store.set_state("slurm-window.origin", "2.0")  # not a key of this mode's
+        slurm_.ping = "takeover"
+        app.control.run_once()
+        assert daemon.gate()
+        state = app.outbox.store.get_state
+        assert [state(f"{c}/slurm-window.origin") for c in "ab"] == [None, None]
+        assert app.outbox.store.get_state("slurm-window.origin") == "2.0"
+        server.on_message(HookMessage(43, "start", None, "b"))
+        assert received("b") == 1 and checks == [1]
     finally:
         app.close()

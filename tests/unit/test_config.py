@@ -29,6 +29,7 @@ def test_documented_example_loads_unchanged(caplog):
     assert c.slurm_max_retries == 5  # the example spells it slurmQueryMaxRetries
     assert c.last_run_path == "/var/lib/cc-slurm-adapter/last_run"
     assert c.cc_rest_url == "https://my-cc-backend-instance.example"
+    assert c.slurm_clusters == [] and not c.multi_cluster()  # the local cluster, as before
     assert list(c.gpu_pci_addrs) == ["^nodehostname0[0-9]$", "^nodehostname1[0-9]$"]
     assert c.ignore_hosts_pattern().search("nodehostname9abc")
     assert (c.nats_server, c.nats_subject, c.nats_user) == ("mynatsserver.example", "mysubject",
@@ -182,3 +183,44 @@ def test_daemon_refuses_configs_that_cannot_deliver(tmp_path, raw, key):
     res = CliRunner().invoke(main, ["daemon", "--config", str(cfg)])
     assert res.exit_code == 2
     assert repr(key) in res.output
+
+
+def test_our_example_config_loads_without_warnings(caplog):
+    with caplog.at_level(logging.WARNING):
+        c = load_config(FIXTURES.parent.parent / "example-config.json")
+    assert caplog.records == []
+    assert not c.multi_cluster()
+
+
+@pytest.mark.parametrize("clusters", [["cluster22"], ["cluster22", "clusterscale"], ["*"],
+                                      ["c.1", "c_2", "3-c"]])
+def test_slurm_clusters_names_or_star(clusters):
+    c = parse_config({"slurmClusters": clusters})
+    assert c.slurm_clusters == clusters and c.multi_cluster()
+
+
+@pytest.mark.parametrize(("clusters", "reason"), [
+    (["*", "cluster22"], "goes alone"),
+    (["cluster22", "cluster22"], "twice"),
+    (["a/b"], "not a Slurm cluster name"),
+    (["-x"], "not a Slurm cluster name"),
+    ([""], "not a Slurm cluster name"),
+    ("cluster22", "slurmClusters"),
+])
+def test_bad_slurm_clusters_name_the_key(clusters, reason):
+    with pytest.raises(ConfigError, match=reason) as err:
+        parse_config({"slurmClusters": clusters})
+    assert "slurmClusters" in str(err.value)
+
+
+def test_cluster_sockets_need_slurm_clusters_and_a_served_name():
+    with pytest.raises(ConfigError, match="needs slurmClusters"):
+        parse_config({"prepSockClusterListenPaths": {"a": "tcp:127.0.0.1:7001"}})
+    with pytest.raises(ConfigError, match="not in slurmClusters"):
+        parse_config({"slurmClusters": ["a"], "prepSockClusterListenPaths": {"b": "/s"}})
+    with pytest.raises(ConfigError, match="another cluster's"):
+        parse_config({"slurmClusters": ["a", "b"], "prepSockListenPath": "/s",
+                      "prepSockClusterListenPaths": {"a": "/s"}})
+    c = parse_config({"slurmClusters": ["*"],
+                      "prepSockClusterListenPaths": {"any": "tcp:127.0.0.1:7001"}})
+    assert c.prep_sock_cluster_listen_paths == {"any": "tcp:127.0.0.1:7001"}

@@ -26,10 +26,11 @@ def test_a_cycle_summary_carries_its_cost():
 
 def test_metrics_record_the_cost_of_successful_cycles():
     metrics = Metrics()
-    run = metrics.observed("slurm-window", costed(lambda: {}, lambda: Tally(1, 10, 0.5)))
+    run = metrics.observed("slurm-window", costed(lambda: {}, lambda: Tally(1, 10, 0.5)),
+                           "c1")
     run()
     run()
     value = metrics.registry.get_sample_value
-    assert value("ccadapter_reconciler_cycle_duration_seconds_count",
-                 {"reconciler": "slurm-window"}) == 2
-    assert value("ccadapter_reconciler_cpu_seconds_total", {"reconciler": "slurm-window"}) >= 0
+    labels = {"reconciler": "slurm-window", "cluster": "c1"}
+    assert value("ccadapter_reconciler_cycle_duration_seconds_count", labels) == 2
+    assert value("ccadapter_reconciler_cpu_seconds_total", labels) >= 0

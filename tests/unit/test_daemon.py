@@ -50,6 +50,125 @@ def test_routines_run_at_start_on_their_intervals_and_survive_failures():
     assert d.deliverer.calls >= 1
 
 
+def run_for(d, seconds):
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(seconds)
+    d.stop()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_a_cluster_whose_slurm_hangs_delays_its_own_lane_only(caplog):
+    """slurmClusters: each cluster's routines run in a thread of their own."""
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    released = threading.Event()
+    runs = {"a": 0, "b": 0, "main": 0}
+
+    def hung():  # a command that runs into slurmCommandTimeout
+        runs["a"] += 1
+        released.wait(5)
+        raise RuntimeError("scontrol: no answer within 60 s (killed)")
+
+    def count(name):
+        def fn():
+            runs[name] += 1
+            return {}
+        return fn
+
+    d.add_routine(hung, 0.05, "nodestate", cluster="a")
+    d.add_routine(count("b"), 0.05, "nodestate", cluster="b")
+    d.add_routine(count("main"), 0.05, "compact")
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.5)
+    assert runs["a"] == 1 and runs["b"] >= 4 and runs["main"] >= 4
+    released.set()
+    time.sleep(0.2)
+    d.stop()
+    t.join(10)
+    assert not t.is_alive() and runs["a"] >= 2
+    assert "nodestate[a] failed: RuntimeError: scontrol: no answer" in caplog.text
+    assert [r.label for r in d.routines] == ["nodestate[a]", "nodestate[b]", "compact"]
+
+
+def test_a_failed_routine_comes_again_after_its_retry_interval():
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    runs = {"failing": 0, "fine": 0}
+
+    def failing():
+        runs["failing"] += 1
+        raise RuntimeError("sacctmgr: slurmdbd down")
+
+    def fine():
+        runs["fine"] += 1
+
+    d.add_routine(failing, 3600, "slurm-clusters", retry=0.05)
+    d.add_routine(fine, 3600, "compact", retry=0.05)
+    run_for(d, 0.5)
+    assert runs["failing"] >= 4 and runs["fine"] == 1
+
+
+def test_clusters_come_and_go_while_the_daemon_runs():
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    runs = {"late": 0}
+    d.add_routine(lambda: None, 0.05, "compact")
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.1)
+
+    def late():
+        runs["late"] += 1
+
+    d.add_routine(late, 0.05, "slurm-window", cluster="late")  # listed from now on
+    time.sleep(0.3)
+    assert runs["late"] >= 3
+    d.remove_cluster("late")  # deleted from slurmdbd
+    time.sleep(0.1)
+    seen = runs["late"]
+    time.sleep(0.3)
+    assert runs["late"] == seen
+    assert not any(th.name == "lane-late" for th in threading.enumerate())
+    d.stop()
+    t.join(10)
+
+
+def test_the_gate_holds_every_clusters_lane_and_its_opening_wakes_them():
+    """slurmctldFailover with slurmClusters: the daemon's one gate holds the reconcilers of
+    every lane; when the control routine (main loop) opens it, each lane runs its gated
+    routines at once, even those whose turn is an hour away."""
+    d = Daemon(IdleDeliverer(), idle_delivery_wait=5.0)  # a lane waits long unless woken
+    gate = {"open": False}
+    runs = {"a": 0, "b": 0}
+    opened = threading.Event()
+
+    def control():
+        if opened.is_set():
+            gate["open"] = True
+
+    def count(name):
+        def fn():
+            runs[name] += 1
+        return fn
+
+    d.gate = lambda: gate["open"]
+    d.add_routine(control, 0.05, "control")
+    d.add_routine(count("a"), 3600, "slurm-window", cluster="a", gated=True)
+    d.add_routine(count("b"), 3600, "slurm-window", cluster="b", gated=True)
+    t = threading.Thread(target=d.run)
+    t.start()
+    time.sleep(0.3)
+    assert runs == {"a": 0, "b": 0}  # standing by
+    opened.set()
+    woken = time.monotonic() + 3.0  # well within the lanes' 5 s wait: they were woken
+    while runs != {"a": 1, "b": 1} and time.monotonic() < woken:
+        time.sleep(0.02)
+    assert runs == {"a": 1, "b": 1}  # taken over: both lanes caught up at once
+    d.stop()
+    t.join(10)
+    assert not t.is_alive()
+
+
 def test_pid_lock(tmp_path):
     pid = tmp_path / "run" / "daemon.pid"
     pid.parent.mkdir()

@@ -98,7 +98,7 @@ def test_no_metrics_offers_every_callback_of_the_recorder():
 def test_registries_are_not_shared(metrics):
     other = Metrics()
     metrics.hook_received()
-    assert value(metrics, "ccadapter_hook_messages_received_total") == 1
+    assert value(metrics, "ccadapter_hook_messages_received_total", cluster="") == 1
     assert value(other, "ccadapter_hook_messages_received_total") == 0
 
 
@@ -228,31 +228,34 @@ echo ok""")
         r.run(["sacct", "--bogus"])
     r.run(["squeue"])
     count = "ccadapter_slurm_command_duration_seconds_count"
-    assert value(metrics, count, command="sinfo") == 1
+    fails = "ccadapter_slurm_command_failures_total"
+    assert value(metrics, count, command="sinfo", cluster="") == 1
     assert value(metrics, "ccadapter_slurm_command_duration_seconds_sum",
-                 command="sinfo") >= 0.2
-    assert value(metrics, "ccadapter_slurm_command_failures_total", command="sinfo") == 0
-    assert value(metrics, count, command="sacct") == 1
-    assert value(metrics, "ccadapter_slurm_command_failures_total", command="sacct") == 1
-    assert value(metrics, count, command="squeue") == 3  # every attempt, retries included
-    assert value(metrics, "ccadapter_slurm_command_failures_total", command="squeue") == 2
+                 command="sinfo", cluster="") >= 0.2
+    assert value(metrics, fails, command="sinfo", cluster="") == 0
+    assert value(metrics, count, command="sacct", cluster="") == 1
+    assert value(metrics, fails, command="sacct", cluster="") == 1
+    # every attempt, retries included
+    assert value(metrics, count, command="squeue", cluster="") == 3
+    assert value(metrics, fails, command="squeue", cluster="") == 2
 
 
 def test_timeouts_and_unstartable_commands_are_failures(fake_bin, metrics):
     d = fake_bin("scontrol", "sleep 30")
     with pytest.raises(TransientSlurmError):
         runner(d, metrics, timeout=0.3).run(["scontrol", "show", "job"], retry=False)
-    assert value(metrics, "ccadapter_slurm_command_failures_total", command="scontrol") == 1
+    fails = "ccadapter_slurm_command_failures_total"
+    assert value(metrics, fails, command="scontrol", cluster="") == 1
     with pytest.raises(Exception, match="cannot run"):
         SlurmRunner(prefix=["/nonexistent/chroot"], on_command=metrics.slurm_command).run(
             ["sacctmgr", "show", "user"], retry=False)
-    assert value(metrics, "ccadapter_slurm_command_failures_total", command="sacctmgr") == 1
+    assert value(metrics, fails, command="sacctmgr", cluster="") == 1
 
 
 def test_command_given_as_a_path_is_labelled_by_its_name(metrics):
     metrics.slurm_command("/usr/bin/sacct", 0.1, True)
     assert value(metrics, "ccadapter_slurm_command_duration_seconds_count",
-                 command="sacct") == 1
+                 command="sacct", cluster="") == 1
 
 
 # --- reconciler cycles ---------------------------------------------------------------------
@@ -267,16 +270,17 @@ def test_last_success_is_set_on_success_only(metrics):
             raise RuntimeError("slurmdbd down")
         return {"new": 3}
 
-    run = metrics.observed("slurm-window", cycle)
+    run = metrics.observed("slurm-window", cycle, "c1")
     assert run.__name__ == "slurm-window"
-    assert value(metrics, "ccadapter_reconciler_last_success_timestamp_seconds",
-                 reconciler="slurm-window") == 0
+    last_ok = "ccadapter_reconciler_last_success_timestamp_seconds"
+    failures = "ccadapter_reconciler_failures_total"
+    assert value(metrics, last_ok, reconciler="slurm-window", cluster="c1") == 0
     assert run() == {"new": 3}
     fail[0], now[0] = True, 560.0
     with pytest.raises(RuntimeError, match="slurmdbd down"):
         run()
-    assert value(metrics, "ccadapter_reconciler_last_success_timestamp_seconds",
-                 reconciler="slurm-window") == 500.0
+    assert value(metrics, last_ok, reconciler="slurm-window", cluster="c1") == 500.0
+    assert value(metrics, failures, reconciler="slurm-window", cluster="c1") == 1
 
 
 # --- hook messages ---------------------------------------------------------------------------
@@ -308,7 +312,8 @@ def test_hook_drops_have_a_reason(tmp_path, metrics):
     assert value(metrics, dropped, reason="invalid") == 1
     assert value(metrics, dropped, reason="too_large") == 1
     assert value(metrics, dropped, reason="timeout") == 1
-    assert value(metrics, "ccadapter_hook_messages_received_total") == len(got) == 1
+    assert value(metrics, "ccadapter_hook_messages_received_total", cluster="") \
+        == len(got) == 1
 
 
 def _connect(spec: str) -> socket.socket:
@@ -334,7 +339,7 @@ def test_full_fast_path_counts_received_and_dropped(tmp_path, metrics):
     fast.submit(HookMessage(1, "end", None))  # the same job joins its pending entry
     fast.submit(HookMessage(2, "start", None))
     box.close()
-    assert value(metrics, "ccadapter_hook_messages_received_total") == 3
+    assert value(metrics, "ccadapter_hook_messages_received_total", cluster="") == 3
     assert value(metrics, "ccadapter_hook_messages_dropped_total",
                  reason="fast_path_full") == 1
 
@@ -396,6 +401,9 @@ def test_build_records_and_serves_only_when_asked_and_configured(tmp_path, fake_
     scontrol = [s for s in families["ccadapter_slurm_command_duration_seconds"].samples
                 if s.name.endswith("_count") and s.labels["command"] == "scontrol"]
     assert scontrol[0].value == 1  # build asked for the cluster name
+    assert scontrol[0].labels["cluster"] == ""  # of no cluster yet: it asks which one
+    assert any(s.labels == {"command": "sacct", "cluster": "c"} and s.value == 1
+               for s in families["ccadapter_slurm_command_failures"].samples)
     pending = {s.labels["kind"]: s.value
                for s in families["ccadapter_outbox_pending_events"].samples}
     assert pending == {"start": 1, "stop": 1, "nodestate": 0, "energy": 0}
@@ -408,6 +416,31 @@ def test_build_records_and_serves_only_when_asked_and_configured(tmp_path, fake_
         app = build(app_config(tmp_path, fake_slurm, **cfg), **kw)
         assert isinstance(app.metrics, NoMetrics) and app.serve_metrics() is None
         app.close()
+
+
+def test_slurm_commands_and_cycles_count_under_their_cluster(tmp_path, fake_slurm):
+    """slurmClusters: every cluster has its own runner, its commands its own series."""
+    cfg = app_config(tmp_path, fake_slurm, metricsListen=f"127.0.0.1:{free_port()}",
+                     slurmClusters=["c", "d"])
+    app = build(cfg, metrics=True)
+    try:
+        metrics = app.metrics
+        assert isinstance(metrics, Metrics)
+        daemon = app.daemon()
+        for routine in daemon.routines:
+            if routine.name == "slurm-window":
+                with pytest.raises(CcAdapterError, match=f"--clusters {routine.cluster}"):
+                    routine.fn()
+    finally:
+        app.close()
+    fails = "ccadapter_slurm_command_failures_total"
+    assert value(metrics, fails, command="sacct", cluster="c") == 1
+    assert value(metrics, fails, command="sacct", cluster="d") == 1
+    assert value(metrics, "ccadapter_slurm_command_duration_seconds_count",
+                 command="scontrol", cluster="") == 0  # the local name is not asked
+    assert value(metrics, "ccadapter_reconciler_failures_total", reconciler="slurm-window",
+                 cluster="d") == 1
+    assert value(metrics, "ccadapter_cluster_served", cluster="c") == 1
 
 
 def test_daemon_exits_2_naming_the_key_when_it_cannot_listen(tmp_path, fake_slurm):

@@ -13,6 +13,7 @@ from typing import Any
 
 import hostlist
 
+from ccadapter import clustername
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
 
@@ -467,3 +468,20 @@ def parse_energy_plugin(out: str) -> str | None:
     if not m or m[1] in ("(null)", "acct_gather_energy/none", "none"):
         return None
     return m[1]
+
+
+# --- sacctmgr list clusters (argv and form per generation: see the version modules) ------
+
+
+def cluster_names(values: list[Any], ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """The cluster names of a ``sacctmgr list clusters`` answer, in its order, duplicates
+    dropped; a value that is no cluster name (:mod:`ccadapter.clustername`) is an error
+    string and skipped: it would end up in a file name and a command line."""
+    names: list[str] = []
+    errors: list[str] = []
+    for value in values:
+        if not clustername.valid(value):
+            errors.append(str(ctx.error(f"not a cluster name: {str(value)[:80]!r}")))
+        elif value not in names:
+            names.append(value)
+    return names, errors

@@ -12,7 +12,9 @@ The baseline generation:
 - a heterogeneous job's component carries ``het: {"job_id": LEADER, "job_offset": N}``
   (plain numbers) from submission on, and ``sacct -j LEADER`` answers with every component;
   any other job has ``{"job_id": 0, "job_offset": null}``. The listing's JobID reads
-  ``LEADER+N`` from submission on too (``.listing``).
+  ``LEADER+N`` from submission on too (``.listing``);
+- sacctmgr has no ``--json``: the cluster list is read as parsable text, one name a line
+  (``sacctmgr -n -P list clusters format=Cluster``);
 - consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's
   ``tres_alloc_str``, src/plugins/openapi/dbv0.0.38/parse.c:359), ``{"type": "energy",
   "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null`` while unset (NO_VAL64 is
@@ -28,6 +30,7 @@ from ccadapter.slurm.formats._common import (
     ParseContext,
     SacctRecord,
     build_sacct_record,
+    cluster_names,
     field,
     job_id_of,
     mapping,
@@ -36,6 +39,8 @@ from ccadapter.slurm.formats._common import (
 
 # sacct --json -B -j IDS does not fill "script" on this generation.
 SACCT_HAS_SCRIPTS = False
+# sacctmgr's arguments for the cluster list that parse_cluster_list reads.
+CLUSTER_LIST_ARGS = ("-n", "-P", "list", "clusters", "format=Cluster")
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
@@ -53,3 +58,8 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
         shared=None,
         script=None,
     )
+
+
+def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """``sacctmgr -n -P list clusters format=Cluster``: one name a line, no header."""
+    return cluster_names([line.strip() for line in out.splitlines() if line.strip()], ctx)

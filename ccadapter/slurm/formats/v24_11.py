@@ -13,16 +13,19 @@ Differences from 22.05 and how they are handled:
 - ``tres`` entries carry ``name: ""`` instead of ``null``, and the job's ``energy`` entry
   ``count: -2`` while unset: ``count`` is dumped as a plain int64, so NO_VAL64 reads -2
   (src/plugins/data_parser/v0.0.42/parsers.c:7137-7145 the TRES fields, :2549-2557 the int64
-  dump, :7006 ``tres/allocated`` of a job); a set count is the consumed energy in joules.
+  dump, :7006 ``tres/allocated`` of a job); a set count is the consumed energy in joules;
 - ``het.job_offset`` became a number object; a job that is no het job's component has
   ``het.job_id`` 0 and an unset offset. slurmdbd learns of a het job only when it starts:
   until then its components read like jobs of their own (``het.job_id`` 0, JobID ``12`` in
   the listing instead of 22.05's ``11+1``), so a pending het job is listed per component by
-  ``ccadapter jobs``; it is never sent before it starts, when it becomes one job.
+  ``ccadapter jobs``; it is never sent before it starts, when it becomes one job;
+- sacctmgr speaks JSON: the cluster list is ``sacctmgr list clusters --json``, one object
+  per cluster in ``clusters`` with its ``name`` (as cc-slurm-adapter reads it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +34,7 @@ from ccadapter.slurm.formats._common import (
     ParseContext,
     SacctRecord,
     build_sacct_record,
+    cluster_names,
     field,
     job_id_of,
     number,
@@ -39,6 +43,8 @@ from ccadapter.slurm.formats._common import (
 
 # sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
 SACCT_HAS_SCRIPTS = True
+# sacctmgr's arguments for the cluster list that parse_cluster_list reads.
+CLUSTER_LIST_ARGS = ("list", "clusters", "--json")
 
 
 def parse_sacct_job(
@@ -60,3 +66,16 @@ def parse_sacct_job(
         shared=shared,
         script=text(record.get("script"), "script", ctx),
     )
+
+
+def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
+    """``sacctmgr list clusters --json``: the ``name`` of each entry of ``clusters``."""
+    try:
+        doc = json.loads(out)
+    except (ValueError, RecursionError):
+        raise ctx.error(f"output is not JSON: {out[:80]!r}") from None
+    clusters = doc.get("clusters") if isinstance(doc, Mapping) else None
+    if not isinstance(clusters, list):
+        raise ctx.error("output has no 'clusters' list")
+    return cluster_names([c.get("name") if isinstance(c, Mapping) else None
+                          for c in clusters], ctx)

@@ -6,7 +6,9 @@ Differences from 24.11 and how they are handled:
   the job;
 - records add ``sluid``/``original_sluid`` and ``segment_size`` (not used);
 - ``scontrol show job`` text prints ``Exclusive=`` beside ``OverSubscribe=`` and a
-  ``SLUID=`` line (handled in ``_common``).
+  ``SLUID=`` line (handled in ``_common``);
+- ``sacctmgr list clusters --json`` drops ``select_plugin`` from each cluster (not used):
+  the list is read as in 24.11.
 Everything else is read as in 24.11: heterogeneous jobs (``het`` as in 24.11; each
 component has a SLUID of its own) and consumed energy (the job's ``tres.allocated``
 ``energy`` entry, ``count: -2`` while unset: data_parser/v0.0.45 parsers.c:9287-9295,
@@ -28,6 +30,8 @@ from ccadapter.slurm.formats._common import (
 )
 
 SACCT_HAS_SCRIPTS = v24_11.SACCT_HAS_SCRIPTS
+CLUSTER_LIST_ARGS = v24_11.CLUSTER_LIST_ARGS
+parse_cluster_list = v24_11.parse_cluster_list
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:

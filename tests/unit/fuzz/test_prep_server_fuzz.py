@@ -1,12 +1,14 @@
 """Bad input for the hook socket: 10,000 messages against the real PrepServer.
 
 The real server (ccadapter.prep.server, parse_message behind it) listens on a UNIX socket in
-tmp_path and on TCP 127.0.0.1 at once; the FastPath's ``submit`` is replaced by a recorder,
-so every message the server accepts can be compared with what was sent. Each generated case
-carries its own expectation, known by construction (a valid message and the HookMessage it
-must become, or a defect and the drop reason it must cause), so the test needs no second
-parser to judge the first. Messages go one connection at a time, and each is waited for, so
-every single message is accounted for: accepted and equal, or dropped with a log line.
+tmp_path and on TCP 127.0.0.1 at once; the real HookRouter behind it serves one cluster,
+whose FastPath's ``submit`` is replaced by a recorder, so every message the server accepts
+can be compared with what was sent (a message of another cluster is refused by the router,
+as in the daemon). Each generated case carries its own expectation, known by construction
+(a valid message and the HookMessage it must become, or a defect and the drop reason it
+must cause), so the test needs no second parser to judge the first. Messages go one
+connection at a time, and each is waited for, so every single message is accounted for:
+accepted and equal, or dropped with a log line.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hypothesis import strategies as st
 
 import ccadapter.prep.hook as hook
 from ccadapter.prep.messages import MAX_MESSAGE, HookMessage
+from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
 
 pytestmark = pytest.mark.fuzz
@@ -135,7 +138,8 @@ def valid_body(draw: st.DrawFn) -> tuple[dict[str, object], HookMessage]:
     if sent is not None:
         body["CCADAPTER_HOOK_SENT"] = sent
     keys = draw(st.permutations(list(body)))  # the key order must not matter
-    return {k: body[k] for k in keys}, HookMessage(job_id, EVENTS[context], expected_sent)
+    return {k: body[k] for k in keys}, HookMessage(job_id, EVENTS[context], expected_sent,
+                                                   CLUSTER)
 
 
 def encode(body: object, ascii_only: bool) -> bytes:
@@ -359,12 +363,28 @@ def serving(tmp: Path) -> Iterator[tuple[PrepServer, Recorder]]:
     specs = [f"unix:{tmp}/daemon.sock", f"tcp:127.0.0.1:{port}"]
     logger = logging.getLogger("ccadapter.prep.server")
     logger.addHandler(rec)
-    srv = PrepServer(specs, CLUSTER, rec.got.append, on_drop=rec.dropped.append).start()
+    # the real router behind it, serving CLUSTER alone: it refuses every other cluster
+    router = HookRouter()
+    router.add(CLUSTER, _Lane(rec.got.append))
+    srv = PrepServer(specs, CLUSTER, router.submit, on_drop=rec.dropped.append).start()
     try:
         yield srv, rec
     finally:
         srv.stop()
         logger.removeHandler(rec)
+
+
+@dataclass
+class _Lane:
+    """The cluster's fast path, replaced by a recorder (FastLane)."""
+
+    submit: Callable[[HookMessage], None]
+
+    def start(self) -> object:
+        return self
+
+    def stop(self) -> None:
+        pass
 
 
 def still_serving(specs: list[str], rec: Recorder) -> None:

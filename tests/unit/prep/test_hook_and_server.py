@@ -42,7 +42,8 @@ def test_bad_spec():
     (b"[1, 2]", "not a JSON object"),
     (json.dumps({**ENV, "SLURM_SCRIPT_CONTEXT": "prolog"}).encode(), "SLURM_SCRIPT_CONTEXT"),
     (json.dumps({**ENV, "SLURM_JOB_ID": "12a"}).encode(), "not a job id"),
-    (json.dumps({**ENV, "SLURM_CLUSTER_NAME": "other"}).encode(), "not ours"),
+    (json.dumps({**ENV, "SLURM_CLUSTER_NAME": 7}).encode(), "not a cluster name"),
+    (json.dumps({**ENV, "SLURM_CLUSTER_NAME": ""}).encode(), "not a cluster name"),
     (b"\xff\xfe", "not JSON"),
 ])
 def test_bad_messages_name_the_problem(data, reason):
@@ -78,8 +79,19 @@ def test_sent_time_is_a_finite_number_or_none(sent, expected):
 
 def test_message_from_hook_environment():
     msg = parse_message(hook.build_message(ENV), "c1")
-    assert (msg.job_id, msg.event) == (42, "start") and msg.sent is not None
+    assert (msg.job_id, msg.event, msg.cluster) == (42, "start", "c1")
+    assert msg.sent is not None
     assert "PATH" not in json.loads(hook.build_message(ENV))
+
+
+def test_a_message_names_its_cluster_else_the_socket_does():
+    other = {**ENV, "SLURM_CLUSTER_NAME": "c2"}
+    assert parse_message(hook.build_message(other), "c1").cluster == "c2"
+    assert parse_message(hook.build_message(other), None).cluster == "c2"
+    nameless = {k: v for k, v in ENV.items() if k != "SLURM_CLUSTER_NAME"}
+    assert parse_message(hook.build_message(nameless), "c1").cluster == "c1"
+    with pytest.raises(BadMessage, match="no SLURM_CLUSTER_NAME"):
+        parse_message(hook.build_message(nameless), None)
 
 
 class Listener:
@@ -167,6 +179,36 @@ def test_an_error_in_on_message_costs_one_connection_only(tmp_path, caplog):
     finally:
         server.stop()
     assert "hook connection failed" in caplog.text and "consumer bug" in caplog.text
+
+
+def test_each_cluster_socket_gives_its_cluster_to_nameless_messages(tmp_path):
+    """prepSockClusterListenPaths: a socket per cluster beside the shared one; a message is
+    routed by the cluster it names, and one naming none belongs to its socket's cluster."""
+    shared, own = f"unix:{tmp_path}/shared.sock", f"unix:{tmp_path}/c2.sock"
+    got, dropped = [], []
+
+    def route(msg):
+        if msg.cluster not in ("c1", "c2"):
+            raise BadMessage(f"cluster {msg.cluster!r} is not ours ('c1', 'c2')")
+        got.append((msg.job_id, msg.cluster))
+
+    server = PrepServer([shared], None, route, on_drop=dropped.append,
+                        cluster_specs={own: "c2"}).start()
+    nameless = {k: v for k, v in ENV.items() if k != "SLURM_CLUSTER_NAME"}
+    try:
+        for spec, env in ((own, {**nameless, "SLURM_JOB_ID": "1"}),
+                          (own, {**ENV, "SLURM_JOB_ID": "2"}),  # names c1: goes to c1
+                          (shared, {**ENV, "SLURM_CLUSTER_NAME": "c2", "SLURM_JOB_ID": "3"}),
+                          (shared, {**nameless, "SLURM_JOB_ID": "4"}),  # whose? dropped
+                          (shared, {**ENV, "SLURM_CLUSTER_NAME": "c9", "SLURM_JOB_ID": "5"})):
+            assert hook.main(["--socket", spec], env=env) == 0
+        until = time.time() + 5
+        while len(got) + len(dropped) < 5 and time.time() < until:
+            time.sleep(0.01)
+    finally:
+        server.stop()
+    assert got == [(1, "c2"), (2, "c1"), (3, "c2")]
+    assert dropped == ["invalid", "invalid"]
 
 
 def test_stale_socket_file_is_replaced(tmp_path):
