@@ -38,6 +38,7 @@ from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
+from ccadapter.config_rules import node_state_path
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
@@ -472,28 +473,6 @@ def _energy_sent(collector: Collector, cluster: str | None) -> bool:
     log.info("%senergy: the consumed energy of each run goes into its metaData.energy "
              "(PATCH /api/jobs/edit_meta/ after the stop)", of)
     return True
-
-
-def node_state_path(config: Config) -> str | None:
-    """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
-    or None (nowhere: no nodestate reconciler). See the module docstring."""
-    if not config.cc_rest_submit_jobs and config.nats_server and \
-            config.nats_node_state_subject:
-        return "nats"
-    return "rest" if config.cc_rest_url else None
-
-
-def node_state_warnings(config: Config) -> list[str]:
-    """What an admin may not expect of their node-state settings, one line each."""
-    if config.nats_node_state_subject and node_state_path(config) != "nats":
-        return ["natsNodeStateSubject is used only when NATS is the job path "
-                "(ccRestSubmitJobs: false, natsServer set); node states go to cc-backend's "
-                "REST API (/api/nodestate/), as a cc-backend that takes jobs over REST does "
-                "not read NATS"]
-    if not config.cc_rest_submit_jobs and node_state_path(config) is None:
-        return ["node states are not sent: set natsNodeStateSubject to cc-backend's "
-                "subject-node-state (e.g. cc.node.state), or ccRestUrl for /api/nodestate/"]
-    return []
 
 
 def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import EnergyProbe, build, node_state_path, node_state_warnings
+from ccadapter.app import EnergyProbe, build
 from ccadapter.config import Config
+from ccadapter.config_rules import node_state_path, node_state_warnings
 from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published

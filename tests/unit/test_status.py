@@ -9,12 +9,13 @@ import time
 
 import pytest
 
+from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config import Config
 from ccadapter.daemon import Routine
 from ccadapter.lastrun import LastRun
 from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
 from ccadapter.pidlock import PidLock, pid_alive
-from ccadapter.status import CycleLog, collect, render_events, render_table, scrub
+from ccadapter.status import CycleLog, collect, scrub
 
 JWT = "jwt-secret-abcdef"
 

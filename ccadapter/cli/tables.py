@@ -1,0 +1,122 @@
+"""Everything the commands print as a table for a terminal: ``status``, ``queue list`` and
+``jobs --format table``. JSON output is the same data, unformatted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ccadapter.model import Job
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> str:
+    """Rows (the first one the head) in left-aligned columns two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    """The status for a terminal: one section per concern, ages in words."""
+    lines = [f"ccadapter {doc['version']}", ""]
+    lines += _daemon_lines(doc["daemon"])
+    last = doc["lastRun"]
+    lines.append(f"lastRun     {_ago(last['age'])}  ({last['path']})")
+    if control := doc.get("control"):
+        lines.append(_control_line(control, doc["time"]))
+    lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
+    lines += _cycle_lines(doc["reconcilers"])
+    if not doc["reconcilers"] and not doc.get("clusters"):
+        lines.append("(no cycle recorded yet)")
+    for name, cluster in doc.get("clusters", {}).items():
+        served = {True: "served", False: "not served any more", None: "not yet served"}
+        lines += ["", f"cluster {name}: {served[cluster['served']]}, lastRun "
+                      f"{_ago(cluster['lastRun']['age'])}  ({cluster['lastRun']['path']})"]
+        lines += _cycle_lines(cluster["reconcilers"]) or ["  (no cycle recorded yet)"]
+    return "\n".join(lines)
+
+
+def _cycle_lines(cycles: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"{name:<15} {_ago(rec['age']):<12} "
+            f"{'ok' if rec['ok'] else 'error: ' + str(rec['error'])}"
+            for name, rec in sorted(cycles.items())]
+
+
+def _daemon_lines(daemon: dict[str, Any]) -> list[str]:
+    if daemon["pid"] is None:
+        state = "no PID file"
+    elif daemon["alive"]:
+        state = f"PID {daemon['pid']} alive"
+    else:
+        state = f"stale PID file (PID {daemon['pid']} is gone)"
+    if daemon["lockHeld"] is not None:
+        owners = ", ".join(map(str, daemon["lockPids"]))
+        state += f"; lock held by PID {owners}" if owners else "; lock free: not running"
+    return [f"daemon      {state}  ({daemon['pidFile']})"]
+
+
+def _control_line(control: dict[str, Any], now: float) -> str:
+    holder = control["inControl"] or "none answers"
+    line = (f"role        {control['role']} since {_ago(now - control['since'])}  (this host "
+            f"{control['host']}; in control: {holder}; checked {_ago(control['age'])})")
+    return line + (f"\n            error: {control['error']}" if control["error"] else "")
+
+
+def _outbox_lines(box: dict[str, Any]) -> list[str]:
+    if not box["exists"]:
+        return [f"outbox      not created yet ({box['path']})"]
+    oldest = f" (oldest {_ago(box['oldestPendingAge'])})" if box["pending"] else ""
+    lines = [f"outbox      {box['pending']} pending{oldest}, {box['rejected']} rejected  "
+             f"({box['path']})"]
+    for kind, by_status in box["counts"].items():
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items()))
+        lines.append(f"  {kind:<10} {counts}")
+    for ev in box["rejectedEvents"]:
+        lines.append(f"  rejected #{ev['id']}: {ev['kind']} of job {ev['jobId']} "
+                     f"({ev['cluster']}, start {ev['startTime']}): {ev['error']}")
+    return lines
+
+
+def _ago(age: float | None) -> str:
+    if age is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if age >= size:
+            return f"{age / size:.1f}{unit} ago"
+    return f"{age:.0f}s ago"
+
+
+def render_events(rows: list[dict[str, Any]], now: float) -> str:
+    """``queue list`` for a terminal: one event a line, the error last (it is long)."""
+    head = ("ID", "KIND", "STATUS", "CLUSTER", "JOBID", "START", "TRIES", "NEXT", "ERROR")
+    table = [head]
+    for r in rows:
+        due = r["nextAttemptAt"] - now
+        nxt = ("-" if r["status"] != "pending" else "now" if due <= 0 else f"in {due:.0f}s")
+        table.append((str(r["id"]), r["kind"], r["status"], r["cluster"], str(r["jobId"]),
+                      str(r["startTime"]), str(r["attempts"]), nxt, r["error"] or ""))
+    return aligned(table)
+
+
+def jobs_table(jobs_: list[Job], views: list[dict[str, Any]]) -> str:
+    head = ("CLUSTER", "JOBID", "ARRAY", "STATE", "USER", "PROJECT", "PARTITION", "START",
+            "END", "NODES", "HWT", "ACC", "SHARED", "SENT AS")
+    rows = [head]
+    for job, view in zip(jobs_, views, strict=True):
+        array = f"{job.array_job_id}_{job.array_task_id}" if job.array_task_id is not None else ""
+        sent = "ignored" if view["ignored"] else (
+            "start+stop" if view["stopJob"] else "start" if view["startJob"] else "never started")
+        if "editMeta" in view and not view["ignored"]:
+            sent += "+energy"
+        rows.append((
+            job.cluster, str(job.job_id), array, job.state, job.user, job.account,
+            job.partition, _ts(job.start_time), _ts(job.end_time),
+            ",".join(job.hostnames) or "-", str(job.num_hwthreads), str(job.num_acc),
+            job.shared.value, sent,
+        ))
+    return aligned(rows)
+
+
+def _ts(epoch: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"

@@ -1,0 +1,53 @@
+"""Rules across config keys: whether a config can deliver jobs at all, where node states go,
+and what an admin may not expect of a combination. Each key alone is checked by the model
+(:class:`ccadapter.config.Config`); these need several keys and concern only the commands
+that deliver (``daemon``, ``sync``, ``backfill``, ``recover``): ``jobs``, ``status`` and the
+built-in defaults deliver nothing and must load whatever they say here."""
+
+from __future__ import annotations
+
+from ccadapter.config import Config, missing_files
+from ccadapter.errors import ConfigError
+
+
+def check_delivery(config: Config) -> list[str]:
+    """Raise :class:`ConfigError` (the key, what to do) for a config that cannot deliver
+    jobs; return what it may deliver badly, one warning a line."""
+    if not config.cc_rest_submit_jobs and not config.nats_server:
+        raise ConfigError("ccRestSubmitJobs", "false and natsServer empty leave no way to "
+                          "deliver jobs: enable one of them")
+    if config.cc_rest_submit_jobs and not config.cc_rest_url:
+        raise ConfigError("ccRestUrl", "needed to deliver jobs (it is empty); or set "
+                          "ccRestSubmitJobs to false and deliver over NATS")
+    for key, path in missing_files(config):
+        if key == "ccRestCaBundle" or (key.startswith("nats") and config.nats_server):
+            raise ConfigError(key, f"file {path} does not exist")
+    warnings = []
+    if not config.cc_rest_submit_jobs and not config.nats_jetstream:
+        warnings.append("ccRestSubmitJobs is false and natsJetStream is off: jobs go out on "
+                        "core NATS only, which keeps no message a subscriber misses; set "
+                        "natsJetStream to true for delivery that is acknowledged and "
+                        "deduplicated")
+    return warnings + node_state_warnings(config)
+
+
+def node_state_path(config: Config) -> str | None:
+    """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
+    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.app`."""
+    if not config.cc_rest_submit_jobs and config.nats_server and \
+            config.nats_node_state_subject:
+        return "nats"
+    return "rest" if config.cc_rest_url else None
+
+
+def node_state_warnings(config: Config) -> list[str]:
+    """What an admin may not expect of their node-state settings, one line each."""
+    if config.nats_node_state_subject and node_state_path(config) != "nats":
+        return ["natsNodeStateSubject is used only when NATS is the job path "
+                "(ccRestSubmitJobs: false, natsServer set); node states go to cc-backend's "
+                "REST API (/api/nodestate/), as a cc-backend that takes jobs over REST does "
+                "not read NATS"]
+    if not config.cc_rest_submit_jobs and node_state_path(config) is None:
+        return ["node states are not sent: set natsNodeStateSubject to cc-backend's "
+                "subject-node-state (e.g. cc.node.state), or ccRestUrl for /api/nodestate/"]
+    return []
