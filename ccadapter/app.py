@@ -36,19 +36,20 @@ from typing import Any
 
 from ccadapter import clustername
 from ccadapter.cc.client import CcClient
+from ccadapter.cc.delivery import RestDelivery
 from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
 from ccadapter.config_rules import node_state_path
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
-from ccadapter.delivery import Deliverer, RestDelivery
+from ccadapter.delivery import Deliverer
 from ccadapter.errors import CcAdapterError
 from ccadapter.kinds import EventKind
-from ccadapter.lastrun import LastRun
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
+from ccadapter.ops.status import SERVED_KEY
 from ccadapter.outbox import REJECTED, Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
@@ -60,10 +61,10 @@ from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
-from ccadapter.status import SERVED_KEY
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +284,8 @@ def outbox_path(config: Config) -> Path:
 
 def last_runs(config: Config) -> LastRuns:
     """Each cluster's lastRun: ``lastRunPath`` in the default mode; with slurmClusters its
-    own file beside it, read from ``lastRunPath`` until it exists (:mod:`ccadapter.lastrun`)."""
+    own file beside it, read from ``lastRunPath`` until it exists
+    (:mod:`ccadapter.runtime.lastrun`)."""
 
     def of(scope: str | None) -> LastRun:
         path = clustername.last_run_path(config.last_run_path, scope)

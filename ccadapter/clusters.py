@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ccadapter.lastrun import LastRun
 from ccadapter.reconcilers import Reconciler
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector
 

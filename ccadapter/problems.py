@@ -24,8 +24,8 @@ from ccadapter.errors import (
     UnsupportedSlurmVersion,
     os_advice,
 )
+from ccadapter.ops.status import scrub, secret_values
 from ccadapter.slurm.runner import TransientSlurmError
-from ccadapter.status import scrub, secret_values
 
 
 def describe(exc: BaseException, config: Config | None) -> str:

@@ -20,12 +20,12 @@ from ccadapter.app import App, build
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config
 from ccadapter.config_rules import check_delivery
 from ccadapter.errors import CcAdapterError, ConfigError
-from ccadapter.pidlock import AlreadyRunning, PidLock
 from ccadapter.problems import describe
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
+from ccadapter.runtime.statelock import OutboxBusy, StateLock
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
-from ccadapter.statelock import OutboxBusy, StateLock
 
 log = logging.getLogger("ccadapter")
 
@@ -172,7 +172,7 @@ def build_app(config: Config, deps: Deps, **kwargs: Any) -> App:
 
 @contextmanager
 def pid_lock(config: Config) -> Iterator[None]:
-    """The daemon's PID file (see :mod:`ccadapter.pidlock` for why it has a lock of its
+    """The daemon's PID file (see :mod:`ccadapter.runtime.pidlock` for why it has a lock of its
     own); a second daemon with the same pidFilePath exits 1 naming the first."""
     lock = PidLock(config.pid_file_path)
     try:
@@ -187,7 +187,7 @@ def pid_lock(config: Config) -> Iterator[None]:
 
 @contextmanager
 def outbox_writer(config: Config, config_path: str | None, command: str) -> Iterator[None]:
-    """The outbox to ourselves for the whole command (:mod:`ccadapter.statelock`); when
+    """The outbox to ourselves for the whole command (:mod:`ccadapter.runtime.statelock`); when
     another process has it, exit 1 naming that process, its config and what to do."""
     lock = StateLock(config.state_dir())
     file = config_file(config_path)

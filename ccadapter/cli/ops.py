@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from ccadapter.app import App, outbox_path
-from ccadapter.backfill import Backfill, ChunkResult, chunks
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -29,13 +28,14 @@ from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config import Config, missing_files
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
 from ccadapter.kinds import EventKind
+from ccadapter.ops.backfill import Backfill, ChunkResult, chunks
+from ccadapter.ops.recover import claim, clear_socket, rebuild
+from ccadapter.ops.status import collect as collect_status
+from ccadapter.ops.status import scrub, secret_values
 from ccadapter.outbox import Outbox, admin
-from ccadapter.pidlock import PidLock
 from ccadapter.problems import sqlite_advice
-from ccadapter.recover import claim, clear_socket, rebuild
+from ccadapter.runtime.pidlock import PidLock
 from ccadapter.slurm.timefmt import parse_when
-from ccadapter.status import collect as collect_status
-from ccadapter.status import scrub, secret_values
 
 
 @main.command("check-config")

@@ -17,7 +17,6 @@ import click
 
 from ccadapter import __version__, clustername
 from ccadapter.app import App, LastRuns, build, last_runs, outbox_path
-from ccadapter.checks import Identity, startup_warnings
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -33,15 +32,16 @@ from ccadapter.cli.base import (
 from ccadapter.config import Config
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
-from ccadapter.lastrun import LastRun
 from ccadapter.metrics import MetricsServer
 from ccadapter.notify.nats import safe_url
+from ccadapter.ops.checks import Identity, startup_warnings
+from ccadapter.ops.status import CycleLog, scrub, secret_values
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.server import PrepServer
 from ccadapter.problems import describe
 from ccadapter.reconcilers import Reconciler
-from ccadapter.sdnotify import notify, watchdog_interval
-from ccadapter.status import CycleLog, scrub, secret_values
+from ccadapter.runtime.lastrun import LastRun
+from ccadapter.runtime.sdnotify import notify, watchdog_interval
 
 log = logging.getLogger("ccadapter")
 

@@ -1,7 +1,7 @@
 """The outbox's SQLite file: schema and its upgrades, transactions, key-value state.
 
 WAL mode, one connection and one lock per process (the state directory's ``outbox.lock``
-keeps other processes out, :mod:`ccadapter.statelock`). ``synchronous=FULL``: a committed
+keeps other processes out, :mod:`ccadapter.runtime.statelock`). ``synchronous=FULL``: a committed
 event survives power loss, not only a crash of the process.
 """
 

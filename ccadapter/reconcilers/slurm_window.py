@@ -41,9 +41,9 @@ from typing import Any
 
 from ccadapter import clustername
 from ccadapter.errors import CcAdapterError
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers.events import events_for, hosts_ignored
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)

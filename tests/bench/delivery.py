@@ -32,8 +32,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from ccadapter.config import Config
-from ccadapter.lastrun import LastRun
 from ccadapter.reconcilers.events import events_for
+from ccadapter.runtime.lastrun import LastRun
 from tests.conftest import FIXTURES
 
 BENCH_CLUSTER = "cluster24"

@@ -24,10 +24,10 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from ccadapter.config import Config
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import DELIVERED, Outbox, Result
 from ccadapter.reconcilers.events import events_for
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json
 from tests.energy import with_energy

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.bench.scale_probe import read_stamps
 from tests.integration.sync_scenario import TOKEN, DaemonProc, wait_for, write_config
 from tests.integration.test_hook_live import hook_socket

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results
 from tests.bench.scale_plot import plot
 from tests.bench.scale_probe import (

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.expect import by_run, check_start, check_stop, ran
 from tests.integration.sync_scenario import TOKEN, DaemonProc, cluster_root, write_config
 from tests.integration.test_hook_live import hook_socket

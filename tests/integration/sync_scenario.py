@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.expect import by_run, delivery_problems
 from tests.integration.workload import (
     Allocation,

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import START, STOP, TOKEN, exactly_once, wait_for
 from tests.integration.workload import TERMINAL, TESTBED, Cluster, sacct_truth
 from tests.standin.ccbackend import CcBackendStandin

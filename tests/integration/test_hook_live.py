@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import (
     TOKEN,
     DaemonProc,

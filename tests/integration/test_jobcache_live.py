@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox, admin
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import (
     START,
     TOKEN,

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
 from ccadapter.model import cc_state
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import TOKEN, DaemonProc, submit_batch, wait_for
 from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import TESTBED, Cluster, sacct_truth

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.bench.scale_probe import cycles
 from tests.integration.scale_bed import QUEUED_JOBS, ScaleBed
 from tests.integration.sync_scenario import (

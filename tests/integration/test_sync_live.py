@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.energy import UNSET
 from tests.integration.sync_scenario import (
     TOKEN,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import TOKEN, write_config
 from tests.standin.ccbackend import CcBackendStandin
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.lastrun import LastRun
+from ccadapter.runtime.lastrun import LastRun
 from tests.integration.conftest import hook_configured
 from tests.integration.sync_scenario import (
     START,

@@ -4,8 +4,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.backfill import Backfill, chunks
 from ccadapter.config import Config
+from ccadapter.ops.backfill import Backfill, chunks
 from ccadapter.outbox import DELIVERED, Outbox, Result, admin
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json, fixture_text

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from ccadapter.checks import Identity, secret_files, slurm_privilege, startup_warnings
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
+from ccadapter.ops.checks import Identity, secret_files, slurm_privilege, startup_warnings
 from tests.conftest import ReplayRunner
 
 CONFIG_TEXT = "ClusterName             = cluster24\nSlurmUser               = slurm(64030)\n"

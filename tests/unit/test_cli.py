@@ -24,9 +24,9 @@ from click.testing import CliRunner
 from ccadapter.cli import Deps, main
 from ccadapter.config import Config
 from ccadapter.errors import OutboxError
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.events import events_for
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import FIXTURES, fixture_json, fixture_text
@@ -96,7 +96,8 @@ def daemon_holding_lock(pid_file: Path) -> Iterator[subprocess.Popen]:
     the state directory beside ``run/``) and the PID file's."""
     state = pid_file.parent.parent / "state"
     config = pid_file.parent.parent / "config.json"
-    code = ("from ccadapter.pidlock import PidLock\nfrom ccadapter.statelock import StateLock\n"
+    code = ("from ccadapter.runtime.pidlock import PidLock\n"
+            "from ccadapter.runtime.statelock import StateLock\n"
             f"state = StateLock({str(state)!r})\nstate.acquire('daemon', {str(config)!r})\n"
             f"lock = PidLock({str(pid_file)!r})\n"
             "lock.acquire()\nprint('held', flush=True)\nimport sys; sys.stdin.read()\n"
@@ -497,7 +498,7 @@ def test_a_state_directory_that_cannot_be_used(env, args, monkeypatch):
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr("ccadapter.statelock.os.open", denied)
+    monkeypatch.setattr("ccadapter.runtime.statelock.os.open", denied)
     res = run(env, *args)
     if args[-1] == "--dry-run":  # reads a copy: needs no lock
         assert res.exit_code == 0, res.output

@@ -18,14 +18,14 @@ from ccadapter.app import build
 from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
-from ccadapter.lastrun import LastRun
 from ccadapter.metrics import Metrics
+from ccadapter.ops.status import CycleLog
+from ccadapter.ops.status import collect as collect_status
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep import hook
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
-from ccadapter.status import CycleLog
-from ccadapter.status import collect as collect_status
 from tests.conftest import fixture_json, fixture_text
 from tests.fakeclusters import SharedDbd
 from tests.fakeslurm import RecordedSlurm

@@ -8,10 +8,10 @@ import time
 
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import DeliveryStats
-from ccadapter.lastrun import LastRun
 from ccadapter.model import Job, Resource, Shared
-from ccadapter.pidlock import AlreadyRunning, PidLock
 from ccadapter.reconcilers.events import events_for
+from ccadapter.runtime.lastrun import LastRun
+from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 
 
 class IdleDeliverer:
@@ -176,7 +176,7 @@ def test_pid_lock(tmp_path):
     lock = PidLock(pid)
     lock.acquire()
     assert lock.holder() == os.getpid()
-    code = (f"from ccadapter.pidlock import PidLock\nPidLock({str(pid)!r}).acquire()")
+    code = (f"from ccadapter.runtime.pidlock import PidLock\nPidLock({str(pid)!r}).acquire()")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=False, timeout=60)
     assert other.returncode != 0

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
-from ccadapter.delivery import ENERGY_ATTEMPTS, Deliverer, RestDelivery
+from ccadapter.cc.delivery import ENERGY_ATTEMPTS, RestDelivery
+from ccadapter.delivery import Deliverer
 from ccadapter.outbox import NewEvent, Outbox, admin
 from ccadapter.retry import RetryPolicy
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body

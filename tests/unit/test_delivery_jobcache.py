@@ -15,8 +15,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.cc.client import CcClient
+from ccadapter.cc.delivery import RestDelivery
 from ccadapter.config import Config
-from ccadapter.delivery import Deliverer, DeliveryStats, RestDelivery
+from ccadapter.delivery import Deliverer, DeliveryStats
 from ccadapter.kinds import EventKind
 from ccadapter.model import Job
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin

@@ -10,7 +10,6 @@ import pytest
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
@@ -23,6 +22,7 @@ from ccadapter.reconcilers.slurm_window import (
     slices,
 )
 from ccadapter.reconcilers.stale_jobs import StaleJobs
+from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from tests.conftest import fixture_json, fixture_text
 from tests.energy import with_energy

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from ccadapter.pidlock import AlreadyRunning, PidLock
-from ccadapter.recover import Refused, claim, clear_socket
+from ccadapter.ops.recover import Refused, claim, clear_socket
+from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 
 
 def dead_pid():
@@ -44,7 +44,7 @@ def test_claim_never_touches_a_live_pid(tmp_path):
 
 def test_claim_refuses_a_running_daemon(tmp_path):
     pid_file = tmp_path / "daemon.pid"
-    code = (f"from ccadapter.pidlock import PidLock\nlock = PidLock({str(pid_file)!r})\n"
+    code = (f"from ccadapter.runtime.pidlock import PidLock\nlock = PidLock({str(pid_file)!r})\n"
             "lock.acquire()\nprint('held', flush=True)\nimport sys; sys.stdin.read()")
     with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True) as holder:

@@ -1,7 +1,7 @@
 import os
 import socket
 
-from ccadapter.sdnotify import notify, watchdog_interval
+from ccadapter.runtime.sdnotify import notify, watchdog_interval
 
 
 def test_notify_datagram(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from ccadapter.app import outbox_path
 from ccadapter.config import Config
 from ccadapter.errors import FileAccessError
-from ccadapter.statelock import LOCK_FILE, Holder, OutboxBusy, StateLock
+from ccadapter.runtime.statelock import LOCK_FILE, Holder, OutboxBusy, StateLock
 
 
 def test_state_directory_defaults_to_the_directory_of_last_run(tmp_path):
@@ -30,7 +30,7 @@ def test_state_directory_defaults_to_the_directory_of_last_run(tmp_path):
 
 def holder_process(state_dir: Path, command: str, config: str) -> subprocess.Popen:
     """Another process holding the lock until its stdin closes."""
-    code = ("import sys\nfrom ccadapter.statelock import StateLock\n"
+    code = ("import sys\nfrom ccadapter.runtime.statelock import StateLock\n"
             f"lock = StateLock({str(state_dir)!r})\nlock.acquire({command!r}, {config!r})\n"
             "print('held', flush=True)\nsys.stdin.read()\nlock.release()")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,

@@ -12,10 +12,10 @@ import pytest
 from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config import Config
 from ccadapter.daemon import Routine
-from ccadapter.lastrun import LastRun
+from ccadapter.ops.status import CycleLog, collect, scrub
 from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
-from ccadapter.pidlock import PidLock, pid_alive
-from ccadapter.status import CycleLog, collect, scrub
+from ccadapter.runtime.lastrun import LastRun
+from ccadapter.runtime.pidlock import PidLock, pid_alive
 
 JWT = "jwt-secret-abcdef"
 
@@ -34,7 +34,7 @@ def outbox_file(tmp_path):
 
 def holder(pid_path):
     """A process holding the daemon's lock until its stdin closes."""
-    code = ("import sys\nfrom ccadapter.pidlock import PidLock\n"
+    code = ("import sys\nfrom ccadapter.runtime.pidlock import PidLock\n"
             f"lock = PidLock({str(pid_path)!r})\nlock.acquire()\n"  # kept: GC would release
             "print('held', flush=True)\nsys.stdin.read()")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,

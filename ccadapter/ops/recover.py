@@ -29,8 +29,8 @@ from typing import Any
 
 from ccadapter.app import App
 from ccadapter.errors import CcAdapterError
-from ccadapter.pidlock import PidLock, pid_alive
 from ccadapter.prep.hook import parse_spec
+from ccadapter.runtime.pidlock import PidLock, pid_alive
 
 
 class Refused(CcAdapterError):

@@ -27,9 +27,9 @@ from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
-from ccadapter.lastrun import LastRun
 from ccadapter.outbox import Outbox, admin
-from ccadapter.pidlock import PidLock, pid_alive
+from ccadapter.runtime.lastrun import LastRun
+from ccadapter.runtime.pidlock import PidLock, pid_alive
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ccadapter.errors import CcAdapterError, FileAccessError
-from ccadapter.pidlock import flock_owners
+from ccadapter.runtime.pidlock import flock_owners
 
 LOCK_FILE = "outbox.lock"
 

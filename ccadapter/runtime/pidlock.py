@@ -4,7 +4,7 @@ The lock is ``<pidFilePath>.lock`` (flock through filelock): the kernel releases
 the process dies, however it dies, so a stale PID file left by a crash is no obstacle.
 The PID file itself is only written after the lock is held.
 
-The outbox has its own lock (:mod:`ccadapter.statelock`), taken by every process that
+The outbox has its own lock (:mod:`ccadapter.runtime.statelock`), taken by every process that
 writes it. This one stays for what lives beside the PID file, in the runtime directory:
 the PID file itself and the hook socket (the daemon removes a socket it finds at
 prepSockListenPath, which is only safe while no other ccadapter daemon uses that path).

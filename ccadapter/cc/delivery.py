@@ -1,0 +1,101 @@
+"""Delivering one outbox event to cc-backend's REST API: the answers followed to a final
+result (:class:`RestDelivery`), for :class:`ccadapter.delivery.Deliverer` to record."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ccadapter.cc.client import Answer, Outcome
+from ccadapter.kinds import EventKind
+from ccadapter.loggate import LogGate
+from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+
+log = logging.getLogger(__name__)
+
+
+class Sender(Protocol):
+    def send(self, kind: EventKind, body: dict) -> Answer: ...
+
+
+# cc-backend answers an energy edit 422 while it has no such job in its job table (a stop it
+# received over NATS and has not applied yet) and 500 when it stored the value but could not
+# update the job's archive (v1.5.4 repository/job.go:301-310, pkg/archive/archive.go:374-390:
+# the archiver is still writing it, failed, or monitoring is off for the job). Both are
+# retried with the outbox's backoff; an event that gets one of them at its tenth attempt
+# or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's answer
+# (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
+# long as it takes, like every event, but count as attempts.
+ENERGY_ATTEMPTS = 10
+_ENERGY_NOT_YET = frozenset({422, 500})
+
+
+class RestDelivery:
+    """One event to cc-backend, following its answers to a final result. A failure that
+    repeats for every event (cc-backend down, the token refused) is logged once a minute,
+    not once per event: each event's own error is kept in the outbox (``queue list``)."""
+
+    def __init__(self, sender: Sender) -> None:
+        self.sender = sender
+        self._gate = LogGate()
+
+    def __call__(self, event: Event) -> Result:
+        if event.kind == EventKind.STOP:
+            return self._deliver_stop(event)
+        answer = self.sender.send(event.kind, event.payload)
+        return self._result(event, answer)
+
+    def _deliver_stop(self, event: Event) -> Result:
+        answer = self.sender.send(EventKind.STOP, event.payload["stop"])
+        if answer.outcome is not Outcome.NEEDS_START:
+            return self._result(event, answer)
+        # cc-backend never saw this run: its start first, then the stop again.
+        start = event.payload.get("start")
+        if not start:
+            return Result(event.id, REJECTED, "stop answered 404 and no start body is known")
+        first = self.sender.send(EventKind.START, start)
+        if first.outcome is not Outcome.DELIVERED:
+            return self._result(event, first, note="start before stop: ")
+        log.info("job %d (%s): start delivered late, before its stop", event.job_id,
+                 event.cluster)
+        again = self.sender.send(EventKind.STOP, event.payload["stop"])
+        if again.outcome is Outcome.NEEDS_START:
+            return Result(event.id, REJECTED,
+                          f"cc-backend has no run of job {event.job_id} starting at "
+                          f"{event.start_time}, even after its start was accepted "
+                          f"(HTTP {first.status}); another run within 24 h? {again.detail}")
+        return self._result(event, again)
+
+    def _result(self, event: Event, answer: Answer, note: str = "") -> Result:
+        what = (f"nodestate of {event.cluster}" if event.kind == EventKind.NODESTATE else
+                f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
+        if answer.outcome is Outcome.DELIVERED:
+            log.info("delivered %s: HTTP %d", what, answer.status)
+            return Result(event.id, DELIVERED)
+        if answer.outcome is Outcome.REJECTED:
+            log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
+            return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
+        if event.kind == EventKind.ENERGY and answer.status in _ENERGY_NOT_YET:
+            return self._energy_not_yet(event, answer, what)
+        # the same problem for every event: keyed by the status (and the transport error)
+        said = self._gate.allow(f"{answer.status} {answer.detail if not answer.status else ''}")
+        if answer.outcome is Outcome.AUTH and said:
+            log.error("cc-backend refused our token (HTTP %d) for %s: check ccRestJwt; "
+                      "will retry", answer.status, what)
+        elif event.kind == EventKind.NODESTATE and answer.status == 0:
+            log.debug("nodestate not delivered: %s", answer.detail)
+        elif said:
+            log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,
+                        answer.status, answer.detail)
+        return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")
+
+    def _energy_not_yet(self, event: Event, answer: Answer, what: str) -> Result:
+        """An energy edit cc-backend could not apply yet (see :data:`ENERGY_ATTEMPTS`)."""
+        error = f"HTTP {answer.status}: {answer.detail}"
+        if event.attempts + 1 >= ENERGY_ATTEMPTS:
+            log.error("cc-backend did not take %s after %d attempts: %s", what,
+                      event.attempts + 1, error)
+            return Result(event.id, REJECTED, f"gave up after {event.attempts + 1} attempts: "
+                                              f"{error}")
+        log.info("%s not taken yet, will retry: %s", what, error)
+        return Result(event.id, PENDING, error)
