@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from ccadapter.config import Config
+from ccadapter.slurm.collector import CollectorSettings
+
 FIXTURES = Path(__file__).parent / "fixtures"
 VERSIONS = ("22.05", "24.11", "26.05")
 
@@ -23,6 +26,11 @@ WORKLOAD_IDS = {
     "26.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,
               "timeout": 9, "excl": 10},
 }
+
+
+def collector_settings(**config: Any) -> CollectorSettings:
+    """The collector's settings of a config with these keys."""
+    return CollectorSettings.from_config(Config(**config))
 
 
 def fixture_text(version: str, name: str) -> str:

@@ -15,7 +15,7 @@ from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job
 from ccadapter.problems import describe
 from ccadapter.reconcilers.events import ignored as is_ignored
-from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.timefmt import parse_when
 
 
@@ -44,10 +44,11 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     runner = deps.runner(config)
+    settings = CollectorSettings.from_config(config)
     found, skipped, failed = [], 0, False
     for name in [cluster] if cluster else served_names(config, runner):
         try:
-            result = Collector(runner, config).window(start, end, name)
+            result = Collector(runner, settings).window(start, end, name)
         except CcAdapterError as exc:
             click.echo(f"error: cluster {name}: {describe(exc, config)}", err=True)
             failed = True

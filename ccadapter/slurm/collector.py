@@ -144,7 +144,7 @@ class Collector:
     def __init__(
         self,
         runner: CommandRunner,
-        settings: CollectorSettings | Config | None = None,
+        settings: CollectorSettings | None = None,
         clock: Callable[[], float] = time.time,
         tz: tzinfo | None = None,
         costs: RouteCosts | None = None,
@@ -155,11 +155,7 @@ class Collector:
         names none; None asks the local one, without ``--clusters``. ``config_text``: its
         ``scontrol show config`` where it was read already (:attr:`config_text`)."""
         self.runner = runner
-        if settings is None:
-            settings = CollectorSettings()
-        elif not isinstance(settings, CollectorSettings):
-            settings = CollectorSettings.from_config(settings)
-        self.settings = settings
+        self.settings = settings or CollectorSettings()
         self.clock = clock
         self.tz = tz or local_zone()
         self.costs = costs or RouteCosts()

@@ -16,7 +16,7 @@ import time
 from zoneinfo import ZoneInfo
 
 from ccadapter.config import Config
-from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.collector import Collector, CollectorSettings
 from tests.conftest import fixture_json
 from tests.fakeslurm import RecordedSlurm
 
@@ -39,7 +39,8 @@ def parse_times(version: str, n: int, runs: int) -> tuple[list[float], int]:
     # clock far after the records: slurmctld would hold none of them, as for an old window
     runner = RecordedSlurm(version, text, clock=lambda: 4e9)
     config = Config(slurmFetchJobScripts=False)
-    collector = Collector(runner, config, clock=lambda: 4e9, tz=ZoneInfo("UTC"))
+    collector = Collector(runner, CollectorSettings.from_config(config),
+                          clock=lambda: 4e9, tz=ZoneInfo("UTC"))
     times = []
     for _ in range(runs):
         started = time.perf_counter()

@@ -45,7 +45,7 @@ MEMORY_EVERY = 4.0  # ... and the seconds between two readings
 
 def real_jobs():
     """Started jobs of the 24.11 test-bed recording, with allocations (busy snapshot)."""
-    from ccadapter.slurm.collector import Collector
+    from ccadapter.slurm.collector import Collector, CollectorSettings
     from tests.conftest import FIXTURES
     from tests.fakeslurm import RecordedSlurm
 
@@ -55,7 +55,8 @@ def real_jobs():
     meta = json.loads((base / "workload.json").read_text())
     clock = lambda: meta["since"] + 60  # noqa: E731
     config = Config(slurmFetchJobScripts=False)
-    collector = Collector(RecordedSlurm("24.11", window, busy, clock=clock), config,
+    collector = Collector(RecordedSlurm("24.11", window, busy, clock=clock),
+                          CollectorSettings.from_config(config),
                           clock=clock, tz=ZoneInfo("UTC"))
     return [j for j in collector.window(meta["since"]).jobs if j.started and j.finished]
 

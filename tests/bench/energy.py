@@ -23,13 +23,12 @@ from dataclasses import replace
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ccadapter.config import Config
 from ccadapter.outbox import DELIVERED, Outbox, Result
 from ccadapter.reconcilers.events import events_for
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json
+from tests.conftest import collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 
@@ -60,7 +59,7 @@ def cycles(n: int, joules: int | None, energy: bool, count: int) -> list[tuple[i
     doc, last_end = window_doc(n, joules)
     now = last_end + 30
     slurm = RecordedSlurm("24.11", doc, clock=lambda: now)
-    collector = Collector(slurm, Config(slurmFetchJobScripts=False, ccRestUrl="http://cc"),
+    collector = Collector(slurm, collector_settings(slurmFetchJobScripts=False, ccRestUrl="http://cc"),
                           clock=lambda: now, tz=UTC)
     out = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.config import Config
-from ccadapter.slurm.collector import Collector, QueryResult
+from ccadapter.slurm.collector import Collector, CollectorSettings, QueryResult
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import VERSIONS
 from tests.integration.scale_bed import scale_cluster, scale_testbed  # noqa: F401 (fixtures)
@@ -82,14 +82,15 @@ def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
         # The ids slurmdbd holds *before* the CLI asks: array tasks that start later get their
         # ids later, and a job submitted a moment ago may not have reached slurmdbd yet.
         busy["ids"] = sorted(sacct_truth(cluster, sub.all_ids()))
-        busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix), config).window(
+        busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix),
+                                   CollectorSettings.from_config(config)).window(
             sub.submitted_at - 5)
         busy["cli"] = cli_jobs(cluster, tmp_dir)
 
     sub = submit(cluster)
     drive(sub, while_busy=while_busy)
     runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
-    final = Collector(runner, config).window(sub.submitted_at - 5)
+    final = Collector(runner, CollectorSettings.from_config(config)).window(sub.submitted_at - 5)
     return WorkloadRun(sub, busy["result"], busy["cli"], busy["ids"], final, runner)
 
 

@@ -8,7 +8,7 @@ from ccadapter.config import Config
 from ccadapter.ops.backfill import Backfill, chunks
 from ccadapter.outbox import DELIVERED, Outbox, Result, admin
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
 
@@ -27,7 +27,8 @@ def backfill(tmp_path):
     runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
                            fixture_text("24.11", "testbed/scontrol-d-final.txt"),
                            clock=lambda: since + 3600)
-    collector = Collector(runner, Config(slurmFetchJobScripts=False), tz=ZoneInfo("UTC"),
+    collector = Collector(runner, collector_settings(slurmFetchJobScripts=False),
+                          tz=ZoneInfo("UTC"),
                           clock=lambda: since + 3600)
     box = Outbox(tmp_path / "o.sqlite")
     yield runner, collector, box

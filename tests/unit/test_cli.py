@@ -22,14 +22,13 @@ import responses
 from click.testing import CliRunner
 
 from ccadapter.cli import Deps, main
-from ccadapter.config import Config
 from ccadapter.errors import OutboxError
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.events import events_for
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
-from tests.conftest import FIXTURES, fixture_json, fixture_text
+from tests.conftest import FIXTURES, collector_settings, fixture_json, fixture_text
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
@@ -358,7 +357,7 @@ def test_backfill_refuses_while_the_daemon_runs_and_checks_its_range(env):
 def open_run_of_a_finished_job(env) -> tuple[int, int]:
     """A run whose start we delivered and whose end we never saw (the daemon was down);
     cc-backend has lost it too (it answers the stop with 404)."""
-    collector = Collector(env[2].runner, Config(slurmFetchJobScripts=False))
+    collector = Collector(env[2].runner, collector_settings(slurmFetchJobScripts=False))
     job = next(j for j in collector.window(SINCE - 60).jobs if j.finished and j.user)
     box = outbox(env)
     box.enqueue(events_for(job)[:1])

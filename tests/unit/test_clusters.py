@@ -26,7 +26,7 @@ from ccadapter.prep import hook
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeclusters import SharedDbd
 from tests.fakeslurm import RecordedSlurm
 
@@ -90,7 +90,8 @@ def test_each_cluster_windows_its_own_runs_and_a_failing_one_holds_back_only_its
     LastRun(seed).set(meta("24.11")["since"])
     windows = {}
     for name in VERSIONS:
-        collector = Collector(dbd, Config(slurmFetchJobScripts=False), clock=clock, tz=UTC,
+        collector = Collector(dbd, collector_settings(slurmFetchJobScripts=False),
+                              clock=clock, tz=UTC,
                               cluster=name)
         last = LastRun(clustername.last_run_path(seed, name), seed=seed)
         windows[name] = SlurmWindow(collector, box, last, WindowSettings(name, scoped=True),

@@ -16,7 +16,6 @@ import pytest
 
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
-from ccadapter.config import Config
 from ccadapter.delivery import Deliverer, DeliveryStats
 from ccadapter.kinds import EventKind
 from ccadapter.model import Job
@@ -25,7 +24,7 @@ from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
 from ccadapter.slurm.collector import Collector, Listing, QueryResult
 from ccadapter.slurm.formats.listing import RunStamp
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 
@@ -191,7 +190,7 @@ def running_job() -> Job:
     busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
     gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
     runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
-    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    collector = Collector(runner, collector_settings(), tz=ZoneInfo("UTC"))
     (job,), _ = collector.controller_jobs([gpu], cluster="cluster24")
     assert job.started and not job.finished
     return job

@@ -7,10 +7,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.cc.payload import NotSendable, energy_meta_body, start_job_body, stop_job_body
-from ccadapter.config import Config
 from ccadapter.model import Job, Shared, cc_state
 from ccadapter.slurm.collector import Collector
-from tests.conftest import FIXTURES, WORKLOAD_IDS, fixture_json
+from tests.conftest import FIXTURES, WORKLOAD_IDS, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.standin.ccbackend import JOB_META_REQUEST, decode_body
 from tests.unit.slurm.test_collector import make_slurm
@@ -23,7 +22,7 @@ STATES = set(SCHEMA["schema.Job"]["properties"]["jobState"]["enum"]) | {"out_of_
 
 def jobs(version):
     runner = make_slurm(version)
-    return Collector(runner, Config(), clock=lambda: 1795303300,
+    return Collector(runner, collector_settings(), clock=lambda: 1795303300,
                      tz=ZoneInfo("UTC")).window(0).jobs
 
 
@@ -96,9 +95,9 @@ def test_energy_meta_body_is_cc_backends_job_meta_request(version):
     the run, the value a string of joules; nothing for a run without energy or running."""
     ids = WORKLOAD_IDS[version]
     doc = with_energy(fixture_json(version, "sacct-window.json"), {ids["complete"]: 51234})
-    found = {j.job_id: j for j in Collector(
-        make_slurm(version, doc), Config(ccRestUrl="http://cc"), clock=lambda: 1795303300,
-        tz=ZoneInfo("UTC")).window(0).jobs}
+    collector = Collector(make_slurm(version, doc), collector_settings(ccRestUrl="http://cc"),
+                          clock=lambda: 1795303300, tz=ZoneInfo("UTC"))
+    found = {j.job_id: j for j in collector.window(0).jobs}
     job = found[ids["complete"]]
     body = energy_meta_body(job)
     assert body == {"jobId": job.job_id, "cluster": job.cluster, "startTime": job.start_time,

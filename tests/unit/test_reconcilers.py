@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.cc.client import CcClient
-from ccadapter.config import Config
 from ccadapter.errors import SlurmCommandError
 from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
@@ -24,7 +23,7 @@ from ccadapter.reconcilers.slurm_window import (
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
@@ -47,7 +46,8 @@ def env(tmp_path):
     clock = Clock(meta["since"] + 300)
     slurm = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
                           fixture_text("24.11", "testbed/scontrol-d-final.txt"), clock=clock)
-    collector = Collector(slurm, Config(slurmFetchJobScripts=False), clock=clock, tz=UTC)
+    collector = Collector(slurm, collector_settings(slurmFetchJobScripts=False),
+                          clock=clock, tz=UTC)
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     last = LastRun(tmp_path / "lastrun")
     yield meta, clock, slurm, collector, box, last
@@ -189,7 +189,7 @@ def energy_env(env):
                       {ids["complete"][0]: 51234, ids["fail"][0]: 4321})
     slurm = RecordedSlurm("24.11", doc, fixture_text("24.11", "testbed/scontrol-d-final.txt"),
                           clock=clock)
-    collector = Collector(slurm, Config(slurmFetchJobScripts=False, ccRestUrl="http://cc"),
+    collector = Collector(slurm, collector_settings(slurmFetchJobScripts=False, ccRestUrl="http://cc"),
                           clock=clock, tz=UTC)
     return meta, clock, slurm, collector, box, last
 

@@ -39,7 +39,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.config import Config
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
@@ -47,7 +46,7 @@ from ccadapter.reconcilers.events import events_for
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm import timefmt
 from ccadapter.slurm.collector import Collector
-from tests.conftest import VERSIONS, fixture_json, fixture_text
+from tests.conftest import VERSIONS, collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
 _FMT = "%Y-%m-%dT%H:%M:%S"
@@ -117,7 +116,7 @@ class SlurmHost(RecordedSlurm):
         return as_epochs(self.controller) if epochs else printed_in(self.controller, self.zone)
 
     def collector(self, daemon_zone=UTC) -> Collector:
-        return Collector(self, Config(slurmFetchJobScripts=False), tz=daemon_zone,
+        return Collector(self, collector_settings(slurmFetchJobScripts=False), tz=daemon_zone,
                          clock=lambda: self.since + 600)
 
 

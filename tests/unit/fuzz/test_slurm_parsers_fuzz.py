@@ -19,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.formats import format_for
@@ -33,7 +32,7 @@ from ccadapter.slurm.formats._common import (
 )
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from ccadapter.slurm.join import controller_job
-from tests.conftest import FIXTURES, VERSIONS, fixture_json, fixture_text
+from tests.conftest import FIXTURES, VERSIONS, collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
 pytestmark = pytest.mark.fuzz
@@ -147,7 +146,7 @@ def _window(version: str, doc: dict, scontrol: str) -> Any:
     since = fixture_json(version, "testbed/workload.json")["since"]
     slurm = RecordedSlurm(version, doc, scontrol, clock=lambda: since + 600,
                           listing=fixture_json(version, "testbed/sacct-window.json"))
-    collector = Collector(slurm, Config(), clock=lambda: since + 600, tz=UTC)
+    collector = Collector(slurm, collector_settings(), clock=lambda: since + 600, tz=UTC)
     return collector.window(since)
 
 

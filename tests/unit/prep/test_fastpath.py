@@ -7,14 +7,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.config import Config
 from ccadapter.errors import OutboxError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
 
@@ -34,7 +33,7 @@ def env(tmp_path):
     final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
     runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy,
                            controller_script=lambda job_id: "#!/bin/sh\nsleep 1\n")
-    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    collector = Collector(runner, collector_settings(), tz=ZoneInfo("UTC"))
     box = Outbox(tmp_path / "o.sqlite")
     woken = threading.Event()
     counts = Counter()
@@ -113,7 +112,7 @@ def timed(tmp_path):
     with the runner (its ``stdins``: one per scontrol process) and two job ids."""
     busy = fixture_text("24.11", "testbed/scontrol-d-busy.txt")
     runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"), busy)
-    collector = Collector(runner, Config(), tz=ZoneInfo("UTC"))
+    collector = Collector(runner, collector_settings(), tz=ZoneInfo("UTC"))
     box = Outbox(tmp_path / "o.sqlite")
     started = []
 

@@ -9,8 +9,8 @@ import pytest
 from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
-from ccadapter.slurm.collector import DETAIL_BATCH, Collector, RouteCosts
-from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, fixture_json
+from ccadapter.slurm.collector import DETAIL_BATCH, Collector, CollectorSettings, RouteCosts
+from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
 
@@ -41,7 +41,8 @@ def make_slurm(version, sacct_doc=None, **kw):
 def collect(version, config=None, **kw):
     slurm = make_slurm(version, **kw)
     now = newest(fixture_json(version, "sacct-window.json")) + 60
-    col = Collector(slurm, config or Config(), clock=lambda: now, tz=UTC)
+    col = Collector(slurm, CollectorSettings.from_config(config or Config()),
+                    clock=lambda: now, tz=UTC)
     return col.window(now - 3660), slurm
 
 
@@ -144,7 +145,7 @@ def test_controller_unreachable_keeps_hostnames(version):
     slurm = make_slurm(version)
     slurm.controller_down = True
     now = newest(slurm.doc) + 60
-    result = Collector(slurm, Config(), clock=lambda: now, tz=UTC).window(0)
+    result = Collector(slurm, collector_settings(), clock=lambda: now, tz=UTC).window(0)
     assert any("allocation details unavailable" in e for e in result.errors)
     multi = {j.job_id: j for j in result.jobs}[WORKLOAD_IDS[version]["multinode"]]
     assert len(multi.resources) == 2 and not multi.allocation_known
@@ -166,7 +167,8 @@ def test_details_are_read_in_bounded_batches():
     at a time, each batch handed over before the next is asked (memory follows a batch)."""
     doc = many_runs(10_000)
     slurm = make_slurm("24.11", sacct_doc=doc, listing=doc)
-    col = Collector(slurm, Config(slurmFetchJobScripts=False), clock=lambda: 4e9, tz=UTC)
+    col = Collector(slurm, collector_settings(slurmFetchJobScripts=False),
+                    clock=lambda: 4e9, tz=UTC)
     listing = col.stamps(0)
     assert len(listing.stamps) == 10_000 and slurm.calls["sacct"] == 1
     batches = col.iter_jobs([s.job_id for s in listing.stamps], starts=())
@@ -181,7 +183,7 @@ def test_details_are_read_in_bounded_batches():
 def test_route_by_count_single_requests_or_a_filtered_dump():
     slurm = make_slurm("24.11")
     costs = RouteCosts(per_job=0.005, dump=None, min_dump=64, first_dump=500)
-    col = Collector(slurm, Config(), clock=lambda: 0, tz=UTC, costs=costs)
+    col = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC, costs=costs)
     held = [int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / "24.11").glob("scontrol-d-*.txt")]
     jobs, missing = col.controller_jobs(held)
     assert not missing and len(slurm.stdins) == 1  # one process (besides `show config`)
@@ -197,7 +199,7 @@ def test_route_by_count_single_requests_or_a_filtered_dump():
 
 def test_jobs_by_id_filters_array_siblings():
     slurm = make_slurm("24.11")
-    result = Collector(slurm, Config(), clock=lambda: 0, tz=UTC).jobs_by_id([10, 11])
+    result = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC).jobs_by_id([10, 11])
     assert sorted(j.job_id for j in result.jobs) == [10, 11]
     assert "--jobs" in slurm.argvs[0] and "10,11" in slurm.argvs[0]
 
@@ -205,7 +207,7 @@ def test_jobs_by_id_filters_array_siblings():
 def test_bad_node_line_fails_alone(caplog):
     slurm = make_slurm("24.11", nodes="NodeName=m1 CPUAlloc=1 AllocMem=0 State=MIXED\n"
                                       "NodeName=m2 CPUAlloc=x AllocMem=0 State=IDLE\n")
-    nodes = Collector(slurm, Config(), tz=UTC).nodes()
+    nodes = Collector(slurm, collector_settings(), tz=UTC).nodes()
     assert [n.hostname for n in nodes] == ["m1"]
     assert "node m2" in caplog.text
 
@@ -214,7 +216,7 @@ def test_starts_not_wanted_cost_no_controller(version):
     """Details read for a stop only (stale-jobs, cc-cache) never ask slurmctld."""
     slurm = make_slurm(version)
     now = newest(slurm.doc) + 60
-    col = Collector(slurm, Config(), clock=lambda: now, tz=UTC)
+    col = Collector(slurm, collector_settings(), clock=lambda: now, tz=UTC)
     ids = [r["job_id"] for r in slurm.doc["jobs"]]
     result = col.jobs_by_id(ids, starts=())
     assert result.jobs and slurm.calls["scontrol"] == 0 and "-B" not in slurm.argvs[-1]
@@ -238,7 +240,7 @@ def test_energy_is_kept_only_where_it_can_be_sent(version):
 ])
 def test_energy_gathering_is_read_with_the_cluster_name(line, gathered):
     runner = ReplayRunner(lambda argv: f"ClusterName             = c\n{line}\n")
-    collector = Collector(runner, Config())
+    collector = Collector(runner, collector_settings())
     assert collector.cluster_name() == "c"
     assert collector.energy_accounted() is gathered
     assert runner.calls["scontrol"] == 1  # one `scontrol show config` for both

@@ -6,10 +6,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.config import Config
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import Collector
-from tests.conftest import FIXTURES, fixture_json, fixture_text
+from tests.conftest import FIXTURES, collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
 pytestmark = pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
@@ -26,7 +25,7 @@ def collect(version, controller="final"):
     now = meta["since"] + 600
     held = fixture_text(version, base + f"scontrol-d-{controller}.txt")
     slurm = RecordedSlurm(version, window, held, scripts=scripts, clock=lambda: now)
-    collector = Collector(slurm, Config(), clock=lambda: now, tz=ZoneInfo("UTC"))
+    collector = Collector(slurm, collector_settings(), clock=lambda: now, tz=ZoneInfo("UTC"))
     return collector.window(meta["since"]), meta, slurm
 
 
