@@ -6,7 +6,7 @@ its ``tres.allocated`` all the same, unset: ``{"type": "energy", "name": null, "
 "count": null}`` on 22.05, ``{"type": "energy", "name": "", "id": 3, "count": -2}`` on 24.11
 and 26.05. :func:`with_energy` takes such a real recorded document and gives that entry a
 count, the only thing a cluster with an energy plugin writes differently there: the joules
-slurmctld summed over the job's steps (see ``ccadapter.slurm.formats._common.
+slurmctld summed over the job's steps (see ``ccadapter.slurm.formats.values.
 consumed_energy``). Layout as each version's parser writes it: 22.05
 src/plugins/openapi/dbv0.0.38/parse.c:359 and :432-439 (schema ``dbv0.0.38_tres_list`` of
 its openapi.json: ``count`` an integer), 24.11 src/plugins/data_parser/v0.0.42/parsers.c:7006

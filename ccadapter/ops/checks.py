@@ -19,7 +19,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import re
 import stat
 from dataclasses import dataclass
 
@@ -27,10 +26,10 @@ from ccadapter import clustername
 from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.errors import CcAdapterError
 from ccadapter.slurm.clusters import ClusterList
+from ccadapter.slurm.formats.text import parse_admin_levels, parse_slurm_user
 from ccadapter.slurm.runner import CommandRunner
 
 PRIVILEGED_LEVELS = frozenset({"operator", "administrator"})
-_SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -85,15 +84,13 @@ def slurm_privilege(runner: CommandRunner, who: Identity) -> str | None:
     if who.uid == 0:
         return None
     try:
-        match = _SLURM_USER.search(runner.run(["scontrol", "show", "config"]))
-        if match and match.group(1) == who.user:
+        if parse_slurm_user(runner.run(["scontrol", "show", "config"])) == who.user:
             return None
         out = runner.run(["sacctmgr", "show", "user", who.user, "-P", "-n",
                           "format=user,adminlevel"])
     except CcAdapterError as exc:
         return f"cannot tell whether user {who.user} is a Slurm operator: {exc}"
-    levels = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
-    level = levels.get(who.user)
+    level = parse_admin_levels(out).get(who.user)
     why = ("other users' jobs may be hidden from it (PrivateData) and their batch scripts "
            "cannot be read")
     if level is None:

@@ -21,7 +21,8 @@ from ccadapter.errors import SlurmParseError
 from ccadapter.kinds import EventKind
 from ccadapter.model import Job
 from ccadapter.outbox import NewEvent
-from ccadapter.slurm.formats._common import ParseContext, expand_hostlist
+from ccadapter.slurm.formats.records import ParseContext
+from ccadapter.slurm.formats.values import expand_hostlist
 
 
 def ignored(job: Job, pattern: re.Pattern[str] | None) -> bool:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import ParseContext, SlurmVersion, version_from_text
+from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
+from ccadapter.slurm.formats.text import version_from_text
 from ccadapter.slurm.runner import CommandRunner
 
 log = logging.getLogger(__name__)

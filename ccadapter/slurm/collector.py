@@ -41,21 +41,23 @@ from typing import TYPE_CHECKING
 from ccadapter.errors import SlurmCommandError, SlurmParseError
 from ccadapter.model import Job
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import (
+from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
+from ccadapter.slurm.formats.records import (
     ControllerJob,
     NodeState,
     ParseContext,
     SacctRecord,
     SlurmVersion,
+)
+from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
+from ccadapter.slurm.formats.text import (
     parse_cluster_name,
     parse_energy_plugin,
     parse_nodes,
     version_from_meta,
     version_from_text,
 )
-from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
-from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
-from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError

@@ -24,7 +24,7 @@ from ccadapter.model import (
     base_state,
     cc_state,
 )
-from ccadapter.slurm.formats._common import ControllerJob, SacctRecord
+from ccadapter.slurm.formats.records import ControllerJob, SacctRecord
 from ccadapter.slurm.timefmt import readings
 
 log = logging.getLogger(__name__)

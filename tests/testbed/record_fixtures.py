@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ccadapter.slurm.collector import Collector, CollectorSettings, RouteCosts
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import version_from_text
+from ccadapter.slurm.formats.text import version_from_text
 from ccadapter.slurm.runner import SlurmRunner
 from tests.integration.workload import Cluster, Submitted, drive, submit, testbed_clusters
 from tests.recorded import RecordingRunner

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccadapter.model import HetComponent, JobState, base_state, cc_state
-from ccadapter.slurm.formats._common import ParseContext, decimal
+from ccadapter.slurm.formats.records import ParseContext
+from ccadapter.slurm.formats.values import decimal
 
 FIELDS = "JobIDRaw,JobID,Start,End,State,NodeList"
 TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}

@@ -34,10 +34,8 @@ from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from ccadapter.errors import SlurmParseError
-from ccadapter.slurm.formats._common import (
-    ControllerJob,
-    NodeAlloc,
-    ParseContext,
+from ccadapter.slurm.formats.records import ControllerJob, NodeAlloc, ParseContext
+from ccadapter.slurm.formats.values import (
     decimal,
     expand_hostlist,
     gpu_indices,

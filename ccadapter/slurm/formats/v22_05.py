@@ -18,7 +18,7 @@ The baseline generation:
 - consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's
   ``tres_alloc_str``, src/plugins/openapi/dbv0.0.38/parse.c:359), ``{"type": "energy",
   "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null`` while unset (NO_VAL64 is
-  written as null, parse.c:824-838). Read by ``_common.consumed_energy``.
+  written as null, parse.c:824-838). Read by ``values.consumed_energy``.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ccadapter.slurm.formats._common import (
-    ParseContext,
-    SacctRecord,
+from ccadapter.slurm.formats.records import ParseContext, SacctRecord
+from ccadapter.slurm.formats.values import (
     build_sacct_record,
     cluster_names,
     field,
@@ -40,7 +39,7 @@ from ccadapter.slurm.formats._common import (
 # sacct --json -B -j IDS does not fill "script" on this generation.
 SACCT_HAS_SCRIPTS = False
 # sacctmgr's arguments for the cluster list that parse_cluster_list reads.
-CLUSTER_LIST_ARGS = ("-n", "-P", "list", "clusters", "format=Cluster")
+CLUSTER_LIST_ARGS: tuple[str, ...] = ("-n", "-P", "list", "clusters", "format=Cluster")
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
@@ -62,4 +61,6 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
 
 def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
     """``sacctmgr -n -P list clusters format=Cluster``: one name a line, no header."""
+    if out.lstrip().startswith("{"):
+        raise ctx.error("JSON output: 22.05's sacctmgr writes the cluster list as text")
     return cluster_names([line.strip() for line in out.splitlines() if line.strip()], ctx)

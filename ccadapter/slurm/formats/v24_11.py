@@ -6,7 +6,7 @@ Differences from 22.05 and how they are handled:
 - ``time.start`` of a never-started job is the sentinel 4294967294 instead of ``null``;
 - ``state.current`` became a list of strings (base state first, then flags);
 - ``exit_code.status`` became a list; ``signal`` was added (not used);
-- ``meta.slurm.version`` fields became strings (handled in ``_common.version_from_meta``);
+- ``meta.slurm.version`` fields became strings (handled in ``.text.version_from_meta``);
 - sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
   when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
   even after slurmctld forgot them;
@@ -30,9 +30,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ccadapter.model import Shared
-from ccadapter.slurm.formats._common import (
-    ParseContext,
-    SacctRecord,
+from ccadapter.slurm.formats.records import ParseContext, SacctRecord
+from ccadapter.slurm.formats.values import (
     build_sacct_record,
     cluster_names,
     field,
@@ -44,13 +43,19 @@ from ccadapter.slurm.formats._common import (
 # sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
 SACCT_HAS_SCRIPTS = True
 # sacctmgr's arguments for the cluster list that parse_cluster_list reads.
-CLUSTER_LIST_ARGS = ("list", "clusters", "--json")
+CLUSTER_LIST_ARGS: tuple[str, ...] = ("list", "clusters", "--json")
 
 
-def parse_sacct_job(
-    record: Mapping[str, Any], ctx: ParseContext, shared: Shared | None = None
-) -> SacctRecord:
+def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
     ctx = ctx.for_job(job_id_of(record, ctx))
+    if "exclusive" in record:
+        raise ctx.error("field 'exclusive' is 26.05's: not a 24.11 sacct record")
+    return parse_record(record, ctx, None)
+
+
+def parse_record(record: Mapping[str, Any], ctx: ParseContext,
+                 shared: Shared | None) -> SacctRecord:
+    """A 24.11-shaped record (24.11, and 26.05 with its sharing read by v26_05)."""
     state = field(record, "state.current", ctx)
     if not isinstance(state, list) or not state or not all(isinstance(s, str) for s in state):
         raise ctx.error(f"state.current: expected a list of strings, got {state!r}")

@@ -6,7 +6,7 @@ Differences from 24.11 and how they are handled:
   the job;
 - records add ``sluid``/``original_sluid`` and ``segment_size`` (not used);
 - ``scontrol show job`` text prints ``Exclusive=`` beside ``OverSubscribe=`` and a
-  ``SLUID=`` line (handled in ``_common``);
+  ``SLUID=`` line (handled in ``.scontrol``);
 - ``sacctmgr list clusters --json`` drops ``select_plugin`` from each cluster (not used):
   the list is read as in 24.11.
 Everything else is read as in 24.11: heterogeneous jobs (``het`` as in 24.11; each
@@ -21,13 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ccadapter.slurm.formats import v24_11
-from ccadapter.slurm.formats._common import (
-    ParseContext,
-    SacctRecord,
-    job_id_of,
-    shared_from_flags,
-    text,
-)
+from ccadapter.slurm.formats.records import ParseContext, SacctRecord
+from ccadapter.slurm.formats.values import job_id_of, shared_from_flags, text
 
 SACCT_HAS_SCRIPTS = v24_11.SACCT_HAS_SCRIPTS
 CLUSTER_LIST_ARGS = v24_11.CLUSTER_LIST_ARGS
@@ -40,4 +35,4 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
         raise ctx.error("missing field 'exclusive' (present in every 26.05 sacct record)")
     exclusive = text(record.get("exclusive"), "exclusive", ctx)
     oversubscribe = text(record.get("oversubscribe"), "oversubscribe", ctx)
-    return v24_11.parse_sacct_job(record, ctx, shared_from_flags(oversubscribe, exclusive))
+    return v24_11.parse_record(record, ctx, shared_from_flags(oversubscribe, exclusive))

@@ -22,15 +22,9 @@ from hypothesis import strategies as st
 from ccadapter.errors import SlurmParseError
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import (
-    ControllerJob,
-    NodeState,
-    ParseContext,
-    SacctRecord,
-    parse_nodes,
-    version_from_meta,
-)
+from ccadapter.slurm.formats.records import ControllerJob, NodeState, ParseContext, SacctRecord
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
+from ccadapter.slurm.formats.text import parse_nodes, version_from_meta
 from ccadapter.slurm.join import controller_job
 from tests.conftest import FIXTURES, VERSIONS, collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm

@@ -7,7 +7,7 @@ import pytest
 from ccadapter.errors import SlurmParseError, UnsupportedSlurmVersion
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import ParseContext, SlurmVersion
+from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
 from tests.conftest import ReplayRunner, fixture_text
 from tests.fakeslurm import RELEASE
 

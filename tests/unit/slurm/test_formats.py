@@ -7,17 +7,11 @@ import pytest
 
 from ccadapter.errors import SlurmParseError, UnsupportedSlurmVersion
 from ccadapter.model import Shared
-from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats._common import (
-    ParseContext,
-    SlurmVersion,
-    gpu_indices,
-    int_ranges,
-    parse_energy_plugin,
-    version_from_meta,
-    version_from_text,
-)
+from ccadapter.slurm.formats import SlurmFormat, format_for
+from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
+from ccadapter.slurm.formats.text import parse_energy_plugin, version_from_meta, version_from_text
+from ccadapter.slurm.formats.values import gpu_indices, int_ranges
 from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
 from tests.energy import UNSET, with_energy
 
@@ -158,6 +152,40 @@ def test_unknown_generation_is_refused():
     with pytest.raises(UnsupportedSlurmVersion) as err:
         format_for(SlurmVersion(23, 2, 7), "sacct --json")
     assert "23.02.7" in str(err.value) and "sacct --json" in str(err.value)
+
+
+def test_every_generation_module_has_the_declared_shape():
+    for generation in ((22, 5), (24, 11), (26, 5)):
+        assert isinstance(format_for(SlurmVersion(*generation), "sacct --json"), SlurmFormat)
+
+
+GENERATIONS = {"22.05": (22, 5), "24.11": (24, 11), "26.05": (26, 5)}
+
+
+@pytest.mark.parametrize("parser_of", sorted(GENERATIONS))
+@pytest.mark.parametrize("record_of", sorted(GENERATIONS))
+def test_a_generation_rejects_the_records_of_another(parser_of, record_of):
+    """Every record a generation's sacct wrote is refused by another generation's parser
+    (with the version and command), never read on hope."""
+    parser = format_for(SlurmVersion(*GENERATIONS[parser_of]), "sacct --json")
+    ctx = ParseContext(parser_of, "sacct --json")
+    records = fixture_json(record_of, "sacct-window.json")["jobs"]
+    for record in records:
+        if parser_of == record_of:
+            assert parser.parse_sacct_job(record, ctx).job_id == record["job_id"]
+        else:
+            with pytest.raises(SlurmParseError, match=f"Slurm {parser_of}"):
+                parser.parse_sacct_job(record, ctx)
+
+
+def test_22_05_rejects_a_json_cluster_list():
+    parser = format_for(SlurmVersion(22, 5), "sacctmgr list clusters")
+    with pytest.raises(SlurmParseError, match="JSON"):
+        parser.parse_cluster_list(fixture_text("24.11", "sacctmgr-clusters.json"),
+                                  ParseContext("22.05", "sacctmgr list clusters"))
+    with pytest.raises(SlurmParseError):
+        format_for(SlurmVersion(24, 11), "sacctmgr").parse_cluster_list(
+            fixture_text("22.05", "sacctmgr-clusters.txt"), ParseContext("24.11", "sacctmgr"))
 
 
 def test_version_text():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ccadapter.model import Shared
-from ccadapter.slurm.formats._common import ControllerJob, NodeAlloc, SacctRecord
+from ccadapter.slurm.formats.records import ControllerJob, NodeAlloc, SacctRecord
 from ccadapter.slurm.join import build_job, placeholder_record
 
 FINAL = SacctRecord(

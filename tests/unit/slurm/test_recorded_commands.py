@@ -13,8 +13,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.slurm.collector import Collector, CollectorSettings, RouteCosts
-from ccadapter.slurm.formats._common import ParseContext
 from ccadapter.slurm.formats.listing import parse_listing
+from ccadapter.slurm.formats.records import ParseContext
 from tests.conftest import VERSIONS, fixture_json
 from tests.recorded import Replay
 

@@ -3,8 +3,8 @@ the run listing. Real recordings of every version: ``tests/fixtures/<v>/testbed/
 
 import pytest
 
-from ccadapter.slurm.formats._common import ParseContext
 from ccadapter.slurm.formats.listing import parse_listing
+from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.scontrol import (
     Batch,
     iter_records,

@@ -1,102 +1,20 @@
-"""What every Slurm generation shares: value decoders, version detection, sacct records,
-the node and config text. ``scontrol show job`` text lives in :mod:`.scontrol`, the cheap run
-listing in :mod:`.listing`.
-"""
+"""Value decoders the generations share: numbers and strings as each generation writes them
+(plain or ``{"set", "number"}``), host lists, TRES counts, id ranges and GRES, durations, and
+the parts of an sacct record every generation reads alike. For the version modules and the
+text parsers of this package only."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import hostlist
 
 from ccadapter import clustername
-from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
-
-
-@dataclass(frozen=True)
-class SlurmVersion:
-    major: int
-    minor: int
-    micro: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor:02d}.{self.micro}"
-
-    @property
-    def generation(self) -> tuple[int, int]:
-        return (self.major, self.minor)
-
-
-@dataclass(frozen=True)
-class SacctRecord:
-    """What slurmdbd knows of one run, before allocation details are added."""
-
-    job_id: int
-    array_job_id: int
-    array_task_id: int | None
-    cluster: str
-    partition: str
-    account: str
-    user: str
-    group: str
-    name: str
-    state: str
-    submit_time: int
-    start_time: int
-    end_time: int
-    time_limit: int  # seconds, 0 = unlimited
-    nodes: tuple[str, ...]
-    num_nodes: int
-    num_hwthreads: int
-    num_gpus: int | None  # None when slurmdbd does not track gres/gpu
-    shared: Shared | None  # None when this generation's sacct does not say
-    script: str | None  # None when slurmdbd did not store it
-    exit_code: int | None
-    het_job_id: int = 0  # the leader's id for a component of a het job, else 0
-    het_offset: int | None = None  # the component's offset in its het job
-    energy: int | None = None  # joules consumed; None when Slurm accounted none
-
-
-@dataclass(frozen=True)
-class NodeAlloc:
-    hostname: str
-    cpu_ids: tuple[int, ...]
-    gpu_indices: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ControllerJob:
-    """What slurmctld knows of a job it still holds (until MinJobAge after its end)."""
-
-    job_id: int
-    state: str
-    start_time: str  # local time text as scontrol prints it, "Unknown"/"None" when unset
-    batch: bool
-    shared: Shared
-    nodes: tuple[NodeAlloc, ...]
-    text: str
-    # The rest serves the Prolog/Epilog fast path, which builds jobs without slurmdbd.
-    name: str = ""
-    user: str = ""
-    group: str = ""
-    account: str = ""
-    partition: str = ""
-    submit_time: str = ""
-    end_time: str = ""
-    time_limit: int = 0  # seconds, 0 = unlimited
-    num_cpus: int = 0
-    array_job_id: int = 0
-    array_task_id: int | None = None
-    exit_code: int | None = None
-    gpus: int | None = None  # gres/gpu in the allocated TRES
-    het_job_id: int = 0  # HetJobId= of a het job's component, else 0
-    het_offset: int | None = None  # HetJobOffset=
-
+from ccadapter.slurm.formats.records import ParseContext, SacctRecord
 
 # --- value decoders ------------------------------------------------------------------------
 
@@ -155,22 +73,6 @@ def field(record: Mapping[str, Any], path: str, ctx: ParseContext) -> Any:
             raise ctx.error(f"missing field {path!r}")
         cur = cur[part]
     return cur
-
-
-@dataclass(frozen=True)
-class ParseContext:
-    """Carried into parsers so every error names the Slurm version and command."""
-
-    version: str
-    command: str
-    job_id: int | None = None
-
-    def error(self, detail: str) -> SlurmParseError:
-        where = f"job {self.job_id}: " if self.job_id is not None else ""
-        return SlurmParseError(self.version, self.command, where + detail)
-
-    def for_job(self, job_id: int) -> ParseContext:
-        return ParseContext(self.version, self.command, job_id)
 
 
 def expand_hostlist(expr: str, ctx: ParseContext) -> tuple[str, ...]:
@@ -232,32 +134,6 @@ def consumed_energy(entries: Any, ctx: ParseContext) -> int | None:
                             f"{count!r:.40}")
         return count if count > 0 else None
     return None
-
-
-# --- version detection ---------------------------------------------------------------------
-
-
-def version_from_meta(doc: Mapping[str, Any], command: str) -> SlurmVersion:
-    """22.05 writes ``meta.Slurm.version`` with ints, 23.02+ ``meta.slurm.version`` strings."""
-    meta = doc.get("meta") if isinstance(doc, Mapping) else None
-    slurm = None
-    if isinstance(meta, Mapping):
-        slurm = meta.get("slurm") or meta.get("Slurm")
-    ver = slurm.get("version") if isinstance(slurm, Mapping) else None
-    if not isinstance(ver, Mapping):
-        raise SlurmParseError("unknown", command, "output has no meta.slurm.version")
-    try:
-        return SlurmVersion(int(ver["major"]), int(ver["minor"]), int(ver.get("micro", 0)))
-    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
-        raise SlurmParseError("unknown", command, f"unreadable version {ver!r:.80}") from None
-
-
-def version_from_text(out: str, command: str) -> SlurmVersion:
-    """``sacct -V`` prints ``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``)."""
-    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
-    if not m:
-        raise SlurmParseError("unknown", command, f"no version in {out.strip()!r}")
-    return SlurmVersion(int(m[1]), int(m[2]), int(m[3]))
 
 
 # --- id lists and GRES ---------------------------------------------------------------------
@@ -408,66 +284,6 @@ def job_id_of(record: Any, ctx: ParseContext) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
         raise ctx.error(f"record without a valid job_id: {str(record)[:80]!r}")
     return job_id
-
-
-# --- scontrol -o show node, scontrol show config (text, same on every generation) ------
-
-
-@dataclass(frozen=True)
-class NodeState:
-    hostname: str
-    states: tuple[str, ...]
-    cpus_allocated: int
-    memory_allocated: int  # MB
-    gpus_allocated: int
-
-
-_NODE_KEYS = ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")
-
-
-def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]]:
-    """``scontrol -o show node``: one line per node, read in one pass (the first
-    occurrence of a key wins: free text such as ``Reason=`` comes after the keys we read)."""
-    nodes: list[NodeState] = []
-    errors: list[str] = []
-    for line in out.splitlines():
-        if not line.startswith("NodeName="):
-            continue
-        vals = dict.fromkeys(_NODE_KEYS, "")
-        seen: set[str] = set()
-        for token in line.split():
-            key, sep, value = token.partition("=")
-            if sep and key in vals and key not in seen:
-                vals[key] = value
-                seen.add(key)
-        try:
-            tres = dict(kv.split("=", 1) for kv in vals["AllocTRES"].split(",") if "=" in kv)
-            nodes.append(NodeState(
-                hostname=vals["NodeName"],
-                states=tuple(s.lower() for s in vals["State"].split("+") if s),
-                cpus_allocated=int(vals["CPUAlloc"] or 0),
-                memory_allocated=int(vals["AllocMem"] or 0),
-                gpus_allocated=int(tres.get("gres/gpu", "0") or 0),
-            ))
-        except ValueError as exc:
-            errors.append(str(ctx.error(f"node {vals['NodeName']}: {exc}")))
-    return nodes, errors
-
-
-def parse_cluster_name(out: str) -> str | None:
-    """``scontrol show config``: ``ClusterName             = cluster22``."""
-    m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
-    return m[1] if m else None
-
-
-def parse_energy_plugin(out: str) -> str | None:
-    """``scontrol show config``: ``AcctGatherEnergyType    = acct_gather_energy/rapl``; None
-    when energy is not gathered (``(null)`` or ``acct_gather_energy/none``, as the test bed's
-    22.05, 24.11 and 26.05 print it, or no such line)."""
-    m = re.search(r"^AcctGatherEnergyType\s*=\s*(\S+)", out, re.M)
-    if not m or m[1] in ("(null)", "acct_gather_energy/none", "none"):
-        return None
-    return m[1]
 
 
 # --- sacctmgr list clusters (argv and form per generation: see the version modules) ------

@@ -1,0 +1,104 @@
+"""Slurm text outputs that are the same on every supported generation: the version line,
+``scontrol -o show node``, ``scontrol show config`` and ``sacctmgr show user -P``.
+``scontrol show job`` text lives in :mod:`.scontrol`, the cheap run listing in
+:mod:`.listing`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ccadapter.errors import SlurmParseError
+from ccadapter.slurm.formats.records import NodeState, ParseContext, SlurmVersion
+
+# --- version detection ---------------------------------------------------------------------
+
+
+def version_from_meta(doc: Mapping[str, Any], command: str) -> SlurmVersion:
+    """22.05 writes ``meta.Slurm.version`` with ints, 23.02+ ``meta.slurm.version`` strings."""
+    meta = doc.get("meta") if isinstance(doc, Mapping) else None
+    slurm = None
+    if isinstance(meta, Mapping):
+        slurm = meta.get("slurm") or meta.get("Slurm")
+    ver = slurm.get("version") if isinstance(slurm, Mapping) else None
+    if not isinstance(ver, Mapping):
+        raise SlurmParseError("unknown", command, "output has no meta.slurm.version")
+    try:
+        return SlurmVersion(int(ver["major"]), int(ver["minor"]), int(ver.get("micro", 0)))
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
+        raise SlurmParseError("unknown", command, f"unreadable version {ver!r:.80}") from None
+
+
+def version_from_text(out: str, command: str) -> SlurmVersion:
+    """``sacct -V`` prints ``slurm 22.05.8`` (or ``slurm-wlm 22.05.8``)."""
+    m = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        raise SlurmParseError("unknown", command, f"no version in {out.strip()!r}")
+    return SlurmVersion(int(m[1]), int(m[2]), int(m[3]))
+
+
+# --- scontrol -o show node, scontrol show config (text, same on every generation) ------
+
+
+_NODE_KEYS = ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")
+
+
+def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]]:
+    """``scontrol -o show node``: one line per node, read in one pass (the first
+    occurrence of a key wins: free text such as ``Reason=`` comes after the keys we read)."""
+    nodes: list[NodeState] = []
+    errors: list[str] = []
+    for line in out.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        vals = dict.fromkeys(_NODE_KEYS, "")
+        seen: set[str] = set()
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep and key in vals and key not in seen:
+                vals[key] = value
+                seen.add(key)
+        try:
+            tres = dict(kv.split("=", 1) for kv in vals["AllocTRES"].split(",") if "=" in kv)
+            nodes.append(NodeState(
+                hostname=vals["NodeName"],
+                states=tuple(s.lower() for s in vals["State"].split("+") if s),
+                cpus_allocated=int(vals["CPUAlloc"] or 0),
+                memory_allocated=int(vals["AllocMem"] or 0),
+                gpus_allocated=int(tres.get("gres/gpu", "0") or 0),
+            ))
+        except ValueError as exc:
+            errors.append(str(ctx.error(f"node {vals['NodeName']}: {exc}")))
+    return nodes, errors
+
+
+def parse_cluster_name(out: str) -> str | None:
+    """``scontrol show config``: ``ClusterName             = cluster22``."""
+    m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
+    return m[1] if m else None
+
+
+def parse_energy_plugin(out: str) -> str | None:
+    """``scontrol show config``: ``AcctGatherEnergyType    = acct_gather_energy/rapl``; None
+    when energy is not gathered (``(null)`` or ``acct_gather_energy/none``, as the test bed's
+    22.05, 24.11 and 26.05 print it, or no such line)."""
+    m = re.search(r"^AcctGatherEnergyType\s*=\s*(\S+)", out, re.M)
+    if not m or m[1] in ("(null)", "acct_gather_energy/none", "none"):
+        return None
+    return m[1]
+
+
+_SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)
+
+
+def parse_slurm_user(out: str) -> str | None:
+    """``SlurmUser`` of ``scontrol show config`` (``SlurmUser = slurm(64030)``)."""
+    match = _SLURM_USER.search(out)
+    return match.group(1) if match else None
+
+
+def parse_admin_levels(out: str) -> dict[str, str]:
+    """``sacctmgr show user NAME -P -n format=user,adminlevel``: user -> AdminLevel (as
+    written: ``None``, ``Operator``, ``Administrator``)."""
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
