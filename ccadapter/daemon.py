@@ -67,9 +67,15 @@ class Daemon:
     def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
                  idle_delivery_wait: float = 1.0,
                  heartbeat: Callable[[], None] | None = None,
-                 heartbeat_interval: float | None = None) -> None:
+                 heartbeat_interval: float | None = None,
+                 wait: Callable[[threading.Event, float], object] = threading.Event.wait
+                 ) -> None:
+        """``clock`` and ``wait`` (until the event is set or the timeout passes) pace the
+        routines of the main loop and the lanes; a test passes a clock that ``wait``
+        advances, and :meth:`run` with ``max_cycles``, and needs no real time."""
         self.deliverers: list[tuple[str, Deliverer]] = [("delivery", deliverer)]
         self.clock = clock
+        self.wait = wait
         self.idle_delivery_wait = idle_delivery_wait
         self.routines: list[Routine] = []
         self.stopping = threading.Event()
@@ -143,8 +149,9 @@ class Daemon:
         for wake in self._wakes:
             wake.set()
 
-    def run(self) -> None:
-        """Until :meth:`stop`: in-flight work is finished, then it returns."""
+    def run(self, max_cycles: int | None = None) -> None:
+        """Until :meth:`stop` (or ``max_cycles`` passes of the main loop): in-flight work is
+        finished, then it returns."""
         self._wakes = [threading.Event() for _ in self.deliverers]
         senders = [threading.Thread(target=self._deliver_loop, args=(d, wake), name=name,
                                     daemon=True)
@@ -155,15 +162,19 @@ class Daemon:
             self._running = True
             for cluster in dict.fromkeys(r.cluster for r in self.routines if r.cluster):
                 self._start_lane(cluster)
+        cycles = 0
         try:
             while not self.stopping.is_set():
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
+                cycles += 1
+                if max_cycles is not None and cycles >= max_cycles:
+                    break
                 wait = self._until_due(self._runnable(None))
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
-                self._main_wake.wait(max(0.05, wait))
+                self.wait(self._main_wake, max(0.05, wait))
                 self._main_wake.clear()
         finally:
             self.stop()
@@ -229,7 +240,7 @@ class Daemon:
             if not self._of(cluster):
                 return  # the cluster is no longer served
             self.run_due(cluster)
-            wake.wait(max(0.05, self._until_due(self._runnable(cluster))))
+            self.wait(wake, max(0.05, self._until_due(self._runnable(cluster))))
 
     def _run(self, routine: Routine) -> None:
         started = self.clock()
@@ -251,7 +262,9 @@ class Daemon:
             self.on_cycle(routine)
 
     def _deliver_loop(self, deliverer: Deliverer, wake: threading.Event) -> None:
-        while not self.stopping.is_set():
+        """Delivers at once when started, then whenever woken or idle_delivery_wait passed,
+        and once more when stopping (a pass that ends before its first batch then)."""
+        while True:
             wake.clear()
             try:
                 stats = deliverer.run_once(stopping=self.stopping.is_set)
@@ -261,6 +274,8 @@ class Daemon:
             except Exception:
                 log.exception("delivery failed; retrying")
                 stats = None
+            if self.stopping.is_set():
+                return
             if stats is not None and stats.delivered:
                 for other in self._wakes:  # e.g. NATS notifications of what REST delivered
                     if other is not wake:

@@ -538,6 +538,13 @@ class CcBackendStandin:
         with self._cond:
             self._archive_after = seconds
 
+    def finish_archiving(self) -> None:
+        """The archiver has written every stopped job's archive now (edit_meta succeeds)."""
+        with self._lock:
+            for table in (self._jobs, self._cache):
+                for job in table.rows.values():
+                    job["_archivedAt"] = 0.0
+
     def reset(self) -> None:
         """Switches off, log, jobs and node states cleared."""
         with self._cond:

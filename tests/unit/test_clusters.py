@@ -209,13 +209,15 @@ def test_named_clusters_each_get_a_sync_of_their_own(tmp_path):
     assert dbd.calls["sacctmgr"] == 0 and "scontrol show config" not in str(dbd.argvs)
 
 
-def run_daemon(daemon, seconds):
-    t = threading.Thread(target=daemon.run)
-    t.start()
-    time.sleep(seconds)
-    daemon.stop()
-    t.join(30)
-    assert not t.is_alive()
+def wait_until(done, timeout=20.0):
+    until = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < until, "the daemon did not get there in time"
+        time.sleep(0.01)
+
+
+def _windows(argvs):
+    return [a for a in argvs if a[0] == "sacct" and "-P" in a]
 
 
 def test_a_failing_cluster_is_reported_and_the_others_go_on(tmp_path):
@@ -229,14 +231,21 @@ def test_a_failing_cluster_is_reported_and_the_others_go_on(tmp_path):
     app = build(cfg, runner=dbd, metrics=True)
     daemon = app.daemon()
     daemon.on_cycle = CycleLog(app.outbox)
+    failures = app.metrics.registry.get_sample_value  # type: ignore[attr-defined]
+    t = threading.Thread(target=daemon.run)
+    t.start()
     try:
-        run_daemon(daemon, 2.5)
+        wait_until(lambda: len(_windows(dbd.by_cluster().get("a", []))) >= 3 and (failures(
+            "ccadapter_reconciler_failures_total",
+            {"reconciler": "slurm-window", "cluster": "b"}) or 0) >= 2)
         asked = dbd.by_cluster()
     finally:
-        dbd.hang["c"].set()
+        dbd.hang["c"].set()  # its command comes back: the lane can end
+        daemon.stop()
+        t.join(30)
         app.close()
-    windows = [a for a in asked["a"] if a[0] == "sacct" and "-P" in a]
-    assert len(windows) >= 3  # a window every second, while c hangs and b fails
+    assert not t.is_alive()
+    assert len(_windows(asked["a"])) >= 3  # a window every second, while c hangs, b fails
     assert len(asked["c"]) == 1  # c is stuck in its first command
     doc = collect_status(cfg, tmp_path / "state" / "outbox.sqlite")
     clusters = doc["clusters"]

@@ -14,6 +14,37 @@ from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 
 
+class FakeTime:
+    """The daemon's clock and wait: a wait returns at once, the time moved on by its
+    timeout (or not at all when the event was set: a wake)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def wait(self, event, timeout):
+        if not event.is_set():
+            self.now += timeout
+        return event.is_set()
+
+
+def paced(deliverer=None):
+    """A daemon on fake time."""
+    t = FakeTime()
+    return Daemon(deliverer or IdleDeliverer(), clock=t.clock, wait=t.wait,
+                  idle_delivery_wait=0.01), t
+
+
+def wait_until(pred, timeout=5.0):
+    """For the lanes, which are threads: poll until ``pred()`` (or fail after timeout)."""
+    until = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < until, "condition not met in time"
+        time.sleep(0.005)
+
+
 class IdleDeliverer:
     def __init__(self):
         self.calls = 0
@@ -24,7 +55,7 @@ class IdleDeliverer:
 
 
 def test_routines_run_at_start_on_their_intervals_and_survive_failures():
-    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    d, t = paced()
     runs = {"fast": 0, "slow": 0, "broken": 0}
 
     def make(name, fail=False):
@@ -35,28 +66,14 @@ def test_routines_run_at_start_on_their_intervals_and_survive_failures():
             return {}
         return fn
 
-    d.add_routine(make("fast"), 0.05, "fast")
+    d.add_routine(make("fast"), 0.0625, "fast")  # (binary fractions: exact sums)
     d.add_routine(make("slow"), 60, "slow")
-    d.add_routine(make("broken", fail=True), 0.05, "broken")
-    t = threading.Thread(target=d.run)
-    t.start()
-    time.sleep(0.5)
-    d.stop()
-    t.join(5)
-    assert not t.is_alive()
+    d.add_routine(make("broken", fail=True), 0.0625, "broken")
+    d.run(max_cycles=10)
     assert runs["slow"] == 1  # first cycle at start, not after one interval
-    assert runs["fast"] >= 4 and runs["broken"] >= 4
+    assert runs["fast"] == 10 and runs["broken"] == 10 and t.now == 9 * 0.0625
     assert d.routines[2].last_error == "RuntimeError: boom"
     assert d.deliverer.calls >= 1
-
-
-def run_for(d, seconds):
-    t = threading.Thread(target=d.run)
-    t.start()
-    time.sleep(seconds)
-    d.stop()
-    t.join(10)
-    assert not t.is_alive()
 
 
 def test_a_cluster_whose_slurm_hangs_delays_its_own_lane_only(caplog):
@@ -81,19 +98,19 @@ def test_a_cluster_whose_slurm_hangs_delays_its_own_lane_only(caplog):
     d.add_routine(count("main"), 0.05, "compact")
     t = threading.Thread(target=d.run)
     t.start()
-    time.sleep(0.5)
-    assert runs["a"] == 1 and runs["b"] >= 4 and runs["main"] >= 4
+    wait_until(lambda: runs["b"] >= 4 and runs["main"] >= 4)
+    assert runs["a"] == 1  # still in its first cycle
     released.set()
-    time.sleep(0.2)
+    wait_until(lambda: runs["a"] >= 2)
     d.stop()
     t.join(10)
-    assert not t.is_alive() and runs["a"] >= 2
+    assert not t.is_alive()
     assert "nodestate[a] failed: RuntimeError: scontrol: no answer" in caplog.text
     assert [r.label for r in d.routines] == ["nodestate[a]", "nodestate[b]", "compact"]
 
 
 def test_a_failed_routine_comes_again_after_its_retry_interval():
-    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    d, t = paced()
     runs = {"failing": 0, "fine": 0}
 
     def failing():
@@ -103,10 +120,10 @@ def test_a_failed_routine_comes_again_after_its_retry_interval():
     def fine():
         runs["fine"] += 1
 
-    d.add_routine(failing, 3600, "slurm-clusters", retry=0.05)
-    d.add_routine(fine, 3600, "compact", retry=0.05)
-    run_for(d, 0.5)
-    assert runs["failing"] >= 4 and runs["fine"] == 1
+    d.add_routine(failing, 3600, "slurm-clusters", retry=0.0625)
+    d.add_routine(fine, 3600, "compact", retry=0.0625)
+    d.run(max_cycles=5)
+    assert runs["failing"] == 5 and runs["fine"] == 1 and t.now == 4 * 0.0625
 
 
 def test_clusters_come_and_go_while_the_daemon_runs():
@@ -115,20 +132,17 @@ def test_clusters_come_and_go_while_the_daemon_runs():
     d.add_routine(lambda: None, 0.05, "compact")
     t = threading.Thread(target=d.run)
     t.start()
-    time.sleep(0.1)
 
     def late():
         runs["late"] += 1
 
     d.add_routine(late, 0.05, "slurm-window", cluster="late")  # listed from now on
-    time.sleep(0.3)
-    assert runs["late"] >= 3
+    wait_until(lambda: runs["late"] >= 3)
     d.remove_cluster("late")  # deleted from slurmdbd
-    time.sleep(0.1)
+    wait_until(lambda: not any(th.name == "lane-late" for th in threading.enumerate()))
     seen = runs["late"]
-    time.sleep(0.3)
+    d.run_soon("slurm-window")  # no lane, no routine of that name left: nothing runs
     assert runs["late"] == seen
-    assert not any(th.name == "lane-late" for th in threading.enumerate())
     d.stop()
     t.join(10)
 
@@ -140,9 +154,11 @@ def test_the_gate_holds_every_clusters_lane_and_its_opening_wakes_them():
     d = Daemon(IdleDeliverer(), idle_delivery_wait=5.0)  # a lane waits long unless woken
     gate = {"open": False}
     runs = {"a": 0, "b": 0}
+    checks = []
     opened = threading.Event()
 
     def control():
+        checks.append(1)
         if opened.is_set():
             gate["open"] = True
 
@@ -157,13 +173,11 @@ def test_the_gate_holds_every_clusters_lane_and_its_opening_wakes_them():
     d.add_routine(count("b"), 3600, "slurm-window", cluster="b", gated=True)
     t = threading.Thread(target=d.run)
     t.start()
-    time.sleep(0.3)
+    wait_until(lambda: len(checks) >= 3)
     assert runs == {"a": 0, "b": 0}  # standing by
     opened.set()
-    woken = time.monotonic() + 3.0  # well within the lanes' 5 s wait: they were woken
-    while runs != {"a": 1, "b": 1} and time.monotonic() < woken:
-        time.sleep(0.02)
-    assert runs == {"a": 1, "b": 1}  # taken over: both lanes caught up at once
+    # well within the lanes' 5 s wait: they were woken
+    wait_until(lambda: runs == {"a": 1, "b": 1}, timeout=3.0)  # caught up at once
     d.stop()
     t.join(10)
     assert not t.is_alive()
@@ -218,7 +232,7 @@ def test_lifecycle():
 
 
 def test_gated_routines_wait_for_the_gate_and_all_run_when_it_opens():
-    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
+    d, t = paced()
     runs = {"control": 0, "window": 0, "cc": 0, "compact": 0}
     gate = {"open": False}
 
@@ -237,14 +251,14 @@ def test_gated_routines_wait_for_the_gate_and_all_run_when_it_opens():
     d.add_routine(make("compact"), 3600, "compact")
     d.run_due()
     assert runs == {"control": 1, "window": 0, "cc": 0, "compact": 1}
-    time.sleep(0.06)
+    t.now += 0.06
     d.run_due()
     assert runs == {"control": 2, "window": 0, "cc": 0, "compact": 1}
-    time.sleep(0.06)
+    t.now += 0.06
     d.run_due()  # opens in this pass: the gated routines run in the same pass, all of them
     assert runs == {"control": 3, "window": 1, "cc": 1, "compact": 1}
     gate["open"] = False
-    time.sleep(0.06)
+    t.now += 0.06
     d.run_due()
     assert runs["window"] == 1
     gate["open"] = True
@@ -253,15 +267,15 @@ def test_gated_routines_wait_for_the_gate_and_all_run_when_it_opens():
 
 
 def test_run_soon_wakes_the_loop_for_that_routine():
-    d = Daemon(IdleDeliverer(), idle_delivery_wait=0.01)
-    calls = []
-    d.add_routine(lambda: calls.append(time.monotonic()), 3600, "control")
-    t = threading.Thread(target=d.run)
-    t.start()
-    time.sleep(0.2)
-    asked = time.monotonic()
-    d.run_soon("control")
-    time.sleep(0.3)
-    d.stop()
-    t.join(5)
-    assert len(calls) == 2 and calls[1] - asked < 0.25
+    d, t = paced()
+    calls, ticks = [], []
+
+    def tick():  # a hook message for a standby daemon, in the second second
+        ticks.append(t.now)
+        if len(ticks) == 2:
+            d.run_soon("control")
+
+    d.add_routine(lambda: calls.append(t.now), 3600, "control")
+    d.add_routine(tick, 1, "tick")
+    d.run(max_cycles=3)
+    assert calls == [0.0, 1.0]  # again at once, not an hour later

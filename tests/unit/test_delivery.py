@@ -2,7 +2,6 @@
 
 import logging
 import socket
-import time
 
 import pytest
 
@@ -220,7 +219,7 @@ def test_energy_is_retried_while_cc_backend_archives_the_job(setup, caplog):
     """cc-backend stores the value, then answers 500 until the archiver wrote the job's
     meta.json; the outbox's backoff retries until it has."""
     box, d, standin = setup
-    standin.archive_after(1.5)
+    standin.archive_after(3600)
     box.enqueue([*events(), energy_event()])
     with caplog.at_level(logging.INFO):
         stats = d.run_once()
@@ -228,7 +227,7 @@ def test_energy_is_retried_while_cc_backend_archives_the_job(setup, caplog):
     (waiting,) = admin.list_events(box.store, "pending")
     assert waiting["kind"] == "energy" and waiting["error"].startswith("HTTP 500: open ")
     assert "not taken yet, will retry" in caplog.text and "WARNING" not in caplog.text
-    time.sleep(1.6)
+    standin.finish_archiving()
     box.queue.retry_now()
     assert d.run_once().delivered == 1
     assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"

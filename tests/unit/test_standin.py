@@ -534,7 +534,7 @@ def test_edit_meta_sets_one_key_of_the_run_it_names(api, standin):
 def test_edit_meta_of_a_stopped_job_waits_for_its_archive(api, standin):
     """cc-backend stores the value, then fails to update the archive it has not written yet:
     500 with http.Error's plain text (job.go:526-529)."""
-    standin.archive_after(0.5)
+    standin.archive_after(3600)
     api.start(start_body())
     assert api.stop(stop_body()).status_code == 200
     r = edit(api, meta_request())
@@ -542,7 +542,7 @@ def test_edit_meta_of_a_stopped_job_waits_for_its_archive(api, standin):
     assert r.text == ("open ./var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
                       "file or directory\n")
     assert standin.jobs("cluster24")[0]["metaData"]["energy"] == "51234"  # stored already
-    time.sleep(0.6)
+    standin.finish_archiving()
     assert edit(api, meta_request()).status_code == 200
 
 
