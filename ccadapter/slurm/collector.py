@@ -40,17 +40,16 @@ from typing import TYPE_CHECKING
 
 from ccadapter.errors import SlurmCommandError, SlurmParseError
 from ccadapter.model import Job
+from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
 from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
 from ccadapter.slurm.formats.records import (
-    ControllerJob,
     NodeState,
     ParseContext,
     SacctRecord,
     SlurmVersion,
 )
-from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.formats.text import (
     parse_cluster_name,
     parse_energy_plugin,
@@ -59,8 +58,8 @@ from ccadapter.slurm.formats.text import (
     version_from_text,
 )
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
-from ccadapter.slurm.join import GpuPatterns, build_job, controller_job
-from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
+from ccadapter.slurm.join import GpuPatterns, build_job
+from ccadapter.slurm.runner import CommandRunner
 from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
 if TYPE_CHECKING:
@@ -80,7 +79,6 @@ CONTROLLER_MEMORY = 3600
 RAN = "RUNNING,SUSPENDED"
 DETAIL_BATCH = 200  # ids per `sacct --json -j`: about 1 MB of JSON, 10 MB decoded
 LISTING_BATCH = 1000  # ids per `sacct -P -j` listing
-CONTROLLER_BATCH = 500  # commands per scontrol process
 
 
 @dataclass
@@ -112,34 +110,6 @@ class CollectorSettings:
                    energy=bool(config.cc_rest_url))
 
 
-@dataclass
-class RouteCosts:
-    """Which way to ask slurmctld about ``n`` jobs: single-job requests in one process cost
-    about ``per_job`` seconds each; a dump of every job costs ``dump`` seconds whatever ``n``
-    (it grows with the queue instead). Both are measured as the daemon runs, so the choice
-    follows the site: a dump of 50,000 queued jobs is never taken for a handful of jobs, and
-    a thousand jobs on a small cluster are read in one dump."""
-
-    per_job: float = 0.005
-    dump: float | None = None
-    min_dump: int = 64  # below this, single requests always (a dump is never that cheap)
-    first_dump: int = 500  # before any dump was measured
-
-    def prefer_dump(self, n: int) -> bool:
-        if n < self.min_dump:
-            return False
-        if self.dump is None:
-            return n >= self.first_dump
-        return n * self.per_job > self.dump
-
-    def saw_singles(self, n: int, seconds: float) -> None:
-        if n:
-            self.per_job = 0.7 * self.per_job + 0.3 * (seconds / n)
-
-    def saw_dump(self, seconds: float) -> None:
-        self.dump = seconds
-
-
 class Collector:
     """Reads jobs of one Slurm installation through a :class:`CommandRunner`."""
 
@@ -160,11 +130,13 @@ class Collector:
         self.settings = settings or CollectorSettings()
         self.clock = clock
         self.tz = tz or local_zone()
-        self.costs = costs or RouteCosts()
         self._known_version: str | None = None  # for error messages only
         self.cluster = cluster
         self._cluster: str | None = cluster  # the name jobs carry, once known
         self._config_text = config_text  # `scontrol show config`, once read
+        self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
+                                   self.settings.fetch_job_scripts, self.cluster_name_cached,
+                                   lambda: self._known_version or "unknown", cluster, costs)
 
     # --- which runs exist -----------------------------------------------------------------
 
@@ -191,7 +163,7 @@ class Collector:
 
     def _listing(self, args: list[str], cluster: str | None) -> Listing:
         argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", *args,
-                "-o", FIELDS, *self._clusters(cluster)]
+                "-o", FIELDS, *clusters_arg(cluster or self.cluster)]
         out = self.runner.run(argv, env=TIME_FORMAT_ENV)
         stamps, errors = parse_listing(out, ParseContext(self._known_version or "", "sacct -P"))
         if errors and not self._known_version:  # errors name the version: ask it now
@@ -246,7 +218,7 @@ class Collector:
         scripts_wanted = self.settings.fetch_job_scripts and bool(starts)
         argv = ["sacct", "--json", "-X", "--allusers", "--duplicates",
                 *(["-B"] if scripts_wanted else []),
-                "--jobs", ",".join(map(str, ids)), *self._clusters(cluster)]
+                "--jobs", ",".join(map(str, ids)), *clusters_arg(cluster or self.cluster)]
         with _gc_paused():
             doc = self._json(argv)
             command = " ".join(argv[:2])
@@ -266,7 +238,7 @@ class Collector:
         held = sorted({r.job_id for r in fresh if r.end_time == 0 or r.end_time >= horizon})
         no_script = {r.job_id for r in fresh if not r.script} if scripts_wanted else set()
         try:
-            controller, scripts, ctl_errors = self._controller(
+            controller, scripts, ctl_errors = self.slurmctld.records(
                 held, [i for i in held if i in no_script], cluster, str(version))
         except SlurmCommandError as exc:
             # Allocation details are an improvement, not a precondition: without them the
@@ -289,111 +261,17 @@ class Collector:
 
     def controller_jobs(self, job_ids: Iterable[int], cluster: str | None = None,
                         scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
-        """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
-        Batch scripts are fetched for the ids in ``scripts_for`` (starts). Returns the jobs
-        and the ids it could not build (unknown, or a start time that falls in the repeated
-        hour of a clock change): those are left to the poll.
+        """Jobs as slurmctld holds them (:meth:`Slurmctld.jobs`)."""
+        return self.slurmctld.jobs(job_ids, cluster, scripts_for)
 
-        Each component of a het job has its own prolog and epilog, announcing its own id:
-        a component read without its leader is read again with it (a second request, only
-        then), so that the het job is built whole, under the leader's id."""
-        ids = sorted(set(job_ids))
-        version = self._known_version or "unknown"
-        want_scripts = set(scripts_for) if self.settings.fetch_job_scripts else set()
-        held, scripts, errors = self._controller(ids, [i for i in ids if i in want_scripts],
-                                                 cluster, version)
-        leaders = sorted({c.het_job_id for c in held.values() if c.het_job_id} - set(held))
-        if leaders:
-            scripted = {c.het_job_id for c in held.values() if c.job_id in want_scripts}
-            more, more_scripts, more_errors = self._controller(
-                leaders, [i for i in leaders if i in scripted], cluster, version)
-            held.update(more)
-            scripts.update(more_scripts)
-            errors += more_errors
-        for err in errors:
-            log.error("skipped: %s", err)
-        jobs = merge_jobs(self._from_controller(held, scripts, cluster))
-        covered = {i for job in jobs for i in job.slurm_ids}
-        return jobs, [i for i in ids if i not in covered]
-
-    def _from_controller(self, held: dict[int, ControllerJob], scripts: dict[int, str],
-                         cluster: str | None) -> list[Job]:
-        """A Job per record slurmctld holds; none for a het job one of whose components has
-        a time that is not exactly known (it is left to the poll whole)."""
-        name = cluster or self.cluster_name_cached()
-        jobs: list[Job] = []
-        unsure: set[int] = set()
-        for job_id, ctl in sorted(held.items()):
-            job = controller_job(ctl, name, self.tz, self.settings.gpu_patterns)
-            if job is None:
-                if ctl.het_job_id:
-                    unsure.add(ctl.het_job_id)
-                continue
-            if job.started and ctl.batch and job_id in scripts:
-                job = replace(job, job_script=scripts[job_id])
-            jobs.append(job)
-        return [j for j in jobs if not (j.het_components and
-                                        j.het_components[0].het_job_id in unsure)]
-
-    def _controller(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
-                    version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
-        """Allocation details of ``ids`` and batch scripts of ``script_ids`` from slurmctld,
-        by the cheaper route (:class:`RouteCosts`). Records that cannot be read are error
-        strings; raises SlurmCommandError when slurmctld cannot be asked at all."""
-        if not ids and not script_ids:
-            return {}, {}, []
-        ctx = ParseContext(version, "scontrol show job -d")
-        held: dict[int, ControllerJob] = {}
-        scripts: dict[int, str] = {}
-        errors: list[str] = []
-        singles = list(ids)
-        if self.costs.prefer_dump(len(ids)):
-            held, errors = self._dump(ids, cluster, ctx)
-            singles = []
-        for i in range(0, max(len(singles), len(script_ids)), CONTROLLER_BATCH):
-            part, found, errs = self._singles(singles[i:i + CONTROLLER_BATCH],
-                                              script_ids[i:i + CONTROLLER_BATCH], cluster, ctx)
-            held.update(part)
-            scripts.update(found)
-            errors += errs
-        return held, scripts, errors
-
-    def _singles(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
-                 ctx: ParseContext) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
-        """One scontrol process: ``show job ID`` for each id, then ``write batch_script``."""
-        if not ids and not script_ids:
-            return {}, {}, []
-        batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
-        started = time.monotonic()
-        done = self.runner.unchecked(["scontrol", *self._clusters(cluster), "-d"],
-                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
-        self.costs.saw_singles(len(ids), time.monotonic() - started)
-        answers = batch.answers(done.stdout)
-        if done.transient and not any(answers):
-            raise TransientSlurmError(["scontrol", "-d"], "slurmctld could not be reached",
-                                      done.stderr)
-        held, errors = parse_scontrol_jobs(
-            (line for a in answers[:len(ids)] if a for line in a.splitlines()), ctx, set(ids))
-        scripts = {job_id: text for job_id, text in zip(script_ids, answers[len(ids):],
-                                                        strict=True) if text}
-        return held, scripts, errors
-
-    def _dump(self, ids: Sequence[int], cluster: str | None,
-              ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
-        """Every job slurmctld holds, read line by line and filtered by id as it streams."""
-        started = time.monotonic()
-        lines = self.runner.lines(["scontrol", *self._clusters(cluster), "-d", "show", "job"],
-                                  env=TIME_FORMAT_ENV)
-        held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
-        self.costs.saw_dump(time.monotonic() - started)
-        return held, errors
-
-    def _clusters(self, cluster: str | None) -> list[str]:
-        return _clusters(cluster or self.cluster)
+    @property
+    def costs(self) -> RouteCosts:
+        return self.slurmctld.costs
 
     def nodes(self, cluster: str | None = None) -> list[NodeState]:
         """Node states (``scontrol -o show node``: one call, one line per node)."""
-        out = self.runner.run(["scontrol", *self._clusters(cluster), "-o", "show", "node"])
+        out = self.runner.run(["scontrol", *clusters_arg(cluster or self.cluster), "-o", "show",
+                               "node"])
         nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
                                                       "scontrol -o show node"))
         for err in errors:
@@ -433,7 +311,7 @@ class Collector:
         """Whether slurmctld gathers energy (``AcctGatherEnergyType`` is a plugin other than
         none), from the config :meth:`cluster_name` read (else asked now, of this
         collector's cluster)."""
-        out = self._config_text or self.runner.run(["scontrol", *self._clusters(None), "show",
+        out = self._config_text or self.runner.run(["scontrol", *clusters_arg(self.cluster), "show",
                                                     "config"])
         return parse_energy_plugin(out) is not None
 
@@ -482,10 +360,6 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _clusters(cluster: str | None) -> list[str]:
-    return ["--clusters", cluster] if cluster else []
 
 
 def _merged(results: Iterable[QueryResult]) -> QueryResult:

@@ -1,0 +1,176 @@
+"""Allocation details and batch scripts from slurmctld, for the runs a caller names, by the
+cheaper of two routes: single-job requests answered by one ``scontrol`` process (``show job
+-d ID`` and ``write batch_script ID -`` for each, :mod:`.formats.scontrol`), or, when many
+are needed, a dump of every job filtered by id while it is read, so that a queue of 50,000
+pending jobs costs a dump only when a dump is cheaper (:class:`RouteCosts`). slurmctld holds
+a job until MinJobAge after its end; what it no longer holds is left to slurmdbd."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import tzinfo
+
+from ccadapter.model import Job
+from ccadapter.slurm.formats.listing import TIME_FORMAT_ENV
+from ccadapter.slurm.formats.records import ControllerJob, ParseContext
+from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
+from ccadapter.slurm.hetjob import merge_jobs
+from ccadapter.slurm.join import GpuPatterns, controller_job
+from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_BATCH = 500  # commands per scontrol process
+
+
+@dataclass
+class RouteCosts:
+    """Which way to ask slurmctld about ``n`` jobs: single-job requests in one process cost
+    about ``per_job`` seconds each; a dump of every job costs ``dump`` seconds whatever ``n``
+    (it grows with the queue instead). Both are measured as the daemon runs, so the choice
+    follows the site: a dump of 50,000 queued jobs is never taken for a handful of jobs, and
+    a thousand jobs on a small cluster are read in one dump."""
+
+    per_job: float = 0.005
+    dump: float | None = None
+    min_dump: int = 64  # below this, single requests always (a dump is never that cheap)
+    first_dump: int = 500  # before any dump was measured
+
+    def prefer_dump(self, n: int) -> bool:
+        if n < self.min_dump:
+            return False
+        if self.dump is None:
+            return n >= self.first_dump
+        return n * self.per_job > self.dump
+
+    def saw_singles(self, n: int, seconds: float) -> None:
+        if n:
+            self.per_job = 0.7 * self.per_job + 0.3 * (seconds / n)
+
+    def saw_dump(self, seconds: float) -> None:
+        self.dump = seconds
+
+
+class Slurmctld:
+    """The jobs slurmctld holds, read for a :class:`~ccadapter.slurm.collector.Collector`
+    (which owns one). ``scope``: the cluster asked (``--clusters NAME``) when a call names
+    none; ``cluster_name()`` the name the jobs carry; ``version()`` the Slurm version for
+    error messages."""
+
+    def __init__(self, runner: CommandRunner, tz: tzinfo, gpu_patterns: GpuPatterns,
+                 fetch_scripts: bool, cluster_name: Callable[[], str],
+                 version: Callable[[], str], scope: str | None = None,
+                 costs: RouteCosts | None = None) -> None:
+        self.runner, self.tz = runner, tz
+        self.gpu_patterns, self.fetch_scripts = gpu_patterns, fetch_scripts
+        self.cluster_name, self.version, self.scope = cluster_name, version, scope
+        self.costs = costs or RouteCosts()
+
+    def jobs(self, job_ids: Iterable[int], cluster: str | None = None,
+             scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
+        """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
+        Batch scripts are fetched for the ids in ``scripts_for`` (starts). Returns the jobs
+        and the ids it could not build (unknown, or a start time that falls in the repeated
+        hour of a clock change): those are left to the poll.
+
+        Each component of a het job has its own prolog and epilog, announcing its own id:
+        a component read without its leader is read again with it (a second request, only
+        then), so that the het job is built whole, under the leader's id."""
+        ids = sorted(set(job_ids))
+        version = self.version()
+        want_scripts = set(scripts_for) if self.fetch_scripts else set()
+        held, scripts, errors = self.records(ids, [i for i in ids if i in want_scripts],
+                                                 cluster, version)
+        leaders = sorted({c.het_job_id for c in held.values() if c.het_job_id} - set(held))
+        if leaders:
+            scripted = {c.het_job_id for c in held.values() if c.job_id in want_scripts}
+            more, more_scripts, more_errors = self.records(
+                leaders, [i for i in leaders if i in scripted], cluster, version)
+            held.update(more)
+            scripts.update(more_scripts)
+            errors += more_errors
+        for err in errors:
+            log.error("skipped: %s", err)
+        jobs = merge_jobs(self._from_controller(held, scripts, cluster))
+        covered = {i for job in jobs for i in job.slurm_ids}
+        return jobs, [i for i in ids if i not in covered]
+
+    def _from_controller(self, held: dict[int, ControllerJob], scripts: dict[int, str],
+                         cluster: str | None) -> list[Job]:
+        """A Job per record slurmctld holds; none for a het job one of whose components has
+        a time that is not exactly known (it is left to the poll whole)."""
+        name = cluster or self.cluster_name()
+        jobs: list[Job] = []
+        unsure: set[int] = set()
+        for job_id, ctl in sorted(held.items()):
+            job = controller_job(ctl, name, self.tz, self.gpu_patterns)
+            if job is None:
+                if ctl.het_job_id:
+                    unsure.add(ctl.het_job_id)
+                continue
+            if job.started and ctl.batch and job_id in scripts:
+                job = replace(job, job_script=scripts[job_id])
+            jobs.append(job)
+        return [j for j in jobs if not (j.het_components and
+                                        j.het_components[0].het_job_id in unsure)]
+
+    def records(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
+                version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+        """Allocation details of ``ids`` and batch scripts of ``script_ids`` from slurmctld,
+        by the cheaper route (:class:`RouteCosts`). Records that cannot be read are error
+        strings; raises SlurmCommandError when slurmctld cannot be asked at all."""
+        if not ids and not script_ids:
+            return {}, {}, []
+        ctx = ParseContext(version, "scontrol show job -d")
+        held: dict[int, ControllerJob] = {}
+        scripts: dict[int, str] = {}
+        errors: list[str] = []
+        singles = list(ids)
+        if self.costs.prefer_dump(len(ids)):
+            held, errors = self._dump(ids, cluster, ctx)
+            singles = []
+        for i in range(0, max(len(singles), len(script_ids)), CONTROLLER_BATCH):
+            part, found, errs = self._singles(singles[i:i + CONTROLLER_BATCH],
+                                              script_ids[i:i + CONTROLLER_BATCH], cluster, ctx)
+            held.update(part)
+            scripts.update(found)
+            errors += errs
+        return held, scripts, errors
+
+    def _singles(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
+                 ctx: ParseContext) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+        """One scontrol process: ``show job ID`` for each id, then ``write batch_script``."""
+        if not ids and not script_ids:
+            return {}, {}, []
+        batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
+        started = time.monotonic()
+        done = self.runner.unchecked(["scontrol", *clusters_arg(cluster or self.scope), "-d"],
+                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
+        self.costs.saw_singles(len(ids), time.monotonic() - started)
+        answers = batch.answers(done.stdout)
+        if done.transient and not any(answers):
+            raise TransientSlurmError(["scontrol", "-d"], "slurmctld could not be reached",
+                                      done.stderr)
+        held, errors = parse_scontrol_jobs(
+            (line for a in answers[:len(ids)] if a for line in a.splitlines()), ctx, set(ids))
+        scripts = {job_id: text for job_id, text in zip(script_ids, answers[len(ids):],
+                                                        strict=True) if text}
+        return held, scripts, errors
+
+    def _dump(self, ids: Sequence[int], cluster: str | None,
+              ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:
+        """Every job slurmctld holds, read line by line and filtered by id as it streams."""
+        started = time.monotonic()
+        lines = self.runner.lines(["scontrol", *clusters_arg(cluster or self.scope), "-d",
+                                   "show", "job"], env=TIME_FORMAT_ENV)
+        held, errors = parse_scontrol_jobs(lines, ctx, set(ids))
+        self.costs.saw_dump(time.monotonic() - started)
+        return held, errors
+
+
+def clusters_arg(cluster: str | None) -> list[str]:
+    """``--clusters NAME`` where a cluster is named; nothing for the local one."""
+    return ["--clusters", cluster] if cluster else []
