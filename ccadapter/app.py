@@ -37,29 +37,24 @@ from typing import Any
 from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
-from ccadapter.clusters import ClusterSync, Roster
+from ccadapter.clusters import LOOKBACK_INTERVAL, ClusterSync, LastRuns, Roster, SyncParts
 from ccadapter.config import Config
 from ccadapter.config_rules import node_state_path
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
-from ccadapter.delivery import Deliverer
-from ccadapter.errors import CcAdapterError
-from ccadapter.kinds import EventKind
+from ccadapter.delivery import Deliverer, nats_first
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.ops.status import SERVED_KEY
-from ccadapter.outbox import REJECTED, Event, Outbox, Result
+from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
-from ccadapter.reconcilers.cc_cache import CcCache
-from ccadapter.reconcilers.nodestate import NodeStates
-from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
-from ccadapter.reconcilers.stale_jobs import StaleJobs
+from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
@@ -70,9 +65,7 @@ log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
 # Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
-LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
 # A cluster's lastRun by its scope: None for the default mode's lastRunPath.
-LastRuns = Callable[[str | None], LastRun]
 
 
 @dataclass
@@ -331,7 +324,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                                  on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
-        deliver = _route(nats, rest, node_states_on_nats=node_states == "nats")
+        deliver = nats_first(nats, rest, node_states_on_nats=node_states == "nats")
     deliverer = Deliverer(outbox.queue, deliver, workers=workers,
                           on_result=recorder.delivery_result)
     intervals = {"slurm-window": config.slurm_poll_interval,
@@ -339,7 +332,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    parts = _Parts(config, outbox, client, last_run or last_runs(config), node_states)
+    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states)
 
     def make(name: str, config_text: str = "") -> ClusterSync:
         return parts.sync(name, config.multi_cluster(),
@@ -389,111 +382,3 @@ def _runner(config: Config, recorder: Recorder, cluster: str,
     return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
                        retry=retries.slurm,
                        on_command=partial(recorder.slurm_command, cluster=cluster))
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What every cluster's sync is built from."""
-
-    config: Config
-    outbox: Outbox
-    client: CcClient | None
-    last_runs: LastRuns
-    node_states: str | None  # node_state_path()
-
-    def sync(self, name: str, scoped: bool, runner: CommandRunner,
-             config_text: str = "") -> ClusterSync:
-        """``name``'s collector (``--clusters NAME`` when ``scoped``), lastRun and
-        reconcilers; ``config_text``: its ``scontrol show config`` if read already."""
-        cfg, outbox, client = self.config, self.outbox, self.client
-        collector = Collector(runner, CollectorSettings.from_config(cfg),
-                              cluster=name if scoped else None, config_text=config_text)
-        last_run = self.last_runs(name if scoped else None)
-        # the default mode asks at start (its one slurmctld must answer to start at all)
-        probe = EnergyProbe(collector, name) if scoped else None
-        window = WindowSettings(name, cfg.slurm_poll_interval, cfg.slurm_query_max_span,
-                                cfg.slurm_window_overlap, cfg.ignore_hosts_pattern(),
-                                energy=False if scoped else _energy_sent(collector, None),
-                                scoped=scoped)
-        reconcilers: dict[str, Reconciler] = {
-            "slurm-window": SlurmWindow(collector, outbox, last_run, window,
-                                        energy_probe=probe),
-            "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
-                                          lookback=LOOKBACK_SPAN, energy_probe=probe),
-            "stale-jobs": StaleJobs(collector, outbox, name),
-        }
-        if client is not None and cfg.cc_rest_submit_jobs:
-            # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job
-            # path, the stream's acknowledgement is the proof of delivery, not cc-backend's
-            # job list.
-            reconcilers["cc-cache"] = CcCache(client, collector, outbox, name,
-                                              cfg.cc_commit_job_interval)
-        if self.node_states is not None:
-            reconcilers["nodestate"] = NodeStates(collector, outbox, name,
-                                                  cfg.ignore_hosts_pattern(), time.time)
-        return ClusterSync(name, scoped, collector, last_run, reconcilers)
-
-
-class EnergyProbe:
-    """With slurmClusters: whether a cluster's consumed energy is sent, asked of its
-    slurmctld in the cluster's own lane at its first window rather than at start (a hung
-    slurmctld must not hold up the start of the other clusters), and asked again at each
-    window until it answers; until then no run is read again for energy."""
-
-    def __init__(self, collector: Collector, cluster: str) -> None:
-        self.collector = collector
-        self.cluster = cluster
-        self.known: bool | None = None
-        self._said = False
-
-    def __call__(self) -> bool:
-        if self.known is None:
-            try:
-                self.known = _energy_sent(self.collector, self.cluster)
-            except CcAdapterError as exc:
-                if not self._said:
-                    log.warning("cluster %s: energy: cannot read slurmctld's config (%s); "
-                                "asked again at the next window", self.cluster, exc)
-                    self._said = True
-                return False
-        return self.known
-
-
-def _energy_sent(collector: Collector, cluster: str | None) -> bool:
-    """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
-    REST path for it (the collector keeps it only then). Said once; the line names
-    ``cluster`` where slurmClusters names clusters (None: the default mode)."""
-    of = "" if cluster is None else f"cluster {cluster}: "
-    if not collector.energy_accounted():
-        log.info("%senergy: slurmctld gathers none (AcctGatherEnergyType); no "
-                 "metaData.energy", of)
-        return False
-    if not collector.settings.energy:
-        log.info("%senergy: slurmctld gathers it, but it goes to cc-backend over REST only "
-                 "and ccRestUrl is empty: no metaData.energy", of)
-        return False
-    log.info("%senergy: the consumed energy of each run goes into its metaData.energy "
-             "(PATCH /api/jobs/edit_meta/ after the stop)", of)
-    return True
-
-
-def _route(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
-           ) -> Callable[[Event], Result]:
-    """NATS as the only job path: starts and stops to NATS; node states to NATS when
-    natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
-    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
-
-    def deliver(event: Event) -> Result:
-        if event.kind in (EventKind.START, EventKind.STOP) or (
-                event.kind == EventKind.NODESTATE and node_states_on_nats):
-            return nats(event)
-        if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
-            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
-                          f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
-        return rest(event)
-
-    return deliver
-
-
-_NO_WAY_OUT = {EventKind.NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
-               EventKind.ENERGY: "it goes over REST only: set ccRestUrl"}

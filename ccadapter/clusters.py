@@ -12,17 +12,34 @@ The :class:`Roster` is the set of served clusters: fixed for a list of names; fo
 read again from ``sacctmgr list clusters`` (:class:`~ccadapter.slurm.clusters.ClusterList`)
 every ``slurmClusterListInterval``: a cluster that appears is served from then on, one that
 disappears is no longer polled (what the outbox holds of it is still delivered).
+
+:class:`SyncParts` builds a cluster's sync from the config (the default mode's one cluster
+too); :class:`EnergyProbe` asks a cluster's slurmctld whether it gathers energy in the
+cluster's own lane.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ccadapter.cc.client import CcClient
+from ccadapter.config import Config
+from ccadapter.errors import CcAdapterError
+from ccadapter.outbox import Outbox
 from ccadapter.reconcilers import Reconciler
+from ccadapter.reconcilers.cc_cache import CcCache
+from ccadapter.reconcilers.nodestate import NodeStates
+from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
+from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
-from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.collector import Collector, CollectorSettings
+from ccadapter.slurm.runner import CommandRunner
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,3 +87,97 @@ class Roster:
         self.syncs = {name: old.get(name) or next(s for s in added if s.name == name)
                       for name in names}
         return added, removed
+
+
+# slurm-lookback: a second window over the last hour, every ten minutes (late slurmdbd records)
+LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
+
+# Each cluster's lastRun, by its scope (None: the default mode's lastRunPath).
+LastRuns = Callable[[str | None], LastRun]
+
+
+@dataclass(frozen=True)
+class SyncParts:
+    """What every cluster's sync is built from: the config, and what the clusters share
+    (the outbox, cc-backend's client, their lastRun files)."""
+
+    config: Config
+    outbox: Outbox
+    client: CcClient | None
+    last_runs: LastRuns
+    node_states: str | None  # node_state_path()
+
+    def sync(self, name: str, scoped: bool, runner: CommandRunner,
+             config_text: str = "") -> ClusterSync:
+        """``name``'s collector (``--clusters NAME`` when ``scoped``), lastRun and
+        reconcilers; ``config_text``: its ``scontrol show config`` if read already."""
+        cfg, outbox, client = self.config, self.outbox, self.client
+        collector = Collector(runner, CollectorSettings.from_config(cfg),
+                              cluster=name if scoped else None, config_text=config_text)
+        last_run = self.last_runs(name if scoped else None)
+        # the default mode asks at start (its one slurmctld must answer to start at all)
+        probe = EnergyProbe(collector, name) if scoped else None
+        window = WindowSettings(name, cfg.slurm_poll_interval, cfg.slurm_query_max_span,
+                                cfg.slurm_window_overlap, cfg.ignore_hosts_pattern(),
+                                energy=False if scoped else _energy_sent(collector, None),
+                                scoped=scoped)
+        reconcilers: dict[str, Reconciler] = {
+            "slurm-window": SlurmWindow(collector, outbox, last_run, window,
+                                        energy_probe=probe),
+            "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
+                                          lookback=LOOKBACK_SPAN, energy_probe=probe),
+            "stale-jobs": StaleJobs(collector, outbox, name),
+        }
+        if client is not None and cfg.cc_rest_submit_jobs:
+            # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job
+            # path, the stream's acknowledgement is the proof of delivery, not cc-backend's
+            # job list.
+            reconcilers["cc-cache"] = CcCache(client, collector, outbox, name,
+                                              cfg.cc_commit_job_interval)
+        if self.node_states is not None:
+            reconcilers["nodestate"] = NodeStates(collector, outbox, name,
+                                                  cfg.ignore_hosts_pattern(), time.time)
+        return ClusterSync(name, scoped, collector, last_run, reconcilers)
+
+
+class EnergyProbe:
+    """With slurmClusters: whether a cluster's consumed energy is sent, asked of its
+    slurmctld in the cluster's own lane at its first window rather than at start (a hung
+    slurmctld must not hold up the start of the other clusters), and asked again at each
+    window until it answers; until then no run is read again for energy."""
+
+    def __init__(self, collector: Collector, cluster: str) -> None:
+        self.collector = collector
+        self.cluster = cluster
+        self.known: bool | None = None
+        self._said = False
+
+    def __call__(self) -> bool:
+        if self.known is None:
+            try:
+                self.known = _energy_sent(self.collector, self.cluster)
+            except CcAdapterError as exc:
+                if not self._said:
+                    log.warning("cluster %s: energy: cannot read slurmctld's config (%s); "
+                                "asked again at the next window", self.cluster, exc)
+                    self._said = True
+                return False
+        return self.known
+
+
+def _energy_sent(collector: Collector, cluster: str | None) -> bool:
+    """Whether consumed energy goes to cc-backend: slurmctld gathers it and there is a
+    REST path for it (the collector keeps it only then). Said once; the line names
+    ``cluster`` where slurmClusters names clusters (None: the default mode)."""
+    of = "" if cluster is None else f"cluster {cluster}: "
+    if not collector.energy_accounted():
+        log.info("%senergy: slurmctld gathers none (AcctGatherEnergyType); no "
+                 "metaData.energy", of)
+        return False
+    if not collector.settings.energy:
+        log.info("%senergy: slurmctld gathers it, but it goes to cc-backend over REST only "
+                 "and ccRestUrl is empty: no metaData.energy", of)
+        return False
+    log.info("%senergy: the consumed energy of each run goes into its metaData.energy "
+             "(PATCH /api/jobs/edit_meta/ after the stop)", of)
+    return True

@@ -6,7 +6,9 @@ built-in defaults deliver nothing and must load whatever they say here."""
 
 from __future__ import annotations
 
-from ccadapter.config import Config, missing_files
+from pathlib import Path
+
+from ccadapter.config import Config
 from ccadapter.errors import ConfigError
 
 
@@ -51,3 +53,19 @@ def node_state_warnings(config: Config) -> list[str]:
         return ["node states are not sent: set natsNodeStateSubject to cc-backend's "
                 "subject-node-state (e.g. cc.node.state), or ccRestUrl for /api/nodestate/"]
     return []
+
+
+def missing_files(config: Config) -> list[tuple[str, str]]:
+    """Files the config names that do not exist, as (key, path)."""
+    out = []
+    for key, path in (
+        ("ccRestCaBundle", config.cc_rest_ca_bundle),
+        ("natsCredsFile", config.nats_creds_file),
+        ("natsNKeySeedFile", config.nats_nkey_seed_file),
+        ("natsTlsCaFile", config.nats_tls_ca_file),
+        ("natsTlsCertFile", config.nats_tls_cert_file),
+        ("natsTlsKeyFile", config.nats_tls_key_file),
+    ):
+        if path and not Path(path).is_file():
+            out.append((key, path))
+    return out

@@ -15,9 +15,14 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from ccadapter.kinds import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+
+if TYPE_CHECKING:
+    from ccadapter.cc.delivery import RestDelivery
+    from ccadapter.notify.delivery import NatsDelivery
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +94,25 @@ class Deliverer:
                 self._failing = False
                 self.queue.retry_now()
         return stats
+
+
+def nats_first(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
+               ) -> Callable[[Event], Result]:
+    """NATS as the only job path: starts and stops to NATS; node states to NATS when
+    natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
+    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
+
+    def deliver(event: Event) -> Result:
+        if event.kind in (EventKind.START, EventKind.STOP) or (
+                event.kind == EventKind.NODESTATE and node_states_on_nats):
+            return nats(event)
+        if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
+            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
+                          f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
+        return rest(event)
+
+    return deliver
+
+
+_NO_WAY_OUT = {EventKind.NODESTATE: "set natsNodeStateSubject (or ccRestUrl)",
+               EventKind.ENERGY: "it goes over REST only: set ccRestUrl"}

@@ -25,7 +25,8 @@ from ccadapter.cli.base import (
 )
 from ccadapter.cli.run import report_undelivered
 from ccadapter.cli.tables import render_events, render_table
-from ccadapter.config import Config, missing_files
+from ccadapter.config import Config
+from ccadapter.config_rules import missing_files
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
 from ccadapter.kinds import EventKind
 from ccadapter.ops.backfill import Backfill, ChunkResult, chunks

@@ -175,7 +175,7 @@ def test_jetstream_crash_between_publish_and_record_leaves_one_copy(tmp_path):
 
         def crash(results):  # the process dies after the stream acknowledged
             raise Crash
-        box.record = crash  # type: ignore[method-assign]
+        box.queue.record = crash  # type: ignore[method-assign]
         with pytest.raises(Crash):
             d.run_once()
         box.close()

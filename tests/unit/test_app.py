@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import EnergyProbe, build
+from ccadapter.app import build
+from ccadapter.clusters import EnergyProbe
 from ccadapter.config import Config
 from ccadapter.config_rules import node_state_path, node_state_warnings
 from ccadapter.errors import SlurmCommandError
@@ -143,7 +144,7 @@ def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, cap
     keys = {"ccRestUrl": "http://127.0.0.1:9"} if rest else {**NATS_ONLY,
                                                              "natsNodeStateSubject": "n"}
     runner = slurm(plugin)
-    with caplog.at_level(logging.INFO, "ccadapter.app"):
+    with caplog.at_level(logging.INFO, "ccadapter.clusters"):
         app = build(config(tmp_path, **keys), runner=runner, workers=1)
     try:
         assert app.collector.settings.energy is rest
@@ -208,7 +209,7 @@ def test_a_clusters_energy_is_asked_again_until_its_slurmctld_answers(caplog):
         return "ClusterName = b\nAcctGatherEnergyType = acct_gather_energy/rapl\n"
     runner = ReplayRunner(answer)
     probe = EnergyProbe(Collector(runner, cluster="b"), "b")
-    with caplog.at_level(logging.INFO, "ccadapter.app"):
+    with caplog.at_level(logging.INFO, "ccadapter.clusters"):
         assert probe() is False  # not known yet: no run is read again for energy
         assert probe() is True
         assert probe() is True  # known: not asked again

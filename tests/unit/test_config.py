@@ -5,7 +5,8 @@ import pytest
 from click.testing import CliRunner
 
 from ccadapter.cli import main
-from ccadapter.config import Config, load_config, missing_files, parse_config
+from ccadapter.config import Config, load_config, parse_config
+from ccadapter.config_rules import missing_files
 from ccadapter.errors import ConfigError
 from tests.conftest import FIXTURES
 
