@@ -50,3 +50,18 @@ def test_no_command_in_the_readme_needs_sudo():
     code = re.findall(r"```.*?```", text, flags=re.S) + re.findall(r"`[^`\n]+`", text)
     code += [ln for ln in text.splitlines() if ln.startswith("    ")]  # indented blocks
     assert [c for c in code if re.search(r"\bsudo\s+\S", c)] == []  # sudo COMMAND
+
+
+def test_how_it_is_built_names_every_module_and_only_existing_ones():
+    """The map in "How it is built" matches the tree: every module of ccadapter/ is named
+    (as ``name.py`` in its package's part), and every ``.py`` file named exists."""
+    text = README.read_text()
+    section = text[text.index("## How it is built"):text.index("## Admin guide")]
+    package = Path(__file__).resolve().parents[2] / "ccadapter"
+    modules = {p.relative_to(package) for p in package.rglob("*.py")
+               if p.name != "__init__.py" and p.name != "__main__.py"}
+    named = set(re.findall(r"`(?:ccadapter/)?([\w/]*?)([\w]+\.py)`", section))
+    missing = sorted(str(m) for m in modules if m.name not in {f for _, f in named})
+    assert missing == []
+    unknown = sorted(f for _, f in named if not any(m.name == f for m in modules))
+    assert unknown == []
