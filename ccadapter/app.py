@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccadapter import clustername
 from ccadapter.cc.client import CcClient
@@ -46,7 +46,6 @@ from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, nats_first
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
-from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.ops.status import SERVED_KEY
 from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
@@ -60,6 +59,9 @@ from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
+
+if TYPE_CHECKING:  # nats-py is imported only where NATS is configured (a few MB of RSS)
+    from ccadapter.notify.nats import NatsPublisher
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +311,10 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       retry=retries.http, on_request=recorder.cc_request
                       ) if config.cc_rest_url else None
-    publisher = NatsPublisher(NatsOptions.from_config(config), retries.nats_connect) \
-        if nats_on else None
+    publisher = None
+    if nats_on:
+        from ccadapter.notify.nats import NatsOptions, NatsPublisher
+        publisher = NatsPublisher(NatsOptions.from_config(config), retries.nats_connect)
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
     nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
     node_states = node_state_path(config)

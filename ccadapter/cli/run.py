@@ -33,7 +33,7 @@ from ccadapter.config import Config
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import MetricsServer
-from ccadapter.notify.nats import safe_url
+from ccadapter.notify.message import safe_url
 from ccadapter.ops.checks import Identity, startup_warnings
 from ccadapter.ops.status import CycleLog, scrub, secret_values
 from ccadapter.outbox import Outbox, admin

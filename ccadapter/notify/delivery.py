@@ -9,8 +9,7 @@ from typing import Protocol
 from ccadapter.kinds import EventKind
 from ccadapter.loggate import LogGate
 from ccadapter.notify.lineproto import LineProtocolError
-from ccadapter.notify.message import Message, job_message, nodestate_message
-from ccadapter.notify.nats import Published
+from ccadapter.notify.message import Message, Published, job_message, nodestate_message
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)

@@ -72,3 +72,17 @@ def nodestate_message(body: dict[str, Any], taken_at: int, subject: str) -> Mess
                        int(taken_at) * 1_000_000_000)
     return Message(line.encode(), msg_id(body["cluster"], 0, taken_at, EventKind.NODESTATE),
                    subject)
+
+
+@dataclass(frozen=True)
+class Published:
+    ok: bool
+    error: str = ""
+    permanent: bool = False  # retrying cannot help (the message is too large)
+    duplicate: bool = False  # JetStream had it already (a resend)
+
+
+def safe_url(url: str) -> str:
+    """The server URL without any user:password@ part."""
+    scheme, sep, rest = url.rpartition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}"

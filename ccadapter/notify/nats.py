@@ -30,7 +30,7 @@ import nats.js.errors
 
 from ccadapter.config import Config
 from ccadapter.loggate import LogGate
-from ccadapter.notify.message import Message
+from ccadapter.notify.message import Message, Published, safe_url
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -75,14 +75,6 @@ class NatsOptions:
         if self.tls_cert_file:
             ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file or None)
         return ctx
-
-
-@dataclass(frozen=True)
-class Published:
-    ok: bool
-    error: str = ""
-    permanent: bool = False  # retrying cannot help (the message is too large)
-    duplicate: bool = False  # JetStream had it already (a resend)
 
 
 def describe(exc: BaseException) -> str:
@@ -255,9 +247,3 @@ class NatsPublisher:
                              f"--dupe-window 1h`, or set natsJetStream to false")
         except (TimeoutError, nats.errors.Error, nats.js.errors.Error, OSError) as exc:
             return Published(False, describe(exc))
-
-
-def safe_url(url: str) -> str:
-    """The server URL without any user:password@ part."""
-    scheme, sep, rest = url.rpartition("://")
-    return f"{scheme}{sep}{rest.rpartition('@')[2]}"
