@@ -47,7 +47,7 @@ from ccadapter.delivery import Deliverer, nats_first
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.ops.status import SERVED_KEY
-from ccadapter.outbox import Outbox
+from ccadapter.outbox import Event, Outbox, Result
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.router import HookRouter
@@ -322,7 +322,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"
-        deliver = rest
+        deliver: Callable[[Event], Result] = rest
         if nats is not None:
             notifier = Deliverer(outbox.notifications(), nats, workers=workers,
                                  on_result=recorder.nats_result)

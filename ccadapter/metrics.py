@@ -35,6 +35,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from ccadapter.kinds import EventKind
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin
+from ccadapter.outbox.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,10 @@ T = TypeVar("T")
 
 
 class OutboxStats(Protocol):
-    def stats(self) -> dict[str, Any]: ...
+    """An outbox whose figures are read at scrape time (``admin.stats`` of its store)."""
+
+    @property
+    def store(self) -> Store: ...
 
 
 @dataclass

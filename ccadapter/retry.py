@@ -16,9 +16,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, stop_after_attempt, stop_never
+
+if TYPE_CHECKING:
+    from ccadapter.config import Config
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,6 @@ class RetryPolicy:
             wait=lambda state: self.delay(state.attempt_number), **kwargs)
 
 
-class _Settings(Protocol):
-    slurm_max_retries: int
-    slurm_query_delay: float
-
-
 @dataclass(frozen=True)
 class RetryPolicies:
     """Every retry of the daemon and the one-shot commands."""
@@ -68,7 +66,7 @@ class RetryPolicies:
     nats_connect: RetryPolicy = field(default_factory=lambda: RetryPolicy(5.0, 60.0))
 
     @classmethod
-    def from_config(cls, config: _Settings) -> RetryPolicies:
+    def from_config(cls, config: Config) -> RetryPolicies:
         """The defaults, with the fast path's tries and longest delay from the config
         (``slurmMaxRetries``, ``slurmQueryDelay``)."""
         return cls(fast_path=RetryPolicy(0.05, config.slurm_query_delay,

@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ccadapter.cc.client import CcClient
 from ccadapter.outbox import DELIVERED, Outbox
@@ -34,17 +35,16 @@ log = logging.getLogger(__name__)
 Run = tuple[int, int]
 
 
+@dataclass(eq=False)
 class CcCache:
-    name = "cc-cache"
+    name: ClassVar[str] = "cc-cache"
 
-    def __init__(self, client: CcClient, collector: Collector, outbox: Outbox, cluster: str,
-                 commit_interval: float = 300.0, clock: Callable[[], float] = time.time) -> None:
-        self.client = client
-        self.collector = collector
-        self.outbox = outbox
-        self.cluster = cluster
-        self.commit_interval = commit_interval
-        self.clock = clock
+    client: CcClient
+    collector: Collector
+    outbox: Outbox
+    cluster: str
+    commit_interval: float = 300.0
+    clock: Callable[[], float] = time.time
 
     def run_once(self) -> dict[str, Any]:
         # phase 1: both sides' view, as sets of runs

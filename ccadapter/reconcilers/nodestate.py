@@ -11,23 +11,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ccadapter.kinds import EventKind
 from ccadapter.outbox import NewEvent, Outbox
 from ccadapter.slurm.collector import Collector
 
 
+@dataclass(eq=False)
 class NodeStates:
-    name = "nodestate"
+    name: ClassVar[str] = "nodestate"
 
-    def __init__(self, collector: Collector, outbox: Outbox, cluster: str,
-                 ignore: re.Pattern[str] | None, clock: Callable[[], float]) -> None:
-        self.collector = collector
-        self.outbox = outbox
-        self.cluster = cluster
-        self.ignore = ignore
-        self.clock = clock
+    collector: Collector
+    outbox: Outbox
+    cluster: str
+    ignore: re.Pattern[str] | None
+    clock: Callable[[], float]
 
     def run_once(self) -> dict[str, Any]:
         nodes = self.collector.nodes()

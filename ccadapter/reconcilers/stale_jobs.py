@@ -14,7 +14,8 @@ an operator stops it there.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers.events import events_for
@@ -23,15 +24,15 @@ from ccadapter.slurm.collector import Collector
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class StaleJobs:
-    name = "stale-jobs"
+    name: ClassVar[str] = "stale-jobs"
 
-    def __init__(self, collector: Collector, outbox: Outbox, cluster: str) -> None:
-        self.collector = collector
-        self.outbox = outbox
-        self.cluster = cluster
-        self._unlisted: set[tuple[int, int]] = set()
-        self._reported: set[tuple[int, int]] = set()
+    collector: Collector
+    outbox: Outbox
+    cluster: str
+    _unlisted: set[tuple[int, int]] = field(default_factory=set, init=False)
+    _reported: set[tuple[int, int]] = field(default_factory=set, init=False)
 
     def run_once(self) -> dict[str, Any]:
         open_runs = set(self.outbox.open_runs(self.cluster))
