@@ -166,6 +166,15 @@ def metric(port: int, name: str, **labels: str) -> float:
     return 0.0
 
 
+def status_json(config: Path) -> dict:
+    """``ccadapter status --format json`` of this config, while the daemon runs."""
+    out = subprocess.run(
+        [sys.executable, "-m", "ccadapter", "status", "--format", "json", "--config",
+         str(config)], capture_output=True, text=True, timeout=60, check=True,
+        stdin=subprocess.DEVNULL)
+    return json.loads(out.stdout)
+
+
 def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, tmp_path):
     c22 = testbed["22.05"]
     scale, scale_hook = clusterscale
@@ -238,10 +247,7 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
                      60, "clusterscale: phase 2 not delivered after it answered again")
             figures.append(f"clusterscale back: its {JOBS} jobs delivered in "
                            f"{time.monotonic() - t2:.1f} s")
-            status = subprocess.run(
-                [sys.executable, "-m", "ccadapter", "status", "--format", "json", "--config",
-                 str(path)], capture_output=True, text=True, timeout=60, check=True,
-                stdin=subprocess.DEVNULL)
+            doc = status_json(path)
         finally:
             exit_code = daemon.terminate()
         log = daemon.log.read_text()
@@ -264,7 +270,6 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
              if isinstance(r.body, dict) and r.body.get("cluster")
              and r.body["cluster"] not in (c22.name, scale.name)]
     assert other == []
-    doc = json.loads(status.stdout)
     assert set(doc["clusters"]) == {c22.name, scale.name}
     assert all(v["served"] for v in doc["clusters"].values())
     hooks = "hook on its own socket" if sockets else "polls only (its hook port was taken)"
@@ -326,10 +331,7 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
             figures.append(f"{2 * JOBS} jobs delivered in {time.monotonic() - t0:.1f} s")
             failed = {n: metric(port, "ccadapter_reconciler_failures_total",
                                 reconciler="nodestate", cluster=n) for n in listed}
-            status = subprocess.run(
-                [sys.executable, "-m", "ccadapter", "status", "--format", "json", "--config",
-                 str(path)], capture_output=True, text=True, timeout=60, check=True,
-                stdin=subprocess.DEVNULL)
+            doc = status_json(path)
         finally:
             exit_code = daemon.terminate()
         log = daemon.log.read_text()
@@ -346,7 +348,6 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
     named = {r.body.get("cluster") for r in standin.requests()
              if isinstance(r.body, dict) and r.body.get("cluster")}
     assert named <= set(listed), named
-    doc = json.loads(status.stdout)
     assert set(doc["clusters"]) == set(listed)
     assert all(v["served"] for v in doc["clusters"].values())
     for c in both:
