@@ -67,7 +67,7 @@ def _het_leader(record: Mapping[str, Any]) -> int:
     return 0 if unset else _num(het.get("job_id"))
 
 
-def _job_id_text(record: Mapping[str, Any]) -> str:
+def job_id_text(record: Mapping[str, Any]) -> str:
     """sacct's JobID: ``11+1`` for a het job's component, ``10_3`` for an array task."""
     leader = _het_leader(record)
     if leader:
@@ -243,7 +243,7 @@ class RecordedSlurm:
             t = r.get("time", {})
             start, end = _epoch(t.get("start")), _epoch(t.get("end"))
             nodes = r.get("nodes") or "None assigned"
-            lines.append(f"{r.get('job_id')}|{_job_id_text(r)}|{start or 'Unknown'}|"
+            lines.append(f"{r.get('job_id')}|{job_id_text(r)}|{start or 'Unknown'}|"
                          f"{end or 'Unknown'}|{_state(r)}|{nodes}")
         return "".join(line + "\n" for line in lines)
 

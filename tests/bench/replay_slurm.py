@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fakeslurm import RecordedSlurm
+from tests.fakeslurm import RecordedSlurm, job_id_text
 
 FIRST_ID = 1_000_000  # tests.bench.delivery.write_backlog numbers the jobs from here
 
@@ -57,8 +57,9 @@ def _served(base: Path, ids: set[int]) -> tuple[dict, str]:
 
 
 def _listing(doc: dict) -> str:
-    """sacct -P's lines for every record of a chunk: the window lists what it handed out."""
-    return "".join(f"{r['job_id']}|{r['time']['start']}|{r['time']['end']}|"
+    """sacct -P's lines for every record of a chunk, in the listing's fields
+    (JobIDRaw,JobID,Start,End,State,NodeList): the window lists what it handed out."""
+    return "".join(f"{r['job_id']}|{job_id_text(r)}|{r['time']['start']}|{r['time']['end']}|"
                    f"{r['state']['current'][0]}|{r['nodes']}\n" for r in doc["jobs"])
 
 
