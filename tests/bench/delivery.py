@@ -94,8 +94,11 @@ def write_backlog(base: Path, n_jobs: int, now: float) -> None:
     busy = (src / "scontrol-d-busy.txt").read_text()
     blocks = {int(b.split()[0][6:]): b.strip("\n") for b in busy.split("\n\n")
               if b.strip().startswith("JobId=")}
+    # a het job's components are left out: copied under new ids, they would still name
+    # their leader (het.job_id) and be merged into one job, or dropped without it
     base_recs = [r for r in doc["jobs"] if r["time"]["start"] and r["time"]["end"]
-                 and r.get("nodes") not in (None, "", "None assigned")]
+                 and r.get("nodes") not in (None, "", "None assigned")
+                 and not (r.get("het") or {}).get("job_id")]
     (base / "cluster").write_text(doc["jobs"][0]["cluster"])
     (base / "empty.json").write_text(json.dumps({**doc, "jobs": []}))
     (base / "chunk_jobs").write_text(str(CHUNK_JOBS))

@@ -12,3 +12,18 @@ def test_the_replayed_listing_is_read_whole():
     stamps, errors = parse_listing(_listing(doc), ParseContext("24.11.5", "sacct -P"))
     assert errors == []
     assert sorted(s.job_id for s in stamps) == sorted(r["job_id"] for r in doc["jobs"])
+
+
+def test_every_job_of_the_backlog_is_a_run_of_its_own(tmp_path):
+    """The backlog's copies of recorded runs are listed one run each (a copied het job's
+    component would be merged into its leader, and the benchmark would wait for ever)."""
+    import json
+    import time
+
+    from tests.bench.delivery import write_backlog
+
+    write_backlog(tmp_path, 300, time.time())
+    doc = json.loads((tmp_path / "window-000.json").read_text())
+    stamps, errors = parse_listing(_listing(doc), ParseContext("24.11.5", "sacct -P"))
+    assert errors == [] and len({s.job_id for s in stamps}) == 300
+    assert all(not (r.get("het") or {}).get("job_id") for r in doc["jobs"])
