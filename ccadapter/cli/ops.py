@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -112,6 +114,22 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
                else render_events(rows, deps.clock()))
 
 
+@contextmanager
+def _changing(config_path: str | None, command: str, ids: tuple[int, ...],
+              all_rejected: bool) -> Iterator[tuple[Config, Outbox]]:
+    """What ``queue retry`` and ``queue drop`` change: given ids or every rejected event
+    (one of the two), in the outbox that exists, held for ``command`` meanwhile."""
+    if bool(ids) == all_rejected:
+        raise click.UsageError("give event ids or --all-rejected (not both)")
+    config = load(config_path)
+    outbox = _existing_outbox(config)
+    try:
+        with outbox_writer(config, config_path, command):
+            yield config, outbox
+    finally:
+        outbox.close()
+
+
 @queue.command("retry")
 @config_option
 @click.argument("ids", nargs=-1, type=int)
@@ -119,15 +137,8 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
 def queue_retry(config_path: str | None, ids: tuple[int, ...], all_rejected: bool) -> None:
     """Make events due now: rejected ones (after a fix in cc-backend) and pending ones
     waiting for their next attempt. Exit 1 if a given id was not retried."""
-    if bool(ids) == all_rejected:
-        raise click.UsageError("give event ids or --all-rejected (not both)")
-    config = load(config_path)
-    outbox = _existing_outbox(config)
-    try:
-        with outbox_writer(config, config_path, "queue retry"):
-            done = admin.requeue(outbox.store, None if all_rejected else ids)
-    finally:
-        outbox.close()
+    with _changing(config_path, "queue retry", ids, all_rejected) as (_, outbox):
+        done = admin.requeue(outbox.store, None if all_rejected else ids)
     click.echo(f"{len(done)} event(s) due now" + (f": {_ids(done)}" if done else ""))
     if missed := sorted(set(ids) - set(done)):
         raise CommandExit(f"not retried (no such event, or delivered: use `backfill "
@@ -147,16 +158,9 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
 
     Dropped events stay in the outbox as done, so overlapping Slurm windows do not
     enqueue them again."""
-    if bool(ids) == all_rejected:
-        raise click.UsageError("give event ids or --all-rejected (not both)")
-    config = load(config_path)
-    outbox = _existing_outbox(config)
-    try:
-        with outbox_writer(config, config_path, "queue drop"):
-            done = _drop_confirmed(outbox, ids, all_rejected, yes, secret_values(config),
-                                   deps.clock())
-    finally:
-        outbox.close()
+    with _changing(config_path, "queue drop", ids, all_rejected) as (config, outbox):
+        done = _drop_confirmed(outbox, ids, all_rejected, yes, secret_values(config),
+                               deps.clock())
     if done is not None:
         click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))
 
