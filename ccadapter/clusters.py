@@ -132,7 +132,7 @@ class SyncParts:
             # cc-cache re-sends what cc-backend lost; over REST only: with NATS as the job
             # path, the stream's acknowledgement is the proof of delivery, not cc-backend's
             # job list.
-            reconcilers["cc-cache"] = CcCache(client, collector, outbox, name,
+            reconcilers["cc-cache"] = CcCache(collector, outbox, name, client,
                                               cfg.cc_commit_job_interval)
         if self.node_states is not None:
             reconcilers["nodestate"] = NodeStates(collector, outbox, name,

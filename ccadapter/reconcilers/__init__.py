@@ -9,7 +9,14 @@ delivery is the outbox's business.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ccadapter.reconcilers.events import events_for
+
+if TYPE_CHECKING:
+    from ccadapter.outbox import Outbox
+    from ccadapter.slurm.collector import Collector
 
 
 class Reconciler(Protocol):
@@ -18,3 +25,26 @@ class Reconciler(Protocol):
     def run_once(self) -> dict[str, Any]:
         """One cycle; returns a small summary for logs and ``sync --once``."""
         ...
+
+
+@dataclass(eq=False)
+class OneCluster:
+    """What the reconcilers that follow one cluster's live state (stale-jobs, cc-cache,
+    nodestate) work with: that cluster's Slurm, through its collector, and the outbox, where
+    their events carry the cluster's name. (slurm-window reads its cluster from its
+    ``WindowSettings``, which it shares with slurm-lookback.)"""
+
+    collector: Collector
+    outbox: Outbox
+    cluster: str
+
+    def enqueue_ended(self, runs: set[tuple[int, int]]) -> int:
+        """The events of those ``runs`` that Slurm shows ended go into the outbox, read a
+        batch of ids at a time (no job scripts: an end needs none); returns how many were
+        new."""
+        added = 0
+        for result in self.collector.iter_jobs({job_id for job_id, _ in runs}, starts=()):
+            added += self.outbox.enqueue([ev for job in result.jobs
+                                          if (job.job_id, job.start_time) in runs
+                                          and job.finished for ev in events_for(job)])
+        return added

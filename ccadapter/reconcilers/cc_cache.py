@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ccadapter.cc.client import CcClient
-from ccadapter.outbox import DELIVERED, Outbox
+from ccadapter.outbox import DELIVERED
+from ccadapter.reconcilers import OneCluster
 from ccadapter.reconcilers.events import events_for
-from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,10 @@ Run = tuple[int, int]
 
 
 @dataclass(eq=False)
-class CcCache:
+class CcCache(OneCluster):
     name: ClassVar[str] = "cc-cache"
 
     client: CcClient
-    collector: Collector
-    outbox: Outbox
-    cluster: str
     commit_interval: float = 300.0
     clock: Callable[[], float] = time.time
 
@@ -55,22 +52,11 @@ class CcCache:
         listing = self.collector.stamps(now, now)
         slurm_runs = {s.run for s in listing.stamps if s.started and not s.finished}
         # phase 2: what to change
-        ended = self._ended(cc_runs - slurm_runs)
+        # runs cc-backend shows running that Slurm no longer lists as running
+        ended = self.enqueue_ended(cc_runs - slurm_runs) if cc_runs - slurm_runs else 0
         reopened, added, waiting = self._missing(slurm_runs - cc_runs, now)
         return {"cc_running": len(cc_runs), "slurm_running": len(slurm_runs), "ended": ended,
                 "reopened": reopened, "new_events": added, "in_cc_job_cache": waiting}
-
-    def _ended(self, runs: set[Run]) -> int:
-        """Runs cc-backend shows running that Slurm no longer lists as running."""
-        added = 0
-        if not runs:
-            return 0
-        for result in self.collector.iter_jobs({j for j, _ in runs}, starts=()):
-            events = [ev for job in result.jobs
-                      if (job.job_id, job.start_time) in runs and job.finished
-                      for ev in events_for(job)]
-            added += self.outbox.enqueue(events)
-        return added
 
     def _missing(self, runs: set[Run], now: float) -> tuple[int, int, int]:
         """Runs Slurm lists running that cc-backend does not list."""

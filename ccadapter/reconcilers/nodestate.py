@@ -15,17 +15,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ccadapter.kinds import EventKind
-from ccadapter.outbox import NewEvent, Outbox
-from ccadapter.slurm.collector import Collector
+from ccadapter.outbox import NewEvent
+from ccadapter.reconcilers import OneCluster
 
 
 @dataclass(eq=False)
-class NodeStates:
+class NodeStates(OneCluster):
     name: ClassVar[str] = "nodestate"
 
-    collector: Collector
-    outbox: Outbox
-    cluster: str
     ignore: re.Pattern[str] | None
     clock: Callable[[], float]
 

@@ -17,20 +17,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ccadapter.outbox import Outbox
-from ccadapter.reconcilers.events import events_for
-from ccadapter.slurm.collector import Collector
+from ccadapter.reconcilers import OneCluster
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
-class StaleJobs:
+class StaleJobs(OneCluster):
     name: ClassVar[str] = "stale-jobs"
 
-    collector: Collector
-    outbox: Outbox
-    cluster: str
     _unlisted: set[tuple[int, int]] = field(default_factory=set, init=False)
     _reported: set[tuple[int, int]] = field(default_factory=set, init=False)
 
@@ -43,18 +38,9 @@ class StaleJobs:
         listed = {s.run: s for s in listing.stamps}
         ended = {run for run in open_runs if run in listed and listed[run].finished}
         self._note_unlisted(open_runs - set(listed))
-        stopped = self._stop(ended) if ended else 0
+        stopped = self.enqueue_ended(ended) if ended else 0
         return {"open": len(open_runs), "ended": len(ended), "unlisted": len(self._unlisted),
                 "stopped": stopped}
-
-    def _stop(self, runs: set[tuple[int, int]]) -> int:
-        stopped = 0
-        for result in self.collector.iter_jobs({job_id for job_id, _ in runs}, starts=()):
-            events = [ev for job in result.jobs
-                      if (job.job_id, job.start_time) in runs and job.finished
-                      for ev in events_for(job)]
-            stopped += self.outbox.enqueue(events)
-        return stopped
 
     def _note_unlisted(self, unlisted: set[tuple[int, int]]) -> None:
         for job_id, start in sorted((unlisted & self._unlisted) - self._reported):

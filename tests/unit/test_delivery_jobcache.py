@@ -206,7 +206,7 @@ def test_cc_cache_at_start_never_duplicates_nor_rejects_a_cached_start(tmp_path)
         assert rig.drain(box).delivered == 1  # the start, cached by cc-backend
         # the daemon restarts: cc-cache runs first, cc-backend does not list the run yet
         assert client.running_jobs("cluster24") == []
-        CcCache(client, OneRunningJob(job), box, "cluster24").run_once()
+        CcCache(OneRunningJob(job), box, "cluster24", client).run_once()
         rig.drain(box)
         standin.commit_now()
         box.queue.retry_now()

@@ -287,7 +287,7 @@ def test_cc_cache_sends_the_stop_cc_backend_missed(env, standin, client):
     # cc-backend shows a run running that Slurm ended (the stop was lost)
     _deliver_start_only(box, standin, done)
     clock.now = max(j.end_time for j in jobs.values()) + 60
-    cache = CcCache(client, collector, box, CLUSTER, commit_interval=300, clock=clock)
+    cache = CcCache(collector, box, CLUSTER, client, commit_interval=300, clock=clock)
     summary = cache.run_once()
     assert summary["cc_running"] == 1 and summary["ended"] == 1  # its stop (start: known)
     assert [e.kind for e in box.queue.due()] == ["stop"]
@@ -316,7 +316,7 @@ def test_cc_cache_resends_a_lost_start_only_after_the_commit_interval(env, clien
                           {"jobId": job_id, "resources": [{"hostname": "m1"}]})])
     (ev,) = box.queue.due()
     box.queue.record([Result(ev.id, DELIVERED)])  # delivered just now: in cc-backend's job cache
-    cache = CcCache(client, collector, box, CLUSTER, commit_interval=120, clock=clock)
+    cache = CcCache(collector, box, CLUSTER, client, commit_interval=120, clock=clock)
     summary = cache.run_once()
     assert summary["slurm_running"] == 1 and summary["in_cc_job_cache"] == 1
     assert box.queue.due() == []  # not sent again: cc-backend 1.5 would answer 500
@@ -381,7 +381,7 @@ def test_cc_cache_sees_a_running_het_job_as_the_leaders_run(env, client, standin
     assert job.started and not job.finished
     _deliver_start_only(box, standin, job)
     clock.now = job.start_time + 3600  # long after the leader ended
-    cache = CcCache(client, collector, box, CLUSTER, commit_interval=300, clock=clock)
+    cache = CcCache(collector, box, CLUSTER, client, commit_interval=300, clock=clock)
     summary = cache.run_once()
     assert summary["cc_running"] == 1 and summary["slurm_running"] == 1
     assert summary["ended"] == summary["new_events"] == summary["reopened"] == 0
