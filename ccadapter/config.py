@@ -20,9 +20,10 @@ import logging
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -44,6 +45,53 @@ _ALIASES = {"slurmQueryMaxRetries": "slurmMaxRetries"}
 
 # Keys whose values are secrets: never logged, never echoed in errors.
 SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
+
+
+def _compile(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return pattern
+
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+
+
+def parse_listen_address(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` -> (host, port); ``""`` -> None.
+
+    Checked when the file is loaded, so a typo exits 2 naming the key instead of failing
+    (or listening somewhere unexpected) when the daemon binds. ``:PORT`` is every IPv4
+    address, as for Python's servers; ``[::]:PORT`` asks for IPv6.
+    """
+    if not value:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT, [IPv6]:PORT or :PORT with a port from 1 to "
+                         f"65535, got {value!r}")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address") from None
+        return host[1:-1], int(port)
+    if ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:{port}; got {value!r}")
+    if host and not _HOSTNAME.match(host):
+        raise ValueError(f"{host!r} is neither an IP address nor a host name")
+    return host or "0.0.0.0", int(port)
+
+
+def _listen_address(value: str) -> str:
+    parse_listen_address(value)
+    return value
+
+
+# Text keys checked when the file is loaded, kept as written.
+HostRegex = Annotated[str, AfterValidator(_compile)]
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
 
 
 class Config(BaseModel):
@@ -73,7 +121,7 @@ class Config(BaseModel):
     cc_rest_submit_jobs: bool = Field(True, alias="ccRestSubmitJobs")
     cc_poll_interval: int = Field(6 * 3600, alias="ccPollInterval")
     gpu_pci_addrs: dict[str, list[str]] = Field(default_factory=dict, alias="gpuPciAddrs")
-    ignore_hosts: str = Field("", alias="ignoreHosts")
+    ignore_hosts: HostRegex = Field("", alias="ignoreHosts")
     nats_server: str = Field("", alias="natsServer")
     nats_port: int = Field(4222, alias="natsPort", gt=0, lt=65536)
     nats_subject: str = Field("jobs", alias="natsSubject")
@@ -124,7 +172,7 @@ class Config(BaseModel):
     nats_node_state_subject: str = Field("", alias="natsNodeStateSubject")
     # Where the daemon serves Prometheus metrics: "127.0.0.1:9102", "[::1]:9102" or ":9102"
     # (every IPv4 address). Empty: no metrics, no listening socket.
-    metrics_listen: str = Field("", alias="metricsListen")
+    metrics_listen: ListenAddress = Field("", alias="metricsListen")
     # The Slurm clusters one daemon serves (several clusters of one slurmdbd): names, or
     # ["*"] for every cluster `sacctmgr list clusters` names, as cc-slurm-adapter does. Each
     # gets `--clusters NAME` on every Slurm command and state of its own (see
@@ -158,12 +206,6 @@ class Config(BaseModel):
             raise ValueError(f"must not be negative, got {value}")
         # cc-slurm-adapter turns 0 into 1 (0 would be busy waiting); so do we.
         return max(value, 1)
-
-    @field_validator("ignore_hosts")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        _compile(value)
-        return value
 
     @field_validator("gpu_pci_addrs")
     @classmethod
@@ -209,12 +251,6 @@ class Config(BaseModel):
         if value and not _HOSTNAME.match(value):
             raise ValueError(f"must be a host name as SlurmctldHost spells it (without the "
                              f"address in parentheses), got {value!r}")
-        return value
-
-    @field_validator("metrics_listen")
-    @classmethod
-    def _listen_address(cls, value: str) -> str:
-        parse_listen_address(value)
         return value
 
     @field_validator("slurm_clusters")
@@ -300,42 +336,6 @@ class Config(BaseModel):
             if data.get(key):
                 data[key] = "<redacted>"
         return data
-
-
-def _compile(pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
-
-
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
-
-
-def parse_listen_address(value: str) -> tuple[str, int] | None:
-    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` -> (host, port); ``""`` -> None.
-
-    Checked when the file is loaded, so a typo exits 2 naming the key instead of failing
-    (or listening somewhere unexpected) when the daemon binds. ``:PORT`` is every IPv4
-    address, as for Python's servers; ``[::]:PORT`` asks for IPv6.
-    """
-    if not value:
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"must be HOST:PORT, [IPv6]:PORT or :PORT with a port from 1 to "
-                         f"65535, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ValueError(f"{host} is not an IPv6 address") from None
-        return host[1:-1], int(port)
-    if ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:{port}; got {value!r}")
-    if host and not _HOSTNAME.match(host):
-        raise ValueError(f"{host!r} is neither an IP address nor a host name")
-    return host or "0.0.0.0", int(port)
 
 
 def _canonical_keys() -> dict[str, str]:
