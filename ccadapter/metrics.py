@@ -53,6 +53,16 @@ CC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.
 T = TypeVar("T")
 
 
+def _counter(registry: CollectorRegistry, name: str, doc: str, labels: list[str], *,
+             present: Iterable[tuple[str, ...]]) -> Counter:
+    """A counter whose series for the label values in ``present`` exist from the start, at
+    0: rate() and increase() see the first event only where the series was there before."""
+    counter = Counter(name, doc, labels, registry=registry)
+    for values in present:
+        counter.labels(*values)
+    return counter
+
+
 class OutboxStats(Protocol):
     """An outbox whose figures are read at scrape time (``admin.stats`` of its store)."""
 
@@ -121,19 +131,15 @@ class Metrics:
             ["reconciler", "cluster"], registry=registry)
 
     def _events(self, registry: CollectorRegistry) -> None:
-        self.enqueued = Counter("ccadapter_events_enqueued",
-                                "New events stored in the outbox (repeats not counted).",
-                                ["kind"], registry=registry)
-        self.delivered = Counter("ccadapter_events_delivered",
-                                 "Events cc-backend accepted (or already had); with "
-                                 "ccRestSubmitJobs=false, events NATS took.",
-                                 ["kind"], registry=registry)
-        self.rejected = Counter("ccadapter_events_rejected",
-                                "Events cc-backend refused for good; parked in the outbox.",
-                                ["kind"], registry=registry)
-        for kind in EventKind:  # present from the start, so rate() sees the first event
-            for counter in (self.enqueued, self.delivered, self.rejected):
-                counter.labels(kind)
+        kinds = [(kind,) for kind in EventKind]
+        self.enqueued, self.delivered, self.rejected = (
+            _counter(registry, f"ccadapter_events_{outcome}", doc, ["kind"], present=kinds)
+            for outcome, doc in (
+                ("enqueued", "New events stored in the outbox (repeats not counted)."),
+                ("delivered", "Events cc-backend accepted (or already had); with "
+                              "ccRestSubmitJobs=false, events NATS took."),
+                ("rejected", "Events cc-backend refused for good; parked in the outbox."),
+            ))
         self.nats = Counter("ccadapter_nats_notifications",
                             "NATS notifications of events cc-backend took, by outcome: "
                             "published, retry (NATS unreachable: waits in the outbox), "
@@ -145,12 +151,10 @@ class Metrics:
             "ccadapter_slurm_command_duration_seconds",
             "Wall time of one Slurm command run (each retry counts), failed ones included.",
             ["command", "cluster"], buckets=SLURM_BUCKETS, registry=registry)
-        self.slurm_failures = Counter(
-            "ccadapter_slurm_command_failures",
+        self.slurm_failures = _counter(
+            registry, "ccadapter_slurm_command_failures",
             "Slurm command runs that failed: non-zero exit, timeout, or not startable.",
-            ["command", "cluster"], registry=registry)
-        for command in SLURM_COMMANDS:
-            self.slurm_failures.labels(command, "")
+            ["command", "cluster"], present=[(command, "") for command in SLURM_COMMANDS])
         self.cc_seconds = Histogram(
             "ccadapter_cc_request_duration_seconds",
             "Wall time of one cc-backend request by endpoint and HTTP status "
@@ -162,11 +166,10 @@ class Metrics:
                                "Valid Prolog/Epilog hook messages read from the socket, by "
                                "the cluster whose fast path took them.",
                                ["cluster"], registry=registry)
-        self.hook_drops = Counter("ccadapter_hook_messages_dropped",
-                                  "Hook messages not acted on (the poll catches the job later).",
-                                  ["reason"], registry=registry)
-        for reason in HOOK_DROP_REASONS:
-            self.hook_drops.labels(reason)
+        self.hook_drops = _counter(
+            registry, "ccadapter_hook_messages_dropped",
+            "Hook messages not acted on (the poll catches the job later).", ["reason"],
+            present=[(reason,) for reason in HOOK_DROP_REASONS])
 
     # --- callbacks handed to the components --------------------------------------------
 
