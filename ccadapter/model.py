@@ -101,8 +101,22 @@ class HetComponent:
         return f"{self.het_job_id}+{self.offset}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Ownership:
+    """Where a run ran and whose it is: slurmdbd's record of the run
+    (:class:`~ccadapter.slurm.formats.records.SacctRecord`) and the :class:`Job` built from
+    it carry these as they are. Keyword-only, so each class keeps its own positional order."""
+
+    cluster: str
+    partition: str
+    account: str
+    user: str
+    group: str
+    name: str
+
+
 @dataclass(frozen=True)
-class Job:
+class Job(Ownership):
     """One run of one Slurm job. A requeued job has several runs: same id, other startTime.
 
     A heterogeneous job is one Job with the leader's id, and ``het_components`` lists the
@@ -111,12 +125,6 @@ class Job:
     component alone (``het_part``) is never sent."""
 
     job_id: int
-    cluster: str
-    partition: str
-    account: str
-    user: str
-    group: str
-    name: str
     state: str  # Slurm's base state, e.g. "RUNNING", "CANCELLED"
     submit_time: int
     start_time: int  # 0 when it never started

@@ -44,15 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from ccadapter.model import (
-    HetComponent,
-    Job,
-    JobState,
-    Resource,
-    Shared,
-    base_state,
-    cc_state,
-)
+from ccadapter.model import HetComponent, Job, JobState, Resource, Shared, base_state, cc_state
 from ccadapter.slurm.formats.listing import RunStamp
 
 # Seconds between the starts of one run's components: the backfill scheduler starts them

@@ -15,15 +15,7 @@ import logging
 import re
 from datetime import tzinfo
 
-from ccadapter.model import (
-    HetComponent,
-    Job,
-    JobState,
-    Resource,
-    Shared,
-    base_state,
-    cc_state,
-)
+from ccadapter.model import HetComponent, Job, JobState, Resource, Shared, base_state, cc_state
 from ccadapter.slurm.formats.records import ControllerJob, SacctRecord
 from ccadapter.slurm.timefmt import readings
 

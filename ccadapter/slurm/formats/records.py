@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccadapter.errors import SlurmParseError
-from ccadapter.model import Shared
+from ccadapter.model import Ownership, Shared
 
 
 @dataclass(frozen=True)
@@ -24,18 +24,12 @@ class SlurmVersion:
 
 
 @dataclass(frozen=True)
-class SacctRecord:
+class SacctRecord(Ownership):
     """What slurmdbd knows of one run, before allocation details are added."""
 
     job_id: int
     array_job_id: int
     array_task_id: int | None
-    cluster: str
-    partition: str
-    account: str
-    user: str
-    group: str
-    name: str
     state: str
     submit_time: int
     start_time: int
