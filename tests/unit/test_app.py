@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -114,6 +118,61 @@ def test_nats_only_without_the_subject_keeps_node_states_on_rest(tmp_path):
         assert [r.path for r in standin.requests()] == ["/api/nodestate/"]
         assert standin.node_states("c") == NODES["nodes"]
     assert [m.subject for m in published.sent] == ["cc.job.event"]
+
+
+class Holding(ThreadingHTTPServer):
+    """Answers every POST with 201 after holding it a moment; counts the connections and
+    the most requests it held at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ports: set[int] = set()
+        self.held = self.most_held = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as cc-backend
+
+            def do_POST(self) -> None:
+                server = self.server
+                assert isinstance(server, Holding)
+                self.rfile.read(int(self.headers["Content-Length"]))
+                with server.lock:
+                    server.ports.add(self.client_address[1])
+                    server.held += 1
+                    server.most_held = max(server.most_held, server.held)
+                time.sleep(0.2)
+                with server.lock:
+                    server.held -= 1
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_the_connection_pool_is_sized_to_the_delivery_workers(tmp_path):
+    """workers + 1 connections (a reconciler's read beside the workers), never more: a
+    burst of requests waits for a free connection instead of opening another."""
+    server = Holding()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    app = build(config(tmp_path, ccRestUrl=f"http://127.0.0.1:{server.server_port}",
+                       ccRestJwt=TOKEN), runner=slurm(), workers=2)
+    body = job_and_node_events()[0].payload
+    try:
+        assert app.client is not None
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda _: app.client.send("start", body).status,
+                                     range(12)))
+    finally:
+        app.close()
+        server.shutdown()
+        server.server_close()
+    assert statuses == [201] * 12
+    assert server.most_held == 3 and len(server.ports) == 3
 
 
 def test_nats_only_without_rest_or_subject_reads_no_node_states(tmp_path):

@@ -147,6 +147,35 @@ def test_first_start_says_what_it_sends(env, caplog):
     assert "first start" in caplog.text and "ccadapter backfill" in caplog.text
 
 
+def test_first_start_sends_runs_still_running_not_those_ended_before(tmp_path):
+    """No lastRun: the first window reaches back slurmPollInterval only, yet a run that
+    started long before and still runs is sent (slurmdbd's RUNNING rule lists it), while a
+    run that ended before the window is not (backfill sends history)."""
+    meta = fixture_json("24.11", "testbed/workload.json")
+    window = fixture_json("24.11", "testbed/sacct-window.json")
+    long_id = meta["ids"]["gpujob"][0]
+    ended_id = meta["ids"]["complete"][0]
+    for record in window["jobs"]:
+        if record["job_id"] == long_id:  # still running an hour after it started
+            record["state"]["current"] = ["RUNNING"]
+            record["time"]["end"] = 0
+    clock = Clock(meta["since"] + 3600)
+    slurm = RecordedSlurm("24.11", window, fixture_text("24.11", "testbed/scontrol-d-final.txt"),
+                          clock=clock)
+    collector = Collector(slurm, collector_settings(slurmFetchJobScripts=False), clock=clock,
+                          tz=UTC)
+    box = Outbox(tmp_path / "o.sqlite", clock=clock)
+    last = LastRun(tmp_path / "lastrun")
+    try:
+        summary = SlurmWindow(collector, box, last, settings(poll_interval=60), clock).run_once()
+        assert summary["since"] == clock.now - 60
+        sent = {(e["jobId"], e["kind"]) for e in admin.list_events(box.store)}
+        assert sent == {(long_id, "start")}
+        assert (ended_id, "start") not in sent and last.get() == clock.now
+    finally:
+        box.close()
+
+
 def _open(box, meta, name):
     job_id = meta["ids"][name][0]
     window = fixture_json("24.11", "testbed/sacct-window.json")
