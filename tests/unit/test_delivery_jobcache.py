@@ -4,6 +4,8 @@ real client, outbox and deliverer to the stand-in with a commit interval.
 cc-backend v1.5.4 answers a start sent again while its run is still cached with 500
 (internal/api/job.go:748-776: the duplicate check reads the job table only, the insert breaks
 job_cache's UNIQUE), and with 422 once the commit worker moved the run into the job table.
+ccadapter counts either answer as delivered (the run is stored: in the cache or in the job
+table), never as rejected, and sends no second start with another startTime.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Where the startTime of one run could differ between ccadapter's sources, and wha
    snapshot. They differ when scontrol prints in another zone than the daemon reads with:
    ``slurmCommandPrefix`` running scontrol on another host or in a chroot whose zone differs,
    or a ``TZ`` that glibc reads otherwise than ``timefmt.local_zone`` ("", a POSIX rule like
-   ``CET-1CEST,M3.5.0,M10.5.0/3``, an unknown name). Marked xfail (strict): wrong today.
+   ``CET-1CEST,M3.5.0,M10.5.0/3``, an unknown name). Pinned: scontrol runs with
+   ``SLURM_TIME_FORMAT=%s`` and prints epochs, and the zone reader follows glibc's rules.
 2. The repeated hour when daylight saving ends: the fast path leaves the job to the poll.
 3. A pending job's StartTime is an estimate: no start from it.
 4. Nodes powered up for a job (power saving, ``--reboot``): slurmctld resets the job's
@@ -18,7 +19,8 @@ Where the startTime of one run could differ between ccadapter's sources, and wha
    src/slurmctld/job_mgr.c:9146-9160 ``job_config_fini``: "Resetting %pJ start time for node
    power up"; 24.11.5 job_mgr.c:9027; 26.05.3 job_mgr.c:9303). Until then the job is
    CONFIGURING (src/slurmctld/node_scheduler.c:2795-2806 at 22.05.8), and sacct shows it
-   running with the first StartTime. Marked xfail (strict): ccadapter sends that start.
+   running with the first StartTime. Pinned: a CONFIGURING job's start is not sent; its
+   start goes out once slurmctld has reset StartTime and the job runs.
 5. A requeued job's next run has another startTime by design: another run (the outbox stops
    the old run before it starts the new one; tests/unit/test_outbox.py).
 
