@@ -123,7 +123,7 @@ def measure_memory(plan: Plan, clusters: list) -> Measured:
 
 
 def measure_idle_cpu(plan: Plan, clusters: list) -> Measured:
-    from tests.bench.delivery import idle_cpu
+    from tests.bench.delivery import QUIET_CPU, QUIET_SPAN, idle_cpu
 
     runs = []
     for i in range(plan.runs):
@@ -131,11 +131,12 @@ def measure_idle_cpu(plan: Plan, clusters: list) -> Measured:
         _progress(f"idle cpu run {i + 1}: "
                   + ", ".join(f"{r['version']} {r['cpu_s']:.2f} s" for r in runs[-1]))
     return ({"runs": plan.runs, "window": plan.idle_window, "poll": plan.idle_poll,
-             "quick": plan.quick}, {"runs": runs})
+             "quiet_cpu_s": QUIET_CPU, "quiet_span_s": QUIET_SPAN, "quick": plan.quick},
+            {"runs": runs})
 
 
 def measure_hook(plan: Plan, clusters: list) -> Measured:
-    from tests.bench.hook import SUBMIT_GAP, hook_wall, latencies
+    from tests.bench.hook import POLL, SUBMIT_GAP, hook_wall, latencies
 
     rows = []
     for c in _need(clusters):
@@ -143,7 +144,7 @@ def measure_hook(plan: Plan, clusters: list) -> Measured:
         _progress(f"hook latency {c.version} done")
     hook_t, bare_t = hook_wall(_need(clusters)[0], plan.wall_pairs)
     return ({"jobs": plan.latency_jobs, "pairs": plan.wall_pairs, "gap_s": SUBMIT_GAP,
-             "quick": plan.quick},
+             "poll": POLL, "quick": plan.quick},
             {"rows": rows, "wall_version": _need(clusters)[0].version, "hook_s": hook_t,
              "bare_s": bare_t})
 

@@ -386,15 +386,20 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(60)
 
 
+# A daemon is settled once it used at most QUIET_CPU seconds of CPU in QUIET_SPAN seconds.
+QUIET_CPU = 0.02
+QUIET_SPAN = 2.0
+
+
 def _settle(pids: list[int], timeout: float = 90) -> None:
-    """Until no daemon used more than 20 ms of CPU in 2 s: what the start-up cycles
-    enqueued (the lookback re-reads the last hour) has been delivered."""
+    """Until no daemon used more than QUIET_CPU of CPU in QUIET_SPAN: what the start-up
+    cycles enqueued (the lookback re-reads the last hour) has been delivered."""
     until = time.time() + timeout
     last = [cpu_seconds(pid)[0] for pid in pids]
     while time.time() < until:
-        time.sleep(2)
+        time.sleep(QUIET_SPAN)
         now = [cpu_seconds(pid)[0] for pid in pids]
-        if all(b - a <= 0.02 for a, b in zip(last, now, strict=True)):
+        if all(b - a <= QUIET_CPU for a, b in zip(last, now, strict=True)):
             return
         last = now
 

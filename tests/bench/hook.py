@@ -35,6 +35,7 @@ from tests.standin.ccbackend import CcBackendStandin
 
 HOOK_CMD = "import sys; sys.path.insert(0, {!r}); import hook; sys.exit(hook.main())"
 SUBMIT_GAP = 0.05  # seconds between two submissions of the latency benchmark
+POLL = 60  # slurmPollInterval: slow enough that polling cannot explain the figures
 SENT = re.compile(r"hook: job (\d+) (start|end), sent at ([\d.]+)")
 
 
@@ -53,7 +54,7 @@ def stamps_file(cluster) -> Path:
 def latencies(cluster, n_jobs: int) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(
             TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=60,
+        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=POLL,
                            ccPollInterval=3600, prepSockListenPath=hook_socket(cluster))
         LastRun(Path(tmp) / "lastrun").set(time.time() - 5)
         daemon = DaemonProc(cfg, Path(tmp) / "daemon.log")
@@ -102,7 +103,7 @@ def hook_wall(cluster, runs: int) -> tuple[float, float]:
     hook_py = Path(__file__).resolve().parents[2] / "ccadapter" / "prep" / "hook.py"
     with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(TOKEN, clusters=[
             cluster.name]) as standin:
-        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=60,
+        cfg = write_config(cluster, standin, Path(tmp), slurmPollInterval=POLL,
                            prepSockListenPath=hook_socket(cluster))
         daemon = DaemonProc(cfg, Path(tmp) / "daemon.log")
         daemon.start()

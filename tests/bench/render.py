@@ -56,6 +56,7 @@ CALLS_PER_CYCLE = 5  # Slurm invocations (issue 3)
 START_P50, START_P95, STOP_P50 = 0.5, 1.5, 1.5  # seconds (issue 4)
 HOOK_RATIO = 1.3  # hook wall time / bare interpreter (issue 4)
 CI_MINUTES = 45  # tests/run (issue 13)
+CI_LIMIT_MINUTES = 90  # what CI allows a stop (the project's rules), not a measurement
 
 Doc = dict[str, Any]
 Row = list[str]
@@ -373,7 +374,8 @@ def sec_idle(doc: Doc) -> str:
            "settings at their defaults, one per cluster, all three at once, each with its "
            "own stand-in. The window starts once the start-up cycles of every routine are "
            "done (all routines run at start) and what they enqueued is delivered (no daemon "
-           "used over 20 ms of CPU in 2 s), and lasts "
+           f"used over {plan['quiet_cpu_s'] * 1000:g} ms of CPU in {plan['quiet_span_s']:g} s), "
+           "and lasts "
            f"**{plan['window']:g} s** ({polls:g} poll cycle{'' if polls == 1 else 's'}) per "
            f"run, {_runs(len(doc['data']['runs']))} with fresh daemons. CPU is utime + stime "
            "of the daemon from `/proc/PID/stat`; \"with Slurm commands\" adds the CPU of the "
@@ -434,7 +436,8 @@ def _three(values: list[float]) -> str:
 def sec_hook(doc: Doc) -> str:
     plan, data = doc["plan"], doc["data"]
     out = [f"{plan['jobs']} jobs per cluster (`sleep 1`-`3`), submitted "
-           f"{plan['gap_s'] * 1000:g} ms apart, one daemon with the poll at 60 s so that "
+           f"{plan['gap_s'] * 1000:g} ms apart, one daemon with the poll at {plan['poll']} s so "
+           "that "
            "polling cannot explain the figures. Each job is one sample of start and of stop "
            f"latency: p50 is the median of {plan['jobs']} samples. Latency runs to the "
            "start_job / stop_job request arriving at the stand-in, from Slurm's clock: from "
@@ -540,7 +543,8 @@ def sec_ci(doc: Doc) -> str:
     out = [f"`tests/run` (what CI runs: `.ci/run`) on the machine above: {total}; pytest "
            f"reported {data['pytest_s'] / 60:.1f} min for {data['tests']:,} tests ({counts}), "
            f"exit code {data['returncode'] if data['returncode'] is not None else 'unknown'}. "
-           f"Target (issue 13): under {CI_MINUTES} minutes (CI allows 90). Source: "
+           f"Target (issue 13): under {CI_MINUTES} minutes (CI allows {CI_LIMIT_MINUTES}). "
+           "Source: "
            f"{'timed by' if data['source'] == 'timed' else 'read from a log by'} "
            "`tests.bench.ci_time`."]
     return "\n".join(out) + "\n"
@@ -646,7 +650,7 @@ SECTIONS: list[Section] = [
     Section("nats", "NATS publish rate (issue 5)", f"{PLAIN} nats", sec_nats, sum_nats),
     Section("parse", "Collector: parse time (issue 2)", f"{PLAIN} parse", sec_parse,
             sum_parse),
-    Section("scale", "Scale: a queue of 50,000 jobs (issue 11)",
+    Section("scale", "Scale: a long queue of pending jobs (issue 11)",
             "flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.scale",
             sec_scale, sum_scale),
     Section("scale-history", "Scale: memory with a long history (issue 11)",

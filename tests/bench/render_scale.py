@@ -162,16 +162,19 @@ def sum_history(doc: Doc) -> list[Row]:
 
 
 def sec_history(doc: Doc) -> str:
-    c, b = doc["data"]["catch_up"], doc["data"]["backfill"]
-    return (f"Catch-up: {c['jobs']:,} runs after a three-day outage (lastRun three days back, "
-            f"cc-backend down), read by the daemon in hourly slices ({c['progress_lines']} "
-            f"progress lines logged, lastRun moved per slice), then delivered when the "
-            f"stand-in came up: peak RSS **{c['peak_rss_mb']:.0f} MB** for the whole daemon "
-            f"(VmHWM), enqueued in {c['enqueue_s']:.0f} s, drained in {c['drain_s']:.0f} s.\n\n"
+    plan, c, b = doc["plan"], doc["data"]["catch_up"], doc["data"]["backfill"]
+    outage = plan["lookback_days"]
+    return (f"Catch-up: {c['jobs']:,} runs after a {outage}-day outage (lastRun {outage} days "
+            f"back, cc-backend down), read by the daemon in time slices "
+            f"({c['progress_lines']} progress lines logged, lastRun moved per slice), then "
+            f"delivered when the stand-in came up: peak RSS **{c['peak_rss_mb']:.0f} MB** for "
+            f"the whole daemon (VmHWM), enqueued in {c['enqueue_s']:.0f} s, drained in "
+            f"{c['drain_s']:.0f} s.\n\n"
             f"Backfill: `ccadapter backfill --since {b['days']}d` over {b['runs']:,} runs in "
-            f"6-hour chunks, one progress line per chunk ({b['output_lines']} lines of "
-            f"output): peak RSS **{b['peak_rss_mb']:.0f} MB** (VmHWM of the process), "
-            f"{b['seconds']:.0f} s, every event delivered, none rejected.\n\n"
+            f"chunks (`--chunk-hours` at its default), one progress line per chunk "
+            f"({b['output_lines']} lines of output): peak RSS **{b['peak_rss_mb']:.0f} MB** "
+            f"(VmHWM of the process), {b['seconds']:.0f} s, every event delivered, none "
+            "rejected.\n\n"
             "Both read the replayed Slurm of tests.bench.replay_slurm: copies of recorded "
-            "24.11 runs handed out 5,000 per window query (a real slurmdbd with 60,000 runs "
-            "would take the test bed's churn three and a half hours to fill).\n")
+            f"24.11 runs handed out {plan['chunk_jobs']:,} per window query (a real slurmdbd "
+            f"with {plan['runs']:,} runs would take the test bed's churn hours to fill).\n")
