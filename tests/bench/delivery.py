@@ -272,7 +272,7 @@ def _cycle(app) -> dict:
         app.reconcilers[name].run_once()
     calls = {k: v - before.get(k, 0) for k, v in app.collector.runner.calls.items()
              if v - before.get(k, 0)}
-    return {"calls": calls, "jobs": window.get("jobs", 0)}
+    return {"calls": calls, "jobs": window["runs"]}  # runs the window listed
 
 
 def idle_cycle_calls(cluster, runs: int, quiet_wait: float = QUIET_WAIT) -> list[dict]:
