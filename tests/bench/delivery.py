@@ -276,7 +276,7 @@ def _cycle(app) -> dict:
 
 
 def idle_cycle_calls(cluster, runs: int, quiet_wait: float = QUIET_WAIT) -> list[dict]:
-    """``runs`` idle cycles, 1 s apart (no squeue answer is reused), once a cycle's window
+    """``runs`` idle cycles, 1 s apart, once a cycle's window
     (which re-reads slurmWindowOverlap, 120 s) holds no job or ``quiet_wait`` has passed;
     each cycle says how many jobs its window held."""
     from ccadapter.app import build

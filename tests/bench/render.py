@@ -314,18 +314,17 @@ def sec_cycles(doc: Doc) -> str:
                    f"{_by_cmd(_typical(busy))} | {median([_calls(c) for c in plain]):g} | "
                    f"{_by_cmd(_typical(plain))} |")
     out += ["",
-            "An idle cycle costs `sacct` (the window), `scontrol show node` and one `squeue` "
-            "(shared by stale-jobs and nodestate). A busy cycle adds `scontrol show job -d` "
-            "(allocations of the window's runs) and, on 24.11 and later, one `sacct -B -j IDS` "
-            "for every batch script slurmdbd stored. 22.05's slurmdbd stores no scripts: there "
-            "the default configuration runs one `scontrol write batch_script` per job that "
-            "slurmctld still holds (4 in parallel), so its busy cycle grows with the jobs; "
-            "`slurmFetchJobScripts: false` turns that off. The busy cycle here is a first "
-            "sight of every job in the window (a fresh outbox); in the daemon a run whose "
-            "start is stored already gets no script again, so a 22.05 daemon pays one call "
-            "per new job once. cc-slurm-adapter gives no figure; it runs `sacct` and `squeue` "
-            "per poll and two `scontrol` calls per job (`show job ID`, `write batch_script "
-            "ID`)."]
+            "An idle cycle costs the window's listing (`sacct -X -P`, one line per run) and "
+            "`scontrol show node` (nodestate); stale-jobs lists the runs the outbox holds "
+            "open, when there are any. A busy cycle adds `sacct --json -j IDS` for the runs "
+            "the outbox lacks (with `-B` on 24.11 and later, whose slurmdbd stores batch "
+            "scripts) and one `scontrol` process that answers `show job -d ID` for each of "
+            "them and, on 22.05, whose slurmdbd stores no scripts, `write batch_script ID -` "
+            "as well: a fixed number of processes per cycle, however many jobs. The busy "
+            "cycle here is a first sight of every job in the window (a fresh outbox); in the "
+            "daemon a run whose start is stored already is not read again. cc-slurm-adapter "
+            "gives no figure; it runs `sacct` and `squeue` per poll and two `scontrol` "
+            "processes per job (`show job ID`, `write batch_script ID`)."]
     return "\n".join(out) + "\n"
 
 
