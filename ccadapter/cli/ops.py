@@ -213,6 +213,11 @@ def backfill_cmd(deps: Deps, config_path: str | None, since: str, until: str | N
                 job = Backfill(sync.collector, app.outbox, config.ignore_hosts_pattern(),
                                resend)
                 _backfill_report(_run_chunks(job, spans, sync.scope), sync.scope)
+                if sync.last_run.get() is None:
+                    # No daemon has run here: its first window would reach back
+                    # slurmPollInterval from its own start, and runs that ended between
+                    # this range's end and then would never be read.
+                    sync.last_run.set(spans[-1][1])
             undelivered = not no_deliver and _deliver_and_report(app)
         finally:
             app.close()

@@ -1,9 +1,11 @@
 """backfill: put the runs of a past time range into the outbox again, chunk by chunk.
 
-The same query and events as the slurm-window reconciler, over a range the operator names,
-and without touching lastRun. The outbox identifies events by (cluster, jobId, startTime,
-kind), so a run it already holds, delivered or not, is not enqueued twice: a backfill over
-a range the daemon covered sends nothing new. With ``resend`` the delivered events of the
+The same query and events as the slurm-window reconciler, over a range the operator names.
+It leaves lastRun as it is, unless there is none (a first start): then the command sets it to
+the range's end, so that the daemon's first window continues where the backfill ended. The
+outbox identifies events by (cluster, jobId, startTime, kind), so a run it already holds,
+delivered or not, is not enqueued twice: a backfill over a range the daemon covered sends
+nothing new. With ``resend`` the delivered events of the
 range are opened again with fresh bodies from Slurm, for a cc-backend that lost them
 (restored from an old backup); cc-backend answers 422 "already there" to what it still has.
 

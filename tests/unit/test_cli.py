@@ -342,6 +342,22 @@ def test_backfill_enqueues_in_chunks_delivers_and_sends_nothing_twice(env, stand
     box.close()
 
 
+def test_a_first_backfill_leaves_last_run_at_its_end_and_a_later_one_keeps_it(env):
+    """Before the first daemon: without a lastRun the daemon's first window would begin
+    slurmPollInterval before its own start, and runs that ended after the backfill's range
+    and before that would never be read. A daemon's lastRun is never moved."""
+    last = LastRun(env[0].parent / "lastrun")
+    last.path.unlink()
+    end = int(SINCE) + 3600
+    res = run(env, "backfill", "--since", f"@{SINCE - 60:.0f}", "--until", f"@{end}")
+    assert res.exit_code == 0, res.output
+    assert last.get() == end
+    last.set(end + 3600)  # a daemon ran since
+    res = run(env, "backfill", "--since", f"@{SINCE - 60:.0f}", "--until", f"@{end}")
+    assert res.exit_code == 0, res.output
+    assert last.get() == end + 3600
+
+
 def test_backfill_refuses_while_the_daemon_runs_and_checks_its_range(env):
     res = run(env, "backfill", "--since", "1h", "--until", "2h")
     assert res.exit_code == 2 and "--until must be later" in res.output
