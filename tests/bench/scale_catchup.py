@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tests.bench import results
 from tests.bench.delivery import (
+    CHUNK_JOBS,
     STANDIN_LATENCY,
     _free_port,
     _outbox_counts,
@@ -30,6 +31,7 @@ from tests.bench.delivery import (
 )
 
 DAY = 86400.0
+OUTAGE_DAYS = 3  # the catch-up: lastRun this far back, cc-backend down meanwhile
 # ``ccadapter ARGS`` that prints its own peak RSS when it exits: VmHWM of its own memory
 # map. Not wait4's ru_maxrss: Linux carries that across exec from the forking parent (this
 # benchmark, which holds the replayed history), and it counts the largest child too.
@@ -49,7 +51,7 @@ def catch_up_run(n_runs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="cccatchup-") as tmp:
         base = Path(tmp)
         write_backlog(base, n_runs, time.time())
-        out = daemon_backlog(n_runs, base, lookback=3 * DAY)
+        out = daemon_backlog(n_runs, base, lookback=OUTAGE_DAYS * DAY)
     out.pop("rss_enqueue_mb", None)
     out.pop("rss_drain_mb", None)
     return out
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backfill: {data['backfill']['peak_rss_mb']:.1f} MB peak", file=sys.stderr)
     path = results.write("scale-history", command=results.command_line(
         "tests.bench.scale_catchup", argv), plan={"runs": args.runs, "days": args.days,
-                                                  "chunk_jobs": 5000, "lookback_days": 3},
+                                                  "chunk_jobs": CHUNK_JOBS,
+                                                  "lookback_days": OUTAGE_DAYS},
         data=data, took_s=time.monotonic() - started)
     print(f"wrote {path}", file=sys.stderr)
     return 0

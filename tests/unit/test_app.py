@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -121,13 +122,14 @@ def test_nats_only_without_the_subject_keeps_node_states_on_rest(tmp_path):
 
 
 class Holding(ThreadingHTTPServer):
-    """Answers every POST with 201 after holding it a moment; counts the connections and
-    the most requests it held at once."""
+    """Answers every POST with 201 once ``together`` requests are held at once (or 5 s
+    passed); counts the connections and the most requests it held at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, together: int) -> None:
         self.lock = threading.Lock()
         self.ports: set[int] = set()
         self.held = self.most_held = 0
+        self.meet = threading.Barrier(together, timeout=5)
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as cc-backend
@@ -140,7 +142,9 @@ class Holding(ThreadingHTTPServer):
                     server.ports.add(self.client_address[1])
                     server.held += 1
                     server.most_held = max(server.most_held, server.held)
-                time.sleep(0.2)
+                with suppress(threading.BrokenBarrierError):
+                    server.meet.wait()  # fewer at once than expected: answered late
+                time.sleep(0.05)  # a request beyond the pool would be held now too
                 with server.lock:
                     server.held -= 1
                 self.send_response(201)
@@ -157,7 +161,7 @@ class Holding(ThreadingHTTPServer):
 def test_the_connection_pool_is_sized_to_the_delivery_workers(tmp_path):
     """workers + 1 connections (a reconciler's read beside the workers), never more: a
     burst of requests waits for a free connection instead of opening another."""
-    server = Holding()
+    server = Holding(together=3)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     app = build(config(tmp_path, ccRestUrl=f"http://127.0.0.1:{server.server_port}",
                        ccRestJwt=TOKEN), runner=slurm(), workers=2)
