@@ -62,18 +62,23 @@ def real_jobs():
 
 
 def fill_outbox(path: Path, n_events: int) -> None:
+    """``n_events`` pending events in a new outbox: a start and a stop each of copies of the
+    recorded jobs, renumbered. Not of the het job: its events carry its components' ids,
+    so its copies would be one run to the outbox."""
     from dataclasses import replace
 
     from ccadapter.outbox import Outbox
 
-    jobs = real_jobs()
+    jobs = [j for j in real_jobs() if not j.het_components]
     box = Outbox(path)
     events = []
     for i in range(n_events // 2):
         job = replace(jobs[i % len(jobs)], job_id=1_000_000 + i)
         events.extend(events_for(job))
-    box.enqueue(events)
+    added = box.enqueue(events)
     box.close()
+    if added != n_events // 2 * 2:
+        raise RuntimeError(f"the outbox holds {added} events, not {n_events // 2 * 2}")
 
 
 CHUNK_JOBS = 5_000  # jobs per sacct window the replayed Slurm hands out

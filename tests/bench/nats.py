@@ -39,7 +39,10 @@ def one_run(tmp: Path, n_events: int, jetstream: bool) -> float:
         started = time.perf_counter()
         done = 0
         while done < n_events:
-            done += deliverer.run_once().delivered
+            stats = deliverer.run_once()
+            if not stats.delivered and time.perf_counter() - started > 600:
+                raise RuntimeError(f"{done} of {n_events} events published in 600 s")
+            done += stats.delivered
         elapsed = time.perf_counter() - started
         if jetstream:
             assert len(stream_messages(server.url)) == n_events
