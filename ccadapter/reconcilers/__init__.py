@@ -41,8 +41,10 @@ class OneCluster:
     def enqueue_ended(self, runs: set[tuple[int, int]]) -> int:
         """The events of those ``runs`` that Slurm shows ended go into the outbox, read a
         batch of ids at a time (no job scripts: an end needs none); returns how many were
-        new."""
+        new. No runs: no Slurm call."""
         added = 0
+        if not runs:
+            return 0
         for result in self.collector.iter_jobs({job_id for job_id, _ in runs}, starts=()):
             added += self.outbox.enqueue([ev for job in result.jobs
                                           if (job.job_id, job.start_time) in runs

@@ -53,7 +53,7 @@ class CcCache(OneCluster):
         slurm_runs = {s.run for s in listing.stamps if s.started and not s.finished}
         # phase 2: what to change
         # runs cc-backend shows running that Slurm no longer lists as running
-        ended = self.enqueue_ended(cc_runs - slurm_runs) if cc_runs - slurm_runs else 0
+        ended = self.enqueue_ended(cc_runs - slurm_runs)
         reopened, added, waiting = self._missing(slurm_runs - cc_runs, now)
         return {"cc_running": len(cc_runs), "slurm_running": len(slurm_runs), "ended": ended,
                 "reopened": reopened, "new_events": added, "in_cc_job_cache": waiting}

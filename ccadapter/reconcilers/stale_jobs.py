@@ -38,7 +38,7 @@ class StaleJobs(OneCluster):
         listed = {s.run: s for s in listing.stamps}
         ended = {run for run in open_runs if run in listed and listed[run].finished}
         self._note_unlisted(open_runs - set(listed))
-        stopped = self.enqueue_ended(ended) if ended else 0
+        stopped = self.enqueue_ended(ended)
         return {"open": len(open_runs), "ended": len(ended), "unlisted": len(self._unlisted),
                 "stopped": stopped}
 
