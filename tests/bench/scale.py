@@ -106,7 +106,7 @@ def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
     """One window at this queue size (the churn runs)."""
     offset = daemon_log.stat().st_size
     reset_peak(pid)
-    sampler = RssSampler(pid)
+    sampler = RssSampler(pid, log=daemon_log)
     sampler.start()
     t0, cpu0 = time.time(), cpu_seconds(pid)
     time.sleep(duration)
@@ -125,6 +125,7 @@ def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
     return {"queued": level, "t0": t0, "t1": t1, "cpu_s": round(cpu1 - cpu0, 3),
             "cpu_share": round((cpu1 - cpu0) / (t1 - t0), 5),
             "rss_samples_mb": [round(r, 1) for r in rss], "rss_peak_mb": round(peak, 1),
+            "rss_steps": sampler.steps,
             "reconcilers": per_reconciler(seen), "cycle_summaries": len(seen),
             "anchor": anchor}
 

@@ -39,25 +39,60 @@ def reset_peak(pid: int) -> None:
 
 
 class RssSampler(threading.Thread):
-    """VmRSS every ``every`` seconds until stopped."""
+    """VmRSS every ``every`` seconds until stopped. With the daemon's ``log``: each rise of
+    at least ``step_mb`` between two samples, with the lines the daemon logged meanwhile
+    (which cycle or delivery was under way when the heap grew)."""
 
-    def __init__(self, pid: int, every: float = 2.0) -> None:
+    def __init__(self, pid: int, every: float = 2.0, log: Path | None = None,
+                 step_mb: float = 0.5) -> None:
         super().__init__(name="rss-sampler", daemon=True)
-        self.pid, self.every = pid, every
+        self.pid, self.every, self.log, self.step_mb = pid, every, log, step_mb
         self.samples: list[float] = []
+        self.steps: list[dict] = []
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        offset = self.log.stat().st_size if self.log else 0
+        t0 = time.monotonic()
         while not self._stop_event.wait(self.every):
             try:
-                self.samples.append(status_mb(self.pid, "VmRSS"))
+                rss = status_mb(self.pid, "VmRSS")
             except (OSError, IndexError):
                 return
+            lines: list[str] = []
+            if self.log:
+                with self.log.open("rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+                offset += len(chunk)
+                lines = chunk.decode(errors="replace").splitlines()
+            if self.samples and rss - self.samples[-1] >= self.step_mb:
+                self.steps.append({"at_s": round(time.monotonic() - t0, 1),
+                                   "from_mb": self.samples[-1], "to_mb": rss,
+                                   "logged": summarise_lines(lines)})
+            self.samples.append(rss)
 
     def stop(self) -> list[float]:
         self._stop_event.set()
         self.join(10)
         return self.samples
+
+
+def summarise_lines(lines: list[str], keep: int = 8) -> list[str]:
+    """A few log lines, each cut to its logger and start: the cycles by name, the rest
+    counted by logger (a burst of deliveries is one entry)."""
+    named: list[str] = []
+    counted: dict[str, int] = {}
+    for line in lines:
+        m = CYCLE.search(line)
+        if m:
+            named.append(f"cycle {m['name']}")
+            continue
+        words = line.split(" ", 2)
+        if len(words) >= 2:
+            counted[words[1].rstrip(":")] = counted.get(words[1].rstrip(":"), 0) + 1
+    return (named + [f"{n} x {k}" for k, n in sorted(counted.items(), key=lambda kv: -kv[1])]
+            )[:keep]
 
 
 def cycles(log_text: str) -> list[tuple[str, dict]]:

@@ -22,8 +22,9 @@ README's rules from sacct's text), with ``metaData.hetJobComponents`` naming its
 no component may be sent under its own id.
 
 CPU ids and GPU indices are known only for runs whose allocation a test read from
-slurmctld (GPU indices only while the run ran); where it did not, those two are *unverified*
-(counted, never silently passed).
+slurmctld (GPU indices only while the run ran) or, for GPU indices, that the job itself
+reported (``workload.GPU_REPORT``: ``SLURM_JOB_GPUS``, as slurmd set it); where neither
+happened, those two are *unverified* (counted, never silently passed).
 
 slurmctld forgets a job's GPU indices when it ends (its CPU ids it keeps for MinJobAge;
 slurmdbd never stores either). A GPU run that started and ended while the daemon could not

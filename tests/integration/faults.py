@@ -5,7 +5,9 @@ each task of an array) is looked up in Slurm's accounting (sacct text, not the J
 product reads) and compared with what cc-backend and NATS received, per fault: jobs lost,
 duplicated, or with a field that differs from Slurm's own answer (tests/integration/
 expect.py; CPU ids and GPU indices from ``scontrol show job -d``, read every 2 s while the
-matrix runs). A submitted job sacct never lists counts as lost.
+matrix runs; a GPU job also writes the indices Slurm gave it, ``SLURM_JOB_GPUS``, to a file,
+the truth when it began and ended while slurmctld was down and so was never seen running).
+A submitted job sacct never lists counts as lost.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -28,17 +31,21 @@ from tests.integration.expect import by_run, check_start, check_stop, ran
 from tests.integration.sync_scenario import TOKEN, DaemonProc, cluster_root, write_config
 from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import (
+    GPU_REPORT,
     TERMINAL,
     Allocation,
     AllocationWatcher,
     Cluster,
+    reported_gpus,
     sacct_truth,
+    with_reported_gpus,
 )
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, stream_messages
 from tests.standin.ccbackend import CcBackendStandin
 
 REPO = Path(__file__).resolve().parents[2]
+GPU_DIR = "/tmp/ccadapter-fault-gpus"  # in the cluster's root, where its jobs write
 NATS_PASSWORD = "fault-nats-pw-8e1d77"
 
 
@@ -78,9 +85,10 @@ class Churn(threading.Thread):
     MIX = ("short", "short", "fail", "multinode", "cancel", "array", "short", "long", "gpu")
     ARRAY_TASKS = 2
 
-    def __init__(self, cluster: Cluster, interval: float) -> None:
+    def __init__(self, cluster: Cluster, interval: float, gpu_dir: Path) -> None:
         super().__init__(name=f"churn-{cluster.name}", daemon=True)
         self.cluster, self.interval = cluster, interval
+        self.gpu_dir = gpu_dir  # as the cluster sees it (inside its chroot)
         self.phase = "normal"
         self.ids: dict[str, list[int]] = {}
         self.tasks: dict[int, int] = {}  # id sbatch returned -> runs it makes (array tasks)
@@ -104,11 +112,14 @@ class Churn(threading.Thread):
                 "multinode": ["-N2", "-n2", "--wrap", "sleep 2"],
                 "cancel": ["--wrap", "sleep 60"],
                 "array": [f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
-                # runs long enough to be seen running: GPU indices exist only then
-                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "--wrap", "sleep 8"],
+                # runs long enough to be seen running (GPU indices exist only then),
+                # and says which it got: slurmctld may be down for all of its run
+                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "-o",
+                        f"{self.gpu_dir}/%j", "--wrap", f"{GPU_REPORT}; sleep 8"],
                 }[kind]
-        out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", "-o", "/dev/null",
-                               *args, timeout=30)
+        if "-o" not in args:
+            args = ["-o", "/dev/null", *args]
+        out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", *args, timeout=30)
         job_id = int(out.strip().split(";")[0])
         self.ids.setdefault(self.phase, []).append(job_id)
         self.tasks[job_id] = self.ARRAY_TASKS if kind == "array" else 1
@@ -271,7 +282,10 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
         watcher = AllocationWatcher(cluster)
         watcher.start()
         daemon.start()
-        churn = Churn(cluster, interval)
+        gpu_dir = Path(cluster_root(cluster), GPU_DIR.lstrip("/"), cluster.name)
+        shutil.rmtree(gpu_dir, ignore_errors=True)
+        gpu_dir.mkdir(parents=True)
+        churn = Churn(cluster, interval, Path(GPU_DIR, cluster.name))
         churn.start()
         exit_code = None
         try:
@@ -289,8 +303,10 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
             watcher.stop()
             if daemon.proc and daemon.proc.poll() is None:
                 exit_code = daemon.terminate()
-            tallies = _count(rig, churn, plan, watcher.allocations())
+            allocs = with_reported_gpus(watcher.allocations(), reported_gpus(gpu_dir))
+            tallies = _count(rig, churn, plan, allocs)
             nats.stop()
+            shutil.rmtree(gpu_dir, ignore_errors=True)
         return RunResult(cluster, tallies, churn.total(), rig.restarts, exit_code,
                          rig.log_text(), time.time() - t0)
 

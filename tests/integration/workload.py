@@ -297,6 +297,37 @@ class AllocationWatcher(threading.Thread):
             return {j: Allocation(c, self._gpus.get(j)) for j, c in self._cpus.items()}
 
 
+# A batch job's first line: the node and the global GPU indices Slurm gave it
+# (SLURM_JOB_GPUS, "0,1"; set by slurmd in batch jobs of 22.05, 24.11 and 26.05 alike).
+GPU_REPORT = 'echo "$SLURMD_NODENAME|$SLURM_JOB_GPUS"'
+
+
+def reported_gpus(folder: Path) -> dict[int, dict[str, tuple[int, ...]]]:
+    """Job id -> {node: GPU indices} from the ``<job id>`` files GPU_REPORT wrote (the
+    job's stdout). A file still empty (the job never began) says nothing."""
+    found: dict[int, dict[str, tuple[int, ...]]] = {}
+    for path in folder.iterdir() if folder.is_dir() else ():
+        first = path.read_text().partition("\n")[0]
+        node, sep, ids = first.partition("|")
+        if path.name.isdigit() and sep and node:
+            found[int(path.name)] = {node: tuple(int(i) for i in ids.split(",") if i)}
+    return found
+
+
+def with_reported_gpus(allocs: dict[int, Allocation],
+                       reported: dict[int, dict[str, tuple[int, ...]]]) -> dict[int, Allocation]:
+    """The watcher's allocations, with the GPU indices a job reported itself where the
+    watcher never saw it running (slurmctld down, or slow to answer, for all of its run)."""
+    merged = dict(allocs)
+    for job_id, gpus in reported.items():
+        alloc = merged.get(job_id)
+        if alloc is None:
+            merged[job_id] = Allocation({}, gpus)
+        elif alloc.gpus is None:
+            merged[job_id] = Allocation(alloc.cpus, gpus)
+    return merged
+
+
 def controller_allocations(cluster: Cluster) -> dict[int, Allocation]:
     """What slurmctld still holds now (jobs that ended within MinJobAge): CPU ids of all,
     GPU indices of those still running."""

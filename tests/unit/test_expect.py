@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from tests.integration.expect import by_run, check_start, check_stop, delivery_problems
-from tests.integration.workload import Allocation
+from tests.integration.workload import Allocation, reported_gpus, with_reported_gpus
 
 T = {"name": "fgpu", "state": "CANCELLED", "submit": 100, "start": 110, "end": 130,
      "nodes": ("n1", "n2"), "cpus": 3, "array_job_id": 0, "array_task_id": None,
@@ -114,3 +114,29 @@ def test_gpu_ids_gone_before_the_daemon_read_the_run_are_forgotten_not_wrong():
     other = copy.deepcopy(ended)
     other["resources"][0]["accelerators"] = ["0"]  # a wrong id is wrong, read late or not
     assert check_start(other, "c", 7, T, ALLOC).wrong
+
+
+def test_gpu_indices_a_job_reported_fill_in_where_the_watcher_never_saw_it_running(tmp_path):
+    # what GPU_REPORT prints as a job's first line; 12 never began, "x" is no job's file
+    (tmp_path / "11").write_text("n1|1\nother output\n")
+    (tmp_path / "12").write_text("")
+    (tmp_path / "13").write_text("e1|0,3\n")
+    (tmp_path / "x").write_text("n1|0\n")
+    reported = reported_gpus(tmp_path)
+    assert reported == {11: {"n1": (1,)}, 13: {"e1": (0, 3)}}
+    seen = Allocation({"n1": (0,)}, {"n1": (2,)})  # the watcher's word stands
+    merged = with_reported_gpus({10: seen, 11: Allocation({"n1": (0, 2)}, None)}, reported)
+    assert merged == {10: seen, 11: Allocation({"n1": (0, 2)}, {"n1": (1,)}),
+                      13: Allocation({}, {"e1": (0, 3)})}
+    t = {**T, "nodes": ("n1",), "nnodes": 1, "cpus": 2}
+    body = {**START, "numNodes": 1, "numHwthreads": 2,
+            "resources": [{"hostname": "n1", "hwthreads": [0, 2], "accelerators": ["1"]}]}
+    assert check_start(body, "c", 7, t, Allocation({"n1": (0, 2)}, None)).unverified != []
+    v = check_start(body, "c", 7, t, merged[11])
+    assert (v.wrong, v.unverified) == ([], [])
+    wrong_gpu = {**body, "resources": [{**body["resources"][0], "accelerators": ["0"]}]}
+    assert check_start(wrong_gpu, "c", 7, t, merged[11]).wrong != []
+
+
+def test_no_report_folder_reports_nothing(tmp_path):
+    assert reported_gpus(tmp_path / "absent") == {}
