@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tenacity import RetryCallState, retry_if_exception
@@ -74,17 +74,20 @@ class CommandRunner(Protocol):
 
 @dataclass
 class Tally:
-    """What the Slurm commands run by one thread cost: how many, the bytes they printed and
-    the CPU time they used (their own, as the kernel accounts it when they are reaped). A
-    reconciler's cycle cost is its own CPU plus this: Slurm's clients do the heavy lifting."""
+    """What the Slurm commands run by one thread cost: how many, the bytes they printed, the
+    CPU time they used (their own, as the kernel accounts it when they are reaped) and the
+    wall time the thread waited for them. A reconciler's cycle cost is its own CPU plus this:
+    Slurm's clients do the heavy lifting; and a slow cycle whose wall is mostly ``seconds``
+    waited for Slurm's daemons, not for ccadapter."""
 
     commands: int = 0
     bytes: int = 0
     cpu: float = 0.0
+    seconds: float = 0.0
 
     def minus(self, before: Tally) -> Tally:
         return Tally(self.commands - before.commands, self.bytes - before.bytes,
-                     self.cpu - before.cpu)
+                     self.cpu - before.cpu, self.seconds - before.seconds)
 
 
 class _Child(subprocess.Popen):
@@ -137,15 +140,16 @@ class SlurmRunner:
     def tally(self) -> Tally:
         """The cost of the commands the calling thread ran so far (a copy)."""
         mine = getattr(self._local, "tally", None)
-        return Tally(mine.commands, mine.bytes, mine.cpu) if mine else Tally()
+        return replace(mine) if mine else Tally()
 
-    def _spent(self, nbytes: int, cpu: float) -> None:
+    def _spent(self, nbytes: int, cpu: float, started: float) -> None:
         mine = getattr(self._local, "tally", None)
         if mine is None:
             mine = self._local.tally = Tally()
         mine.commands += 1
         mine.bytes += nbytes
         mine.cpu += cpu
+        mine.seconds += time.monotonic() - started
 
     def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
             env: Mapping[str, str] | None = None) -> str:
@@ -211,7 +215,7 @@ class SlurmRunner:
                 proc.wait()
             proc.stdout.close()  # type: ignore[union-attr]
             proc.stderr.close()  # type: ignore[union-attr]
-            self._spent(nbytes, proc.cpu)
+            self._spent(nbytes, proc.cpu, started)
             self._report(argv, started, ok)
 
     def _counted(self, argv: Sequence[str], execute: Callable[[], Completed]) -> Completed:
@@ -238,6 +242,7 @@ class SlurmRunner:
                  env: Mapping[str, str] | None) -> Completed:
         full = [*self.prefix, *_setenv(env), *argv]
         limit = timeout or self.timeout
+        started = time.monotonic()
         try:
             proc = _Child(full, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
@@ -250,10 +255,10 @@ class SlurmRunner:
             except subprocess.TimeoutExpired:
                 proc.kill()  # not communicate(): a grandchild may hold the pipes open
                 proc.wait()
-                self._spent(0, proc.cpu)
+                self._spent(0, proc.cpu, started)
                 raise TransientSlurmError(argv, f"no answer within {limit:g} s (killed)"
                                           ) from None
-        self._spent(len(out), proc.cpu)
+        self._spent(len(out), proc.cpu, started)
         return Completed(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          proc.returncode)
 

@@ -44,8 +44,8 @@ def _steady(lv: dict) -> float:
     return statistics.median(lv["rss_samples_mb"]) if lv["rss_samples_mb"] else 0.0
 
 
-def _longest(lv: dict) -> tuple[float, str]:
-    return max(((r["wall_max"], name) for name, r in lv["reconcilers"].items()),
+def _longest(lv: dict, key: str = "wall_max") -> tuple[float, str]:
+    return max(((r[key], name) for name, r in lv["reconcilers"].items() if key in r),
                default=(0.0, "none"))
 
 
@@ -85,6 +85,10 @@ def sum_scale(doc: Doc) -> list[Row]:
          "n/a" if ratio is None else f"{ratio:.2f}x", f"<= {FLAT:g}x", "—",
          _met(None if ratio is None else ratio <= FLAT)],
     ]
+    own, own_name = _longest(top, "own_wall_max")
+    if own_name != "none":  # measured since the cycle cost has slurm_seconds
+        rows.insert(2, [f"scale: longest cycle less its wait for Slurm's commands, {q}",
+                        f"{own:.2f} s ({own_name})", "— (information)", "—", "—"])
     return rows
 
 
@@ -109,15 +113,18 @@ def sec_scale(doc: Doc) -> str:
                    f"{_steady(lv):.0f} / {lv['rss_peak_mb']:.0f} MB | "
                    f"{_s(p['p50'])} / {_s(p['p95'])} / {_s(p['max'])} (n={p['n']}) | "
                    f"{_s(s['p50'])} / {_s(s['p95'])} | {lv['latency']['missing']} |")
-    out += ["", "Per reconciler and cycle (median; max in brackets): wall, CPU (the "
-            "daemon's and its Slurm commands' processes), Slurm commands, bytes read from "
-            "Slurm.", "",
-            "| queued | reconciler | cycles | wall | CPU | commands | bytes |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    out += ["", "Per reconciler and cycle (median; max in brackets): wall; of it, the wall "
+            "spent waiting for Slurm's commands (slurmctld and slurmdbd answering on this "
+            "loaded machine); CPU (the daemon's and its Slurm commands' processes); Slurm "
+            "commands; bytes read from Slurm.", "",
+            "| queued | reconciler | cycles | wall | waiting for Slurm | CPU | commands | bytes |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for lv in levels:
         for name, r in lv["reconcilers"].items():
+            waited = (f"{r['slurm_wall_median']:.3f} ({r['slurm_wall_max']:.3f}) s"
+                      if "slurm_wall_median" in r else "not measured")
             out.append(f"| {lv['queued']:,} | {name} | {r['cycles']} | {r['wall_median']:.3f} "
-                       f"({r['wall_max']:.3f}) s | {r['total_cpu_median']:.3f} "
+                       f"({r['wall_max']:.3f}) s | {waited} | {r['total_cpu_median']:.3f} "
                        f"({r['total_cpu_max']:.3f}) s | {r['commands_median']:g} | "
                        f"{_mb(r['bytes_median'])} "
                        f"({_mb(r['bytes_max'])}) |")
@@ -139,6 +146,16 @@ def sec_scale(doc: Doc) -> str:
                    f"{_mb(a['bytes'])} | {b['wall']:.2f} s / {b['cpu']:.2f} s / "
                    f"{_mb(b['bytes'])} | {ours_wall:.2f} s / {ours_cpu:.2f} s / "
                    f"{_mb(ours_bytes)} | {ratio:.0f}x |")
+    if any("rss_steps" in lv for lv in levels):
+        out += ["", "RSS rises of at least 0.5 MB between two samples 2 s apart, and what the "
+                "daemon logged in between (a cycle's summary line names the cycle):", ""]
+        for lv in levels:
+            steps = lv.get("rss_steps", [])
+            said = "; ".join(f"at {st['at_s']:.0f} s {st['from_mb']:.1f} -> {st['to_mb']:.1f} "
+                             f"MB ({', '.join(st['logged']) or 'nothing logged'})"
+                             for st in steps)
+            out.append(f"- {lv['queued']:,} queued: {len(steps)} rises"
+                       + (f": {said}" if steps else ""))
     out += ["", f"![cost per poll against queue size]({data['plot']})", ""]
     c = data["count"]
     out.append(f"Counted against sacct at the end: {c['submitted']:,} churn jobs submitted, "

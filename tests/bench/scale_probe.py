@@ -107,7 +107,8 @@ def cycles(log_text: str) -> list[tuple[str, dict]]:
 
 def per_reconciler(seen: Iterable[tuple[str, dict]]) -> dict[str, dict]:
     """Per reconciler: cycles, median and max wall and CPU (the daemon's own, and with the
-    Slurm commands' own processes: ``total_cpu``), median commands and bytes."""
+    Slurm commands' own processes: ``total_cpu``), the wall spent waiting for Slurm's
+    commands and the longest wall outside them, median commands and bytes."""
     by: dict[str, list[dict]] = {}
     for name, summary in seen:
         if "cost" in summary:
@@ -125,6 +126,13 @@ def per_reconciler(seen: Iterable[tuple[str, dict]]) -> dict[str, dict]:
                          c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
                      "total_cpu_max": round(max(
                          c + s for c, s in zip(col("cpu"), col("slurm_cpu"), strict=True)), 3),
+                     # the wall waited for Slurm's commands, and the rest (ccadapter's
+                     # own part: parsing, the outbox, the locks it waited for)
+                     "slurm_wall_median": round(statistics.median(col("slurm_seconds")), 3),
+                     "slurm_wall_max": round(max(col("slurm_seconds")), 3),
+                     "own_wall_max": round(max(
+                         w - sw for w, sw in zip(col("seconds"), col("slurm_seconds"),
+                                                 strict=True)), 3),
                      "commands_median": statistics.median(col("slurm_commands")),
                      "bytes_median": statistics.median(col("slurm_bytes")),
                      "bytes_max": max(col("slurm_bytes"))}

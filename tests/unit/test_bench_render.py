@@ -35,10 +35,13 @@ def _level(queued: int, cpu_share: float, window_wall: float, squeue_wall: float
     rec = {"cycles": 10, "wall_median": window_wall, "wall_max": 2 * window_wall,
            "cpu_median": 0.05, "cpu_max": 0.1, "total_cpu_median": 0.07,
            "total_cpu_max": 0.12, "commands_median": 2, "bytes_median": 40e3,
-           "bytes_max": 90e3}
+           "bytes_max": 90e3, "slurm_wall_median": 0.75 * window_wall,
+           "slurm_wall_max": 1.5 * window_wall, "own_wall_max": 0.5 * window_wall}
     lat = {"n": 3000, "p50": 0.12, "p95": 0.4, "max": 2.5}
     return {"queued": queued, "t0": 0.0, "t1": 600.0, "cpu_s": 600 * cpu_share,
             "cpu_share": cpu_share, "rss_samples_mb": [40.0, 41.0, 42.0], "rss_peak_mb": 55.0,
+            "rss_steps": [{"at_s": 12.4, "from_mb": 41.0, "to_mb": 42.0,
+                           "logged": ["cycle slurm-lookback", "3 x ccadapter.cc.delivery"]}],
             "reconcilers": {"slurm-window": rec, "nodestate": rec}, "cycle_summaries": 20,
             "latency": {"from_prolog": lat, "from_start_time": lat, "missing": 0},
             "anchor": {"sacct": {"argv": "sacct", "wall": 1.0, "cpu": 0.5, "bytes": 2e6,
@@ -163,6 +166,9 @@ def test_every_figure_comes_from_the_results():
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
     assert "| 26.05.5 | start | 0.25 s / 3.50 s / 3.50 s | 0.80 s / 0.80 s / 0.80 s |" in text
     assert "2.00x" in text  # scale: daemon CPU at 50,000 / at 0 queued, over 1.5
+    assert "| 50,000 | slurm-window | 10 | 0.300 (0.600) s | 0.225 (0.450) s |" in text
+    assert "longest cycle less its wait for Slurm's commands, 50,000 queued | 0.15 s" in text
+    assert "at 12 s 41.0 -> 42.0 MB (cycle slurm-lookback, 3 x ccadapter.cc.delivery)" in text
     assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
     assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
     assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \

@@ -11,17 +11,19 @@ def test_a_cycle_summary_carries_its_cost():
     spent = Tally()
 
     def cycle():
-        spent.commands, spent.bytes, spent.cpu = 2, 300, 0.25  # as a runner would count
+        spent.commands, spent.bytes, spent.cpu, spent.seconds = 2, 300, 0.25, 0.01  # a runner
         until = time.thread_time() + 0.02
         while time.thread_time() < until:
             pass
         return {"new_events": 1}
 
-    summary = costed(cycle, lambda: Tally(spent.commands, spent.bytes, spent.cpu))()
+    summary = costed(cycle, lambda: Tally(spent.commands, spent.bytes, spent.cpu,
+                                          spent.seconds))()
     cost = summary.pop("cost")
     assert summary == {"new_events": 1}
     assert cost["slurm_commands"] == 2 and cost["slurm_bytes"] == 300
     assert cost["slurm_cpu"] == 0.25 and cost["cpu"] >= 0.02 and cost["seconds"] >= 0.02
+    assert cost["slurm_seconds"] == 0.01
 
 
 def test_metrics_record_the_cost_of_successful_cycles():

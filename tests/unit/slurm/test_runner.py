@@ -84,11 +84,13 @@ def test_multi_line_stderr_becomes_one_log_line():
 
 
 def test_each_thread_knows_what_its_commands_cost(fake_bin):
-    """A reconciler's cycle cost: its commands' count, output bytes and CPU time, kept per
-    thread (the fast path runs commands in another thread at the same time)."""
+    """A reconciler's cycle cost: its commands' count, output bytes, CPU time and the wall
+    time waited for them, kept per thread (the fast path runs commands in another thread
+    at the same time)."""
     import threading
 
-    d = fake_bin("sacct", 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo 12345')
+    d = fake_bin("sacct", 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.1; '
+                          'echo 12345')
     r = runner_for(d)
     other = []
     t = threading.Thread(target=lambda: other.append((r.run(["sacct"]), r.tally())))
@@ -101,3 +103,5 @@ def test_each_thread_knows_what_its_commands_cost(fake_bin):
     spent = r.tally().minus(before)
     assert spent.commands == 2 and spent.bytes == 12
     assert spent.cpu > 0.005  # the shell's loop, as the kernel accounted it
+    assert spent.seconds >= 0.2  # waited for: the two sleeps at least
+    assert before.seconds == 0 and other[0][1].seconds >= 0.1  # the other thread's own

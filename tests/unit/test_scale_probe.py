@@ -1,0 +1,34 @@
+"""The scale benchmark's readers of the daemon's log (tests/bench/scale_probe.py)."""
+
+from tests.bench.scale_probe import cycles, per_reconciler, summarise_lines
+
+LOG = """\
+INFO ccadapter.daemon: slurm-window: {'runs': 3, 'cost': {'seconds': 1.2, 'cpu': 0.02, \
+'slurm_commands': 1, 'slurm_bytes': 300, 'slurm_cpu': 0.01, 'slurm_seconds': 1.1}} (1.2 s)
+INFO ccadapter.cc.delivery: delivered start of job 7: HTTP 201
+INFO ccadapter.cc.delivery: delivered stop of job 7: HTTP 200
+INFO ccadapter.daemon: slurm-window: {'runs': 5, 'cost': {'seconds': 0.4, 'cpu': 0.03, \
+'slurm_commands': 1, 'slurm_bytes': 500, 'slurm_cpu': 0.01, 'slurm_seconds': 0.1}} (0.4 s)
+WARNING ccadapter.prep.fastpath: fast path full
+"""
+
+
+def test_per_reconciler_tells_the_wait_for_slurm_from_the_rest():
+    got = per_reconciler(cycles(LOG))["slurm-window"]
+    assert got["cycles"] == 2 and got["wall_max"] == 1.2
+    assert (got["slurm_wall_median"], got["slurm_wall_max"]) == (0.6, 1.1)
+    assert got["own_wall_max"] == 0.3  # the second cycle: 0.4 s, 0.1 of it in Slurm
+    assert got["bytes_max"] == 500
+
+
+def test_a_cycle_logged_before_slurm_seconds_existed_counts_as_no_wait():
+    old = LOG.replace(", 'slurm_seconds': 1.1", "").replace(", 'slurm_seconds': 0.1", "")
+    got = per_reconciler(cycles(old))["slurm-window"]
+    assert got["slurm_wall_max"] == 0 and got["own_wall_max"] == 1.2
+
+
+def test_lines_between_two_samples_are_summarised_by_cycle_and_logger():
+    assert summarise_lines(LOG.splitlines()) == [
+        "cycle slurm-window", "cycle slurm-window", "2 x ccadapter.cc.delivery",
+        "1 x ccadapter.prep.fastpath"]
+    assert len(summarise_lines(LOG.splitlines() * 9)) == 8
