@@ -30,6 +30,8 @@ def cpu_seconds(pid: int) -> float:
 def status_mb(pid: int, key: str) -> float:
     """A kB figure of /proc/PID/status (VmRSS, VmHWM) in MB."""
     text = Path(f"/proc/{pid}/status").read_text()
+    if f"{key}:" not in text:  # a zombie: the daemon exited, its parent has not reaped it
+        raise RuntimeError(f"process {pid} has no {key}: it exited (see its log)")
     return int(text.split(f"{key}:")[1].split()[0]) / 1024
 
 
