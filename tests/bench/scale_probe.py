@@ -59,7 +59,7 @@ class RssSampler(threading.Thread):
         while not self._stop_event.wait(self.every):
             try:
                 rss = status_mb(self.pid, "VmRSS")
-            except (OSError, IndexError):
+            except (OSError, RuntimeError):
                 return
             lines: list[str] = []
             if self.log:
