@@ -148,14 +148,16 @@ def sec_scale(doc: Doc) -> str:
                    f"{_mb(ours_bytes)} | {ratio:.0f}x |")
     if any("rss_steps" in lv for lv in levels):
         out += ["", "RSS rises of at least 0.5 MB between two samples 2 s apart, and what the "
-                "daemon logged in between (a cycle's summary line names the cycle):", ""]
+                "daemon logged in between (a cycle's summary line names the cycle):", "",
+                "| queued | seconds into the window | RSS | logged meanwhile |",
+                "| --- | --- | --- | --- |"]
         for lv in levels:
-            steps = lv.get("rss_steps", [])
-            said = "; ".join(f"at {st['at_s']:.0f} s {st['from_mb']:.1f} -> {st['to_mb']:.1f} "
-                             f"MB ({', '.join(st['logged']) or 'nothing logged'})"
-                             for st in steps)
-            out.append(f"- {lv['queued']:,} queued: {len(steps)} rises"
-                       + (f": {said}" if steps else ""))
+            for st in lv.get("rss_steps", []):
+                out.append(f"| {lv['queued']:,} | {st['at_s']:.0f} | {st['from_mb']:.1f} -> "
+                           f"{st['to_mb']:.1f} MB | "
+                           f"{', '.join(st['logged']) or 'nothing logged'} |")
+            if not lv.get("rss_steps"):
+                out.append(f"| {lv['queued']:,} | none | | |")
     out += ["", f"![cost per poll against queue size]({data['plot']})", ""]
     c = data["count"]
     out.append(f"Counted against sacct at the end: {c['submitted']:,} churn jobs submitted, "

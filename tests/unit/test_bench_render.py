@@ -168,7 +168,8 @@ def test_every_figure_comes_from_the_results():
     assert "2.00x" in text  # scale: daemon CPU at 50,000 / at 0 queued, over 1.5
     assert "| 50,000 | slurm-window | 10 | 0.300 (0.600) s | 0.225 (0.450) s |" in text
     assert "longest cycle less its wait for Slurm's commands, 50,000 queued | 0.15 s" in text
-    assert "at 12 s 41.0 -> 42.0 MB (cycle slurm-lookback, 3 x ccadapter.cc.delivery)" in text
+    assert "| 50,000 | 12 | 41.0 -> 42.0 MB | cycle slurm-lookback, 3 x ccadapter.cc.delivery |" \
+        in text
     assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
     assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
     assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \
