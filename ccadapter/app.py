@@ -250,9 +250,15 @@ class App:
             time.sleep(0.05)
 
     def deliver_once(self) -> dict[str, Any]:
-        """One-shot commands: deliver what is due now (REST or NATS), then the NATS
-        notifications it owes; the daemon retries whatever is left."""
+        """One-shot commands: deliver every pending event now (REST or NATS), then the NATS
+        notifications it owes; the daemon retries whatever is left. Events waiting out a
+        backoff are tried too: an operator ran the command now, and its exit code must
+        say whether cc-backend takes events now, not whether an earlier try's backoff
+        happened to be over."""
         self.start_publishing(wait=self.config.nats_publish_timeout)
+        self.deliverer.queue.retry_now()
+        if self.notifier is not None:
+            self.notifier.queue.retry_now()
         stats = self.deliverer.run_once()
         summary: dict[str, Any] = {"delivered": stats.delivered, "retry_later": stats.retried,
                                    "rejected": stats.rejected}
