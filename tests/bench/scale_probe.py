@@ -10,6 +10,7 @@ import re
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,17 +85,13 @@ def summarise_lines(lines: list[str], keep: int = 8) -> list[str]:
     """A few log lines, each cut to its logger and start: the cycles by name, the rest
     counted by logger (a burst of deliveries is one entry)."""
     named: list[str] = []
-    counted: dict[str, int] = {}
+    counted: Counter[str] = Counter()
     for line in lines:
-        m = CYCLE.search(line)
-        if m:
+        if m := CYCLE.search(line):
             named.append(f"cycle {m['name']}")
-            continue
-        words = line.split(" ", 2)
-        if len(words) >= 2:
-            counted[words[1].rstrip(":")] = counted.get(words[1].rstrip(":"), 0) + 1
-    return (named + [f"{n} x {k}" for k, n in sorted(counted.items(), key=lambda kv: -kv[1])]
-            )[:keep]
+        elif len(words := line.split(" ", 2)) >= 2:
+            counted[words[1].rstrip(":")] += 1
+    return (named + [f"{n} x {k}" for k, n in counted.most_common()])[:keep]
 
 
 def cycles(log_text: str) -> list[tuple[str, dict]]:

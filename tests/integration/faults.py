@@ -114,12 +114,12 @@ class Churn(threading.Thread):
                 "array": [f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
                 # runs long enough to be seen running (GPU indices exist only then),
                 # and says which it got: slurmctld may be down for all of its run
-                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "-o",
-                        f"{self.gpu_dir}/%j", "--wrap", f"{GPU_REPORT}; sleep 8"],
+                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "--wrap",
+                        f"{GPU_REPORT}; sleep 8"],
                 }[kind]
-        if "-o" not in args:
-            args = ["-o", "/dev/null", *args]
-        out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", *args, timeout=30)
+        output = f"{self.gpu_dir}/%j" if kind == "gpu" else "/dev/null"
+        out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", "-o", output,
+                               *args, timeout=30)
         job_id = int(out.strip().split(";")[0])
         self.ids.setdefault(self.phase, []).append(job_id)
         self.tasks[job_id] = self.ARRAY_TASKS if kind == "array" else 1
