@@ -17,6 +17,7 @@ from ccadapter.runtime.lastrun import LastRun
 from tests.integration.expect import by_run, delivery_problems
 from tests.integration.workload import (
     Allocation,
+    AllocationWatcher,
     Cluster,
     controller_allocations,
     het_allocations,
@@ -108,6 +109,7 @@ class Outcome:
     exit_code: int | None = None
     log: str = ""
     phases: dict[str, float] = field(default_factory=dict)
+    allocs: dict[int, Allocation] = field(default_factory=dict)  # slurmctld's, read meanwhile
 
 
 def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
@@ -116,6 +118,10 @@ def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
     cfg = write_config(cluster, standin, tmp, ccPollInterval=3600)
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
+    # slurmctld's record of every job while it runs and MinJobAge after: the truth where
+    # slurmdbd, stopped in D, ends with a placeholder record (expect.dbd_placeholder)
+    watcher = AllocationWatcher(cluster)
+    watcher.start()
     daemon.start()
     try:
         t0 = time.time()
@@ -159,6 +165,8 @@ def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
     finally:
         out.exit_code = daemon.terminate() if daemon.proc.poll() is None else daemon.proc.returncode
         out.log = daemon.log.read_text()
+        watcher.stop()
+        out.allocs = watcher.allocations()
     return out
 
 

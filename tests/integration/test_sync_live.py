@@ -61,7 +61,7 @@ def resilience_runs(testbed, tmp_path_factory):
 @pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 def test_daemon_survives_outage_kill_and_slurmdbd_stop(resilience_runs, version):
     run = resilience_runs[version]
-    assert exactly_once(run.standin, run.cluster, run.ids) == []
+    assert exactly_once(run.standin, run.cluster, run.ids, run.allocs) == []
     assert run.exit_code == 0, run.log[-2000:]
     assert TOKEN not in run.log
     assert "Traceback" not in run.log

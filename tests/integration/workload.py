@@ -13,7 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import hostlist
@@ -80,6 +80,7 @@ class Submitted:
     submitted_at: float = 0.0
     truth_cpus: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
     truth_gpus: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    truth_named: dict[int, tuple[str, str]] = field(default_factory=dict)  # name, partition
     controller_text: dict[int, str] = field(default_factory=dict)
 
     def all_ids(self) -> list[int]:
@@ -203,6 +204,8 @@ def capture_running(sub: Submitted) -> None:
 _DETAIL = re.compile(r"Nodes=(\S+) CPU_IDs=(\S+) Mem=\S+ GRES=(\S*)")
 _JOB_ID = re.compile(r"^JobId=(\d+) ")
 _STATE = re.compile(r"\bJobState=(\S+)")
+_NAME = re.compile(r"^JobId=\d+ JobName=(.*)$", re.M)
+_PARTITION = re.compile(r"\bPartition=(\S*)")
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,8 @@ class ControllerRecord:
     cpus: dict[str, tuple[int, ...]]  # host -> CPU_IDs, in slurmctld's node order
     gpus: dict[str, tuple[int, ...]]  # host -> GPU IDX (only while the job runs)
     text: str
+    name: str = ""
+    partition: str = ""
 
 
 def controller_records(out: str) -> dict[int, ControllerRecord]:
@@ -230,9 +235,11 @@ def controller_records(out: str) -> dict[int, ControllerRecord]:
                 cpus[host] = _ids(cpu_ids)
                 m = re.search(r"IDX:([0-9,-]+)", gres)
                 gpus[host] = _ids(m[1]) if m else ()
-        state = _STATE.search(text)
+        state, name, part = _STATE.search(text), _NAME.search(text), _PARTITION.search(text)
         found[int(head[1])] = ControllerRecord(int(head[1]), state[1] if state else "",
-                                               cpus, gpus, text.strip())
+                                               cpus, gpus, text.strip(),
+                                               name[1] if name else "",
+                                               part[1] if part else "")
     return found
 
 
@@ -244,6 +251,7 @@ def _capture(sub: Submitted, job_id: int) -> None:
     if rec and rec.cpus:
         sub.truth_cpus[job_id] = rec.cpus
         sub.truth_gpus[job_id] = rec.gpus
+        sub.truth_named[job_id] = (rec.name, rec.partition)
         sub.controller_text[job_id] = rec.text
 
 
@@ -251,10 +259,14 @@ def _capture(sub: Submitted, job_id: int) -> None:
 class Allocation:
     """slurmctld's statement of one run's CPUs and GPUs, for comparing what cc-backend got.
     ``gpus`` is None when the run was never seen running: slurmctld drops the GPU indices
-    when a job ends (its CPU ids it keeps for MinJobAge)."""
+    when a job ends (its CPU ids it keeps for MinJobAge). ``name`` and ``partition`` are
+    slurmctld's too (None: not read): the truth where slurmdbd holds only a placeholder
+    record (expect.py, ``dbd_placeholder``)."""
 
     cpus: dict[str, tuple[int, ...]]
     gpus: dict[str, tuple[int, ...]] | None
+    name: str | None = None
+    partition: str | None = None
 
 
 class AllocationWatcher(threading.Thread):
@@ -270,6 +282,7 @@ class AllocationWatcher(threading.Thread):
         self._lock = threading.Lock()
         self._cpus: dict[int, dict[str, tuple[int, ...]]] = {}
         self._gpus: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._named: dict[int, tuple[str, str]] = {}
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -285,6 +298,7 @@ class AllocationWatcher(threading.Thread):
             for rec in controller_records(out).values():
                 if rec.cpus:
                     self._cpus[rec.job_id] = rec.cpus
+                    self._named[rec.job_id] = (rec.name, rec.partition)
                     if rec.state == "RUNNING":
                         self._gpus[rec.job_id] = rec.gpus
 
@@ -294,7 +308,8 @@ class AllocationWatcher(threading.Thread):
 
     def allocations(self) -> dict[int, Allocation]:
         with self._lock:
-            return {j: Allocation(c, self._gpus.get(j)) for j, c in self._cpus.items()}
+            return {j: Allocation(c, self._gpus.get(j), *self._named[j])
+                    for j, c in self._cpus.items()}
 
 
 # A batch job's first line: the node and the global GPU indices Slurm gave it
@@ -324,7 +339,7 @@ def with_reported_gpus(allocs: dict[int, Allocation],
         if alloc is None:
             merged[job_id] = Allocation({}, gpus)
         elif alloc.gpus is None:
-            merged[job_id] = Allocation(alloc.cpus, gpus)
+            merged[job_id] = replace(alloc, gpus=gpus)
     return merged
 
 
@@ -338,7 +353,8 @@ def controller_allocations(cluster: Cluster) -> dict[int, Allocation]:
 
 def submitted_allocations(sub: Submitted) -> dict[int, Allocation]:
     """The allocations :func:`drive` captured while the workload's jobs ran."""
-    return {j: Allocation(c, sub.truth_gpus.get(j)) for j, c in sub.truth_cpus.items()}
+    return {j: Allocation(c, sub.truth_gpus.get(j), *sub.truth_named.get(j, (None, None)))
+            for j, c in sub.truth_cpus.items()}
 
 
 def _ids(spec: str) -> tuple[int, ...]:
@@ -448,7 +464,7 @@ def het_allocations(truth: dict[int, dict],
                     gpus[host] = tuple(sorted({*gpus.get(host, ()), *ids}))
             else:
                 gpus = None
-        out[leader] = Allocation(cpus, gpus)
+        out[leader] = Allocation(cpus, gpus, parts[0].name)  # partitions: see het_merged
     return out
 
 

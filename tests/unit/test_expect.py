@@ -4,11 +4,24 @@ product could get wrong, on bodies built by hand from one recorded-looking Slurm
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
-from tests.integration.expect import by_run, check_start, check_stop, delivery_problems
-from tests.integration.workload import Allocation, reported_gpus, with_reported_gpus
+from tests.integration.expect import (
+    by_run,
+    check_start,
+    check_stop,
+    delivery_problems,
+)
+from tests.integration.workload import (
+    Allocation,
+    controller_records,
+    reported_gpus,
+    with_reported_gpus,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 T = {"name": "fgpu", "state": "CANCELLED", "submit": 100, "start": 110, "end": 130,
      "nodes": ("n1", "n2"), "cpus": 3, "array_job_id": 0, "array_task_id": None,
@@ -140,3 +153,39 @@ def test_gpu_indices_a_job_reported_fill_in_where_the_watcher_never_saw_it_runni
 
 def test_no_report_folder_reports_nothing(tmp_path):
     assert reported_gpus(tmp_path / "absent") == {}
+
+
+# slurmdbd's record of a job whose start message was lost while slurmdbd was down (22.05,
+# CI run of 7daf177, job 5807): sacct prints JobName "allocation" and no Partition.
+PLACEHOLDER = {**T, "name": "allocation", "partition": ""}
+
+
+def test_a_dbd_placeholder_is_compared_with_slurmctld_name_and_partition():
+    held = Allocation(ALLOC.cpus, ALLOC.gpus, "fgpu", "gpu")
+    v = check_start(START, "c", 7, PLACEHOLDER, held)
+    assert (v.wrong, v.unverified) == ([], [])
+    renamed = {**START, "metaData": {"jobName": "allocation"}}
+    assert check_start(renamed, "c", 7, PLACEHOLDER, held).wrong == [
+        "metaData.jobName 'allocation' != Slurm's 'fgpu'"]
+    moved = {**START, "partition": "debug"}
+    assert check_start(moved, "c", 7, PLACEHOLDER, held).wrong == [
+        "partition 'debug' != Slurm's 'gpu'"]
+
+
+def test_a_dbd_placeholder_slurmctld_never_read_is_unverified_not_passed():
+    v = check_start(START, "c", 7, PLACEHOLDER, ALLOC)  # no name: slurmctld not read
+    assert v.wrong == []
+    assert v.unverified == ["jobName, partition: slurmdbd holds a placeholder, slurmctld not read"]
+    assert check_start(START, "c", 7, PLACEHOLDER, None).unverified[0].startswith("jobName")
+    # a real sacct name is never replaced: only the placeholder's pair is
+    assert check_start(START, "c", 7, {**T, "name": "allocation"}, ALLOC).wrong == [
+        "metaData.jobName 'fgpu' != Slurm's 'allocation'"]
+
+
+@pytest.mark.parametrize(("version", "job_id", "name", "partition"), [
+    ("22.05", 7, "cancelrun", "debug"), ("26.05", 5, "gpujob", "gpu")])
+def test_controller_records_read_name_and_partition(version, job_id, name, partition):
+    text = (FIXTURES / version / f"scontrol-d-{job_id}.txt").read_text()
+    rec = controller_records(text)[job_id]
+    assert (rec.name, rec.partition) == (name, partition)
+
