@@ -46,6 +46,7 @@ from tests.bench.scale_probe import (
     start_latency,
     status_mb,
 )
+from tests.integration.expect import by_run, lost_and_duplicated
 from tests.integration.sync_scenario import TOKEN, DaemonProc, exactly_once, write_config
 from tests.integration.workload import TESTBED, Cluster, sacct_truth
 from tests.standin.ccbackend import START_PATH, CcBackendStandin
@@ -168,13 +169,15 @@ def run_levels(args: argparse.Namespace, info: dict, tmp: Path) -> dict:
             problems = _settle(standin, cluster, churn_ids, args.running / args.rate + 300)
         finally:
             code = daemon.terminate()
+        truth = _truth(cluster, churn_ids)
+        lost, duplicated = lost_and_duplicated(truth, by_run(standin.started(cluster.name)),
+                                               by_run(standin.stopped()))
         received = {}
         for r in standin.requests(START_PATH):
             if r.status == 201 and r.body:
                 received.setdefault(int(r.body["jobId"]), r.time)
         queued_ids = {s.job_id for s in load.recorder.submissions(QUEUED)}
         sent_queued = len(queued_ids & set(received))
-    truth = _truth(cluster, churn_ids)
     stamps = read_stamps(stamps_path)
     start_times = {j: t["start"] for j, t in truth.items() if t["start"]}
     for lv in levels:
@@ -184,9 +187,7 @@ def run_levels(args: argparse.Namespace, info: dict, tmp: Path) -> dict:
     counted = {"submitted": len(churn_ids), "ran": len(ran),
                "never_listed": len(set(churn_ids) - set(truth)),
                "problems": len(problems), "examples": problems[:5],
-               "lost": sum("0 successful" in p for p in problems),
-               "duplicated": sum(("2 successful" in p or "3 successful" in p)
-                                 for p in problems),
+               "lost": lost, "duplicated": duplicated,
                "queued_submitted": len(queued_ids), "queued_sent": sent_queued,
                "daemon_exit": code}
     log(f"counted: {counted}")

@@ -188,6 +188,20 @@ def by_run(bodies: list[dict]) -> dict[tuple[int, int], list[dict]]:
     return out
 
 
+def lost_and_duplicated(truth: dict[int, dict], starts: dict[tuple[int, int], list[dict]],
+                        stops: dict[tuple[int, int], list[dict]]) -> tuple[int, int]:
+    """How many runs Slurm started lack a start or a stop (lost), and how many got either
+    more than once (duplicated); ``starts``/``stops`` as :func:`by_run` groups them."""
+    lost = duplicated = 0
+    for job_id, t in truth.items():
+        if ran(t):
+            run = (job_id, t["start"])
+            got = len(starts.get(run, [])), len(stops.get(run, []))
+            lost += min(got) == 0
+            duplicated += max(got) > 1
+    return lost, duplicated
+
+
 def delivery_problems(cluster: str, truth: dict[int, dict],
                       starts: dict[tuple[int, int], list[dict]],
                       stops: dict[tuple[int, int], list[dict]],

@@ -13,6 +13,7 @@ from tests.integration.expect import (
     check_start,
     check_stop,
     delivery_problems,
+    lost_and_duplicated,
 )
 from tests.integration.workload import (
     Allocation,
@@ -189,3 +190,12 @@ def test_controller_records_read_name_and_partition(version, job_id, name, parti
     rec = controller_records(text)[job_id]
     assert (rec.name, rec.partition) == (name, partition)
 
+
+def test_lost_and_duplicated_count_runs_not_problem_lines():
+    truth = {7: T, 8: {**T, "start": 200}, 9: {**T, "start": 300},
+             10: {**T, "start": 0, "nodes": ()}}  # 10 never ran: nothing expected
+    starts = by_run([START, {**START, "jobId": 8, "startTime": 200},
+                     {**START, "jobId": 8, "startTime": 200}])
+    stops = by_run([STOP, {**STOP, "jobId": 8, "startTime": 200}])
+    assert lost_and_duplicated(truth, starts, stops) == (1, 1)  # 9 lost, 8 twice started
+    assert lost_and_duplicated({7: T}, starts, stops) == (0, 0)
