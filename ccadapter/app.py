@@ -84,6 +84,7 @@ class App:
     control: Control | None = None  # slurmctldFailover: whether this daemon works
     router: HookRouter = field(default_factory=HookRouter)
     retries: RetryPolicies = field(default_factory=RetryPolicies)
+    runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
 
     # --- the clusters --------------------------------------------------------------------
 
@@ -276,6 +277,8 @@ class App:
             self.publisher.close()
         if self.client is not None:
             self.client.close()
+        for runner in self.runners:
+            runner.close()
         self.outbox.close()
 
 
@@ -306,7 +309,15 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     ``slurm-clusters`` routine) fills it."""
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
     retries = RetryPolicies.from_config(config)
-    base = runner or _runner(config, recorder, "", retries)
+    owned: list[SlurmRunner] = []  # the runners built here, whose scontrol close() ends
+
+    def new_runner(name: str) -> CommandRunner:
+        if runner is not None:
+            return runner
+        owned.append(_runner(config, recorder, name, retries))
+        return owned[-1]
+
+    base = new_runner("")
     nats_on = bool(config.nats_server)
     outbox = outbox or Outbox(outbox_path(config), backoff=retries.outbox,
                               on_enqueued=recorder.events_enqueued)
@@ -346,7 +357,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
 
     def make(name: str, config_text: str = "") -> ClusterSync:
         return parts.sync(name, config.multi_cluster(),
-                          runner or _runner(config, recorder, name, retries), config_text)
+                          new_runner(name), config_text)
 
     # the local cluster's collector, without --clusters: its name in the default mode, its
     # controllers for slurmctldFailover
@@ -361,7 +372,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         roster = Roster(make, config.slurm_clusters)
     control = _control(config, local, outbox, recorder, roster)
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
-               notifier, control, retries=retries)
+               notifier, control, retries=retries, runners=owned)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,

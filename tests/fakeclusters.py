@@ -17,7 +17,7 @@ import copy
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ccadapter.errors import SlurmCommandError
 from ccadapter.slurm.runner import Completed, TransientSlurmError
@@ -66,6 +66,12 @@ class SharedDbd:
         if name not in self.clusters:
             return Completed("", _UNKNOWN.format(name=name), 1)
         return self.clusters[name].unchecked(rest, stdin=stdin, timeout=timeout, env=env)
+
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed:
+        """As a long-lived scontrol answers: like :meth:`unchecked`."""
+        return self.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
 
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Iterator[str]:

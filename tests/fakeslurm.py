@@ -174,6 +174,12 @@ class RecordedSlurm:
         out.append("scontrol: ")
         return Completed("".join(out), "".join(err), 1 if err else 0)
 
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed:
+        """As a long-lived scontrol answers: like :meth:`unchecked`."""
+        return self.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
+
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Iterator[str]:
         argv = list(argv)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,22 @@ class RecordingRunner:
                   timeout: float | None = None,
                   env: Mapping[str, str] | None = None) -> Completed:
         done = self.inner.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
+        self._keep(argv, stdin, env, done)
+        return done
+
+    def _keep(self, argv: Sequence[str], stdin: str | None, env: Mapping[str, str] | None,
+              done: Completed) -> None:
         marker = _MARKER.search(stdin or "")
         strip = (lambda text: text.replace(marker[0], PLACEHOLDER)) if marker else str
         self.commands.append({"argv": list(argv), "env": dict(env or {}),
                               "stdin": strip(stdin or ""), "stdout": strip(done.stdout),
                               "stderr": done.stderr, "returncode": done.returncode})
+
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed:
+        done = self.inner.ask(argv, stdin, complete, timeout=timeout, env=env)
+        self._keep(argv, stdin, env, done)
         return done
 
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
@@ -92,6 +103,12 @@ class Replay:
                            env=dict(env or {}))
         return Completed(entry["stdout"].replace(PLACEHOLDER, marker[0]), entry["stderr"],
                          entry["returncode"])
+
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed:
+        """As a long-lived scontrol answers: like :meth:`unchecked`."""
+        return self.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
 
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Iterator[str]:

@@ -1,6 +1,7 @@
 """Allocation details and batch scripts from slurmctld, for the runs a caller names, by the
-cheaper of two routes: single-job requests answered by one ``scontrol`` process (``show job
--d ID`` and ``write batch_script ID -`` for each, :mod:`.formats.scontrol`), or, when many
+cheaper of two routes: single-job requests answered by a long-lived ``scontrol`` process
+(``show job -d ID`` and ``write batch_script ID -`` for each, :mod:`.formats.scontrol`,
+:mod:`.session`), or, when many
 are needed, a dump of every job filtered by id while it is read, so that a queue of 50,000
 pending jobs costs a dump only when a dump is cheaper (:class:`RouteCosts`). slurmctld holds
 a job until MinJobAge after its end; what it no longer holds is left to slurmdbd."""
@@ -142,13 +143,14 @@ class Slurmctld:
 
     def _singles(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
                  ctx: ParseContext) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
-        """One scontrol process: ``show job ID`` for each id, then ``write batch_script``."""
+        """``show job ID`` for each id, then ``write batch_script``, asked of the runner's
+        long-lived scontrol (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`)."""
         if not ids and not script_ids:
             return {}, {}, []
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
-        done = self.runner.unchecked(["scontrol", *clusters_arg(cluster or self.scope), "-d"],
-                                     stdin=batch.stdin(), env=TIME_FORMAT_ENV)
+        done = self.runner.ask(["scontrol", *clusters_arg(cluster or self.scope), "-d"],
+                               batch.stdin(), batch.complete, env=TIME_FORMAT_ENV)
         self.costs.saw_singles(len(ids), time.monotonic() - started)
         answers = batch.answers(done.stdout)
         if done.transient and not any(answers):

@@ -5,10 +5,12 @@ slurm controller", "Socket timed out"); those are retried with exponential backo
 else (bad option, permission denied) fails at once, with stderr kept for the message.
 Output is decoded as UTF-8 with replacement: job names and scripts may hold any bytes.
 
-Three ways to run: :meth:`SlurmRunner.run` (stdout, or an error), :meth:`~SlurmRunner.unchecked`
+Four ways to run: :meth:`SlurmRunner.run` (stdout, or an error), :meth:`~SlurmRunner.unchecked`
 (one scontrol process answering many commands, where one unknown job makes the exit status
-non-zero without spoiling the other answers) and :meth:`~SlurmRunner.lines` (a large answer
-read line by line, so that a dump of every job slurmctld holds never sits in memory whole).
+non-zero without spoiling the other answers), :meth:`~SlurmRunner.ask` (the same questions put
+to a long-lived scontrol, :mod:`.session`: no process started per question) and
+:meth:`~SlurmRunner.lines` (a large answer read line by line, so that a dump of every job
+slurmctld holds never sits in memory whole).
 Environment settings for the Slurm client (``SLURM_TIME_FORMAT``) go through ``env NAME=VALUE``
 after the prefix, so they reach the client in a chroot or over ssh too.
 """
@@ -22,15 +24,17 @@ import resource
 import subprocess
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from tenacity import RetryCallState, retry_if_exception
 
 from ccadapter.errors import SlurmCommandError
 from ccadapter.retry import RetryPolicies, RetryPolicy
+from ccadapter.slurm.session import MAX_AGE, Session, SessionEnded, SessionTimeout
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,10 @@ class CommandRunner(Protocol):
 
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Iterator[str]: ...
+
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed: ...
 
 
 @dataclass
@@ -112,6 +120,14 @@ class _Child(subprocess.Popen):
         return self.usage.ru_utime + self.usage.ru_stime if self.usage else 0.0
 
 
+@dataclass
+class _Slot:
+    """A long-lived process for one argv (:meth:`SlurmRunner.ask`), one question at a time."""
+
+    session: Session | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class TransientSlurmError(SlurmCommandError):
     """A failure worth retrying (timeout, controller or database unreachable)."""
 
@@ -126,6 +142,7 @@ class SlurmRunner:
         retry: RetryPolicy | None = None,
         env: Mapping[str, str] | None = None,
         on_command: Callable[[str, float, bool], None] | None = None,
+        session_age: float = MAX_AGE,
     ) -> None:
         """``on_command(command, seconds, ok)`` hears of every run, retries included
         (the daemon's metrics)."""
@@ -135,7 +152,12 @@ class SlurmRunner:
         self.env = dict(env) if env is not None else None
         self.calls: Counter[str] = Counter()
         self.on_command = on_command
+        self.session_age = session_age
         self._local = threading.local()
+        self._slots: dict[tuple[str, ...], _Slot] = {}
+        self._slots_lock = threading.Lock()
+        # a runner dropped without close() (a cluster leaves the roster) ends its processes
+        weakref.finalize(self, _end_sessions, self._slots)
 
     def tally(self) -> Tally:
         """The cost of the commands the calling thread ran so far (a copy)."""
@@ -176,6 +198,63 @@ class SlurmRunner:
         """Run once, without retries, and return the answer whatever the exit status;
         raises only when the command cannot be run or times out."""
         return self._counted(argv, lambda: self._execute(argv, timeout, stdin, env))
+
+    def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
+            timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> Completed:
+        """Like :meth:`unchecked`, answered by a long-lived ``argv`` process (one per argv
+        and env) that reads ``stdin`` as its next questions; done when ``complete(stdout)``.
+        While another thread's question occupies it, a process of its own answers instead,
+        so a long question never holds up a short one. A process that ends before it
+        answers gives its exit status, as a one-shot process would."""
+        full = (*self.prefix, *_setenv(env), *argv)
+        with self._slots_lock:
+            slot = self._slots.setdefault(full, _Slot())
+        if not slot.lock.acquire(blocking=False):
+            return self.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
+        try:
+            return self._counted(argv, lambda: self._ask(slot, full, argv, stdin, complete,
+                                                         timeout or self.timeout))
+        finally:
+            slot.lock.release()
+
+    def _ask(self, slot: _Slot, full: tuple[str, ...], argv: Sequence[str], stdin: str,
+             complete: Callable[[str], bool], limit: float) -> Completed:
+        started = time.monotonic()
+        if slot.session is not None and not slot.session.fresh(self.session_age):
+            slot.session.close()
+            slot.session = None
+        while True:
+            reused = slot.session is not None
+            if slot.session is None:
+                try:
+                    slot.session = Session(full, self.env)
+                except OSError as exc:
+                    raise SlurmCommandError(argv, f"cannot run {full[0]}: {exc.strerror}"
+                                            ) from None
+            session = slot.session
+            cpu = session.cpu()
+            try:
+                out, err = session.ask(stdin, complete, limit)
+            except SessionTimeout as exc:
+                slot.session = None
+                self._spent(0, 0.0, started)
+                raise TransientSlurmError(argv, str(exc)) from None
+            except SessionEnded as exc:
+                slot.session = None
+                session.close()
+                if reused and not exc.stdout:  # ended while idle: a new one answers
+                    continue
+                self._spent(len(exc.stdout), 0.0, started)
+                return Completed(exc.stdout, exc.stderr, exc.returncode)
+            self._spent(len(out), max(0.0, session.cpu() - cpu), started)
+            return Completed(out, err, 0)
+
+    def close(self) -> None:
+        """End the long-lived processes (:meth:`ask`); they end on their own when this
+        process exits, as their input closes."""
+        with self._slots_lock:
+            _end_sessions(self._slots)
 
     def lines(self, argv: Sequence[str], *, timeout: float | None = None,
               env: Mapping[str, str] | None = None) -> Iterator[str]:
@@ -261,6 +340,16 @@ class SlurmRunner:
         self._spent(len(out), proc.cpu, started)
         return Completed(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          proc.returncode)
+
+
+def _end_sessions(slots: dict[tuple[str, ...], _Slot]) -> None:
+    """End every long-lived process of ``slots`` and forget them."""
+    for slot in list(slots.values()):
+        with slot.lock:
+            if slot.session is not None:
+                slot.session.close()
+                slot.session = None
+    slots.clear()
 
 
 def _setenv(env: Mapping[str, str] | None) -> list[str]:

@@ -56,6 +56,9 @@ class Replayed:
     def unchecked(self, argv: Sequence[str], **kwargs) -> Completed:
         return self.runner.unchecked(argv, **kwargs)
 
+    def ask(self, argv: Sequence[str], stdin: str, complete, **kwargs) -> Completed:
+        return self.runner.ask(argv, stdin, complete, **kwargs)
+
     def lines(self, argv: Sequence[str], **kwargs) -> Iterator[str]:
         return self.runner.lines(argv, **kwargs)
 

@@ -103,14 +103,21 @@ def sec_scale(doc: Doc) -> str:
            f"(cc-cache twice per window); the cc-backend stand-in commits its job cache "
            f"every {plan['commit_interval']} s. Each window lasts {plan['duration_s']:.0f} s "
            f"after {plan['warmup_s']:.0f} s of warm-up. CPU counts the daemon and the Slurm "
-           "commands it ran (/proc utime, stime, cutime, cstime).", "",
-           "| queued | daemon CPU | RSS median / peak | start p50 / p95 / max from prolog | "
-           "from StartTime p50 / p95 | not received |",
-           "| --- | --- | --- | --- | --- | --- |"]
+           + ("commands it ran, ended or still running (/proc utime, stime, cutime, cstime). "
+              "RSS is the daemon's; its child processes (the long-lived scontrol, any Slurm "
+              "command running at the sample) are shown beside it."
+              if any("children_rss_mb" in lv for lv in levels) else
+              "commands it ran (/proc utime, stime, cutime, cstime)."), "",
+           "| queued | daemon CPU | RSS median / peak | children's RSS median / max | "
+           "start p50 / p95 / max from prolog | from StartTime p50 / p95 | not received |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for lv in levels:
         p, s = lv["latency"]["from_prolog"], lv["latency"]["from_start_time"]
+        kids = lv.get("children_rss_mb")
+        kids_text = (f"{statistics.median(kids):.1f} / {max(kids):.1f} MB" if kids
+                     else "not measured")
         out.append(f"| {lv['queued']:,} | {100 * lv['cpu_share']:.2f} % | "
-                   f"{_steady(lv):.0f} / {lv['rss_peak_mb']:.0f} MB | "
+                   f"{_steady(lv):.0f} / {lv['rss_peak_mb']:.0f} MB | {kids_text} | "
                    f"{_s(p['p50'])} / {_s(p['p95'])} / {_s(p['max'])} (n={p['n']}) | "
                    f"{_s(s['p50'])} / {_s(s['p95'])} | {lv['latency']['missing']} |")
     out += ["", "Per reconciler and cycle (median; max in brackets): wall; of it, the wall "

@@ -126,6 +126,7 @@ def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
     return {"queued": level, "t0": t0, "t1": t1, "cpu_s": round(cpu1 - cpu0, 3),
             "cpu_share": round((cpu1 - cpu0) / (t1 - t0), 5),
             "rss_samples_mb": [round(r, 1) for r in rss], "rss_peak_mb": round(peak, 1),
+            "children_rss_mb": [round(r, 1) for r in sampler.children],
             "rss_steps": sampler.steps,
             "reconcilers": per_reconciler(seen), "cycle_summaries": len(seen),
             "anchor": anchor}

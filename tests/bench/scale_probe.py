@@ -21,11 +21,51 @@ TICK = os.sysconf("SC_CLK_TCK")
 CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (state first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes running under ``pid`` now (children, theirs, ...): the daemon's
+    long-lived scontrol and whatever Slurm command runs at this moment. Each thread's
+    ``children`` file names those it started (proc(5))."""
+    found, todo = [], [pid]
+    while todo:
+        kids = []
+        for path in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids += [int(k) for k in path.read_text().split()]
+            except OSError:
+                continue  # the thread or process ended meanwhile
+        found += kids
+        todo += kids
+    return found
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system seconds of the process and of its waited-for children (the Slurm
-    commands it ran): utime, stime, cutime, cstime of /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / TICK
+    """User + system seconds of the process, of its children it waited for (the Slurm
+    commands it ran: cutime, cstime of /proc/PID/stat) and of those still running (a
+    long-lived scontrol is accounted to its parent only when it ends)."""
+    total = sum(int(f) for f in _stat(pid)[11:15])
+    for child in descendants(pid):
+        try:
+            total += sum(int(f) for f in _stat(child)[11:15])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile: its parent's cutime has it
+    return total / TICK
+
+
+def children_rss_mb(pid: int) -> float:
+    """VmRSS of the processes running under ``pid``, summed (pages they share with each
+    other count twice)."""
+    total = 0.0
+    for child in descendants(pid):
+        try:
+            total += status_mb(child, "VmRSS")
+        except (OSError, RuntimeError, IndexError):
+            continue
+    return total
 
 
 def status_mb(pid: int, key: str) -> float:
@@ -51,6 +91,7 @@ class RssSampler(threading.Thread):
         super().__init__(name="rss-sampler", daemon=True)
         self.pid, self.every, self.log, self.step_mb = pid, every, log, step_mb
         self.samples: list[float] = []
+        self.children: list[float] = []  # children_rss_mb at each sample
         self.steps: list[dict] = []
         self._stop_event = threading.Event()
 
@@ -74,6 +115,7 @@ class RssSampler(threading.Thread):
                                    "from_mb": self.samples[-1], "to_mb": rss,
                                    "logged": summarise_lines(lines)})
             self.samples.append(rss)
+            self.children.append(children_rss_mb(self.pid))
 
     def stop(self) -> list[float]:
         self._stop_event.set()

@@ -1,6 +1,18 @@
-"""The scale benchmark's readers of the daemon's log (tests/bench/scale_probe.py)."""
+"""The scale benchmark's readers of the daemon's log and /proc (tests/bench/scale_probe.py)."""
 
-from tests.bench.scale_probe import cycles, per_reconciler, summarise_lines
+import os
+import subprocess
+import sys
+import time
+
+from tests.bench.scale_probe import (
+    children_rss_mb,
+    cpu_seconds,
+    cycles,
+    descendants,
+    per_reconciler,
+    summarise_lines,
+)
 
 LOG = """\
 INFO ccadapter.daemon: slurm-window: {'runs': 3, 'cost': {'seconds': 1.2, 'cpu': 0.02, \
@@ -32,3 +44,24 @@ def test_lines_between_two_samples_are_summarised_by_cycle_and_logger():
         "cycle slurm-window", "cycle slurm-window", "2 x ccadapter.cc.delivery",
         "1 x ccadapter.prep.fastpath"]
     assert len(summarise_lines(LOG.splitlines() * 9)) == 8
+
+
+def test_cpu_counts_children_still_running_and_their_own():
+    """A long-lived child (the daemon's scontrol) is counted before it ends: the kernel
+    accounts its CPU to the parent's cutime only once it is reaped."""
+    before = cpu_seconds(os.getpid())
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n" \
+           "time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 20
+        while cpu_seconds(os.getpid()) - before < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert child.poll() is None  # still running, yet counted
+        assert cpu_seconds(os.getpid()) - before >= 0.4
+        assert child.pid in descendants(os.getpid())
+        assert children_rss_mb(os.getpid()) > 1
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in descendants(os.getpid())

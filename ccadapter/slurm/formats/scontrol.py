@@ -238,9 +238,22 @@ class Batch:
             if at < 0:
                 answers += [None] * (len(self.commands) - k)
                 break
-            answers.append(out[pos:at].removeprefix(f"{ECHO}{command}\n"))
+            # a long-lived process (SlurmRunner.ask) may print its prompt in one answer and
+            # the echo of the next command in the next: each is taken off where it is
+            answers.append(out[pos:at].removeprefix(ECHO).removeprefix(f"{command}\n"))
             pos = end
         return answers
+
+
+    def complete(self, out: str) -> bool:
+        """Has a process still reading its input answered every command (the last
+        marker's own output is there)?"""
+        if not self.commands:
+            return True
+        tag = f"{self.marker}-{len(self.commands) - 1}\n"
+        at = out.rfind(tag)
+        echo = f"{ECHO}show hostnames "
+        return at >= 0 and out[max(0, at - len(echo)):at] != echo
 
 
 def _find_unechoed(out: str, tag: str, pos: int) -> int:

@@ -91,6 +91,27 @@ def test_a_process_that_died_early_leaves_the_rest_unanswered():
     assert batch.answers(out) == ["JobId=5 JobName=a\n", None, None]
 
 
+@pytest.mark.parametrize("echo", [True, False])
+def test_complete_only_once_the_last_marker_itself_is_printed(echo):
+    batch = Batch.of([show_job(5), write_script(5)])
+    out = _answer(batch, ["JobId=5 JobName=a\n", "#!/bin/sh\n"], echo=echo)
+    cut = out.rindex(f"{batch.marker}-1\n")  # the marker's own output (after its echo)
+    assert batch.complete(out) and batch.complete(out[:cut + len(batch.marker) + 3])
+    assert not batch.complete(out[:cut])  # its echo only: the answer may not be all there
+    assert not batch.complete(out[:cut + len(batch.marker) + 2])  # no line end yet
+    assert Batch.of([]).complete("")
+
+
+def test_a_long_lived_process_prints_its_prompt_in_either_answer():
+    """The prompt after one question's last marker may be read with that answer or at the
+    start of the next question's: the next answers are the same either way."""
+    batch = Batch.of([show_job(5), write_script(5)])
+    out = _answer(batch, ["JobId=5 JobName=a\n", "#!/bin/sh\n"])
+    assert out.startswith("scontrol: show job 5\n")
+    for start in (out, out.removeprefix("scontrol: ")):
+        assert batch.answers(start) == ["JobId=5 JobName=a\n", "#!/bin/sh\n"]
+
+
 def test_markers_differ_per_batch():
     assert Batch.of(["show job 1"]).marker != Batch.of(["show job 1"]).marker
 
