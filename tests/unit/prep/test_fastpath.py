@@ -153,3 +153,46 @@ def test_an_end_rides_along_with_the_next_start(timed):
     fast.submit(HookMessage(gpu, "start", None))
     assert wait(lambda: runner.stdins)
     assert f"job {other}" in runner.stdins[0] and f"job {gpu}" in runner.stdins[0]
+
+
+def _configuring(text: str, job_id: int) -> str:
+    """The snapshot with ``job_id`` in CONFIGURING (its PrologSlurmctld still running)."""
+    return "\n\n".join(r.replace("JobState=RUNNING", "JobState=CONFIGURING", 1)
+                       if r.lstrip().startswith(f"JobId={job_id} ") else r
+                       for r in text.split("\n\n"))
+
+
+def test_a_configuring_start_is_asked_every_poll_until_running(timed):
+    """The prolog's end is near: asked every ``configure_poll``, not after doubling delays
+    (one of which would add up to its own length to the start's latency)."""
+    make, runner, gpu, _ = timed
+    busy = runner.controller
+    runner.controller = _configuring(busy, gpu)
+    fast = make(start_settle=0.0, configure_poll=0.05, configure_wait=5.0,
+                retry=RetryPolicy(2.0, 2.0, 1))
+    fast.submit(HookMessage(gpu, "start", None))
+    time.sleep(0.5)
+    asked = sum(f"job {gpu}" in text for text in runner.stdins)
+    assert 5 <= asked <= 11  # every 0.05 s (the retry policy alone: once in 2 s)
+    runner.controller = busy
+    assert wait(lambda: fast.outbox.queue.due())
+    assert [e.job_id for e in fast.outbox.queue.due()] == [gpu]
+    time.sleep(0.2)
+    done = sum(f"job {gpu}" in text for text in runner.stdins)
+    time.sleep(0.3)
+    assert sum(f"job {gpu}" in text for text in runner.stdins) == done  # no more asks
+
+
+def test_past_configure_wait_the_retry_policy_takes_over(timed, caplog):
+    """Nodes that boot keep a job CONFIGURING for minutes: after ``configure_wait`` the
+    retry policy's tries and delays apply, then the poll has it."""
+    make, runner, gpu, _ = timed
+    runner.controller = _configuring(runner.controller, gpu)
+    fast = make(start_settle=0.0, configure_poll=0.05, configure_wait=0.2,
+                retry=RetryPolicy(0.3, 0.3, 2))
+    with caplog.at_level("INFO"):
+        fast.submit(HookMessage(gpu, "start", None))
+        assert wait(lambda: "left to the poll" in caplog.text, timeout=5)
+    asked = sum(f"job {gpu}" in text for text in runner.stdins)
+    assert asked == 1 + 4 + 1  # the first, 4 polls in 0.2 s, the policy's one more try
+    assert fast.outbox.queue.due() == []
