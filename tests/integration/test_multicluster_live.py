@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,6 +98,29 @@ def port_free(spec: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def end_sessions(daemon_pid: int, cluster: str) -> int:
+    """Kill the daemon's long-lived ``scontrol`` processes naming ``cluster``; how many.
+
+    The fault wrapper acts when a process starts: a long-lived scontrol
+    (:meth:`SlurmRunner.ask`) started before the fault passed through it already and would go
+    on answering. Where the real fault strikes (its slurmctld gone), each question of such a
+    process fails as a new process would, since every question connects to slurmctld afresh.
+    Ending it models that: the daemon replaces it, through the wrapper, which then fails."""
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        if ppid == daemon_pid and argv[0].endswith(b"scontrol") and cluster.encode() in argv:
+            os.kill(int(proc.name), signal.SIGKILL)
+            killed += 1
+    return killed
 
 
 def free_port() -> int:
@@ -219,6 +243,7 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
                            f"{time.monotonic() - t0:.1f} s")
             # 2: clusterscale's Slurm fails; cluster22 goes on
             (faults / scale.name).touch()
+            end_sessions(daemon.proc.pid, scale.name)
             t1 = time.monotonic()
             with ThreadPoolExecutor(2) as pool:
                 for c, got in zip(both, pool.map(lambda c: submit_batch(c, "mc2-", JOBS),
