@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any
 from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
-from ccadapter.clusters import LOOKBACK_INTERVAL, ClusterSync, LastRuns, Roster, SyncParts
+from ccadapter.clusters import (
+    LOOKBACK_INTERVAL,
+    ClusterSync,
+    LastRuns,
+    Roster,
+    SyncParts,
+    last_runs,
+)
 from ccadapter.config import Config
 from ccadapter.config_rules import node_state_path
 from ccadapter.control import Control, Role
@@ -55,7 +62,6 @@ from ccadapter.prep.server import PrepServer
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
-from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
@@ -66,8 +72,6 @@ if TYPE_CHECKING:  # nats-py is imported only where NATS is configured (a few MB
 log = logging.getLogger(__name__)
 
 OUTBOX_FILE = "outbox.sqlite"
-# Re-read the last hour every 10 minutes for records slurmdbd got late (one sacct call).
-# A cluster's lastRun by its scope: None for the default mode's lastRunPath.
 
 
 @dataclass
@@ -284,18 +288,6 @@ class App:
 
 def outbox_path(config: Config) -> Path:
     return config.state_dir() / OUTBOX_FILE
-
-
-def last_runs(config: Config) -> LastRuns:
-    """Each cluster's lastRun: ``lastRunPath`` in the default mode; with slurmClusters its
-    own file beside it, read from ``lastRunPath`` until it exists
-    (:mod:`ccadapter.runtime.lastrun`)."""
-
-    def of(scope: str | None) -> LastRun:
-        path = clustername.last_run_path(config.last_run_path, scope)
-        return LastRun(path, seed=None if scope is None else config.last_run_path)
-
-    return of
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | None = None,

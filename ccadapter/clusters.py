@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.errors import CcAdapterError
@@ -94,6 +95,18 @@ LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
 
 # Each cluster's lastRun, by its scope (None: the default mode's lastRunPath).
 LastRuns = Callable[[str | None], LastRun]
+
+
+def last_runs(config: Config) -> LastRuns:
+    """Each cluster's lastRun: ``lastRunPath`` in the default mode; with slurmClusters its
+    own file beside it, read from ``lastRunPath`` until it exists
+    (:mod:`ccadapter.runtime.lastrun`)."""
+
+    def of(scope: str | None) -> LastRun:
+        path = clustername.last_run_path(config.last_run_path, scope)
+        return LastRun(path, seed=None if scope is None else config.last_run_path)
+
+    return of
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from ccadapter import __version__, clustername
-from ccadapter.app import App, LastRuns, build, last_runs, outbox_path
+from ccadapter.app import App, LastRuns, build, outbox_path
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -29,6 +29,7 @@ from ccadapter.cli.base import (
     pid_lock,
     require_delivery,
 )
+from ccadapter.clusters import last_runs
 from ccadapter.config import Config
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
