@@ -7,7 +7,7 @@ jobs it held, and the node list. The collector asks narrower questions than thos
 commands); :class:`RecordedSlurm` answers each the way the real commands select and print:
 
 - the listing (``sacct -X -n -P ... -o JobIDRaw,JobID,Start,End,State,NodeList``) writes one
-  line per recorded run that matches slurmdbd's rule for the window (``-s RUNNING,SUSPENDED``:
+  line per recorded run that matches slurmdbd's rule for the window (``-s RUNNING``:
   started before the window's end, ended after its start or not yet; without ``-s``: eligible
   before its end and not ended before its start) or the id list (``--jobs``), with epoch times
   as ``SLURM_TIME_FORMAT=%s`` prints them, and JobID as sacct names a het job's component

@@ -4,10 +4,12 @@ error: it is never read as "no jobs are running".
 
 Both sides are compared as sets of runs (jobId, startTime): cc-backend's running jobs, read
 page by page (only the two numbers of each are kept), and the runs Slurm lists as running now
-(``sacct -s R,S``: one line per running job, none per queued one). Only the runs that differ
+(``sacct -s R``: one line per running job, none per queued one). Only the runs that differ
 are read in detail:
 
-- running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent.
+- running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent. A run
+  suspended now is not listed (:data:`ccadapter.slurm.collector.RAN`): its details show
+  it has not ended, and it is left running.
 - running in Slurm, not in cc-backend: if the outbox never had its start, the start is sent;
   if the start was delivered, cc-backend lost it (restored from a backup) and it is sent
   again -- unless it was delivered less than ``commit_interval`` seconds ago: cc-backend 1.5

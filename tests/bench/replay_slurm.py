@@ -4,7 +4,7 @@ through it (``slurmCommandPrefix: [python, -m, tests.bench.replay_slurm, DIR]``)
 DIR holds what :func:`tests.bench.delivery.write_backlog` prepared from the recorded 24.11
 test-bed jobs: ``window-NNN.json`` (sacct answers) and ``controller-NNN.txt`` (the
 ``scontrol show job -d`` answer for the same jobs), ``empty.json`` and ``cluster``. Each sacct
-window listing (``sacct -P -s RUNNING,SUSPENDED``) hands out the next chunk, so that the daemon
+window listing (``sacct -P -s RUNNING``) hands out the next chunk, so that the daemon
 enqueues the backlog through its own path (the listing, ``sacct --json -j`` of the runs new to
 it, one scontrol process for their allocations, the parser, the outbox) over a few cycles;
 once all are handed out, windows are empty. Questions by job id are answered from the chunks
@@ -71,7 +71,7 @@ def answer(base: Path, argv: list[str], stdin: str) -> tuple[str, int]:
     if cmd == "sacct" and "-V" in argv:
         return "slurm 24.11.5\n", 0
     if cmd == "sacct" and "-P" in argv and "--starttime" in argv:
-        if "RUNNING,SUSPENDED" not in argv:
+        if "RUNNING" not in argv:
             return "", 0
         return _listing(json.loads(_next_chunk(base).read_text())), 0
     doc, controller = _served(base, _ids(argv, stdin))

@@ -42,7 +42,7 @@ def test_a_chunk_is_a_listing_and_its_runs_read_and_enqueued_once(backfill):
     first = job.run_chunk(since, since + 3600)
     assert runner.calls["sacct"] == 2  # the listing, and the JSON of its runs
     listing = runner.argvs[0]
-    assert listing[listing.index("-s") + 1] == "RUNNING,SUSPENDED"  # never pending jobs
+    assert listing[listing.index("-s") + 1] == "RUNNING"  # never pending jobs
     assert first.jobs > 5 and first.new == first.events > 10 and first.resent == 0
     again = job.run_chunk(since, since + 3600)
     assert (again.events, again.new, again.resent) == (first.events, 0, 0)
