@@ -102,7 +102,12 @@ def sec_scale(doc: Doc) -> str:
            f"The daemon runs with the defaults except ccPollInterval {plan['cc_poll']} s "
            f"(cc-cache twice per window); the cc-backend stand-in commits its job cache "
            f"every {plan['commit_interval']} s. Each window lasts {plan['duration_s']:.0f} s "
-           f"after {plan['warmup_s']:.0f} s of warm-up. CPU counts the daemon and the Slurm "
+           f"after {plan['warmup_s']:.0f} s of warm-up. "
+           + (f"slurmdbd holds {data['history_rows']:,} job records of the cluster at the "
+              f"start ({data['history_rows_end']:,} at the end): the test bed's own runs and "
+              "copies of them dated back (tests.testbed.history), a site's months of "
+              "history. " if "history_rows" in data else "")
+           + "CPU counts the daemon and the Slurm "
            + ("commands it ran, ended or still running (/proc utime, stime, cutime, cstime). "
               "RSS is the daemon's; its child processes (the long-lived scontrol, any Slurm "
               "command running at the sample) are shown beside it."
@@ -153,6 +158,19 @@ def sec_scale(doc: Doc) -> str:
                    f"{_mb(a['bytes'])} | {b['wall']:.2f} s / {b['cpu']:.2f} s / "
                    f"{_mb(b['bytes'])} | {ours_wall:.2f} s / {ours_cpu:.2f} s / "
                    f"{_mb(ours_bytes)} | {ratio:.0f}x |")
+    if all("listing" in lv for lv in levels):
+        out += ["", "The window listing itself at the end of each window, as ccadapter asks it "
+                "(`sacct -X -P -s RUNNING`) and as it asked before 2026-11-25 "
+                "(`-s RUNNING,SUSPENDED`: slurmdbd adds a subquery of its suspend table per "
+                "job row, a scan of the whole history), over the last poll interval "
+                f"(median of {plan['anchor_runs']}):", "",
+                "| queued | -s RUNNING wall / bytes | -s RUNNING,SUSPENDED wall / bytes | ratio |",
+                "| --- | --- | --- | --- |"]
+        for lv in levels:
+            now, old = lv["listing"]["RUNNING"], lv["listing"]["RUNNING,SUSPENDED"]
+            out.append(f"| {lv['queued']:,} | {now['wall']:.2f} s / {_mb(now['bytes'])} | "
+                       f"{old['wall']:.2f} s / {_mb(old['bytes'])} | "
+                       f"{old['wall'] / now['wall'] if now['wall'] else 0:.0f}x |")
     if any("rss_steps" in lv for lv in levels):
         out += ["", "RSS rises of at least 0.5 MB between two samples 2 s apart, and what the "
                 "daemon logged in between (a cycle's summary line names the cycle):", "",

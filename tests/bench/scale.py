@@ -13,7 +13,10 @@ reconciler's wall, CPU, Slurm commands and bytes per cycle (the ``cost`` the dae
 the start latency of the runs whose PrologSlurmctld ran in the window (from that moment and
 from StartTime, to the stand-in's receipt), and the anchor's per-poll commands (sacct
 window and squeue of all jobs, as JSON) on the same cluster at the same moment. At the
-end every churn job sbatch accepted is counted against sacct: lost and duplicated.
+end every churn job sbatch accepted is counted against sacct: lost and duplicated. Before the
+first window, slurmdbd's history of the cluster is grown to ``--history`` job records
+(500,000: a site's months of history; tests.testbed.history), as some sacct questions cost
+what the history holds.
 
 Writes tests/bench/results/scale.json and scale.png (cost per cycle against queue size);
 ``python -m tests.bench.render`` puts them into BENCHMARKS.md. Takes about 45 minutes: the
@@ -40,6 +43,7 @@ from tests.bench.scale_probe import (
     anchor_commands,
     cpu_seconds,
     cycles,
+    listing_costs,
     per_reconciler,
     read_stamps,
     reset_peak,
@@ -50,6 +54,7 @@ from tests.integration.expect import by_run, lost_and_duplicated
 from tests.integration.sync_scenario import TOKEN, DaemonProc, exactly_once, write_config
 from tests.integration.workload import TESTBED, Cluster, sacct_truth
 from tests.standin.ccbackend import START_PATH, CcBackendStandin
+from tests.testbed import history
 from tests.testbed.load import CHURN, QUEUED, Load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,13 +128,16 @@ def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
     log(f"queue {level}: anchor sacct {anchor['sacct']['wall']} s "
         f"{anchor['sacct']['bytes']} B, squeue {anchor['squeue']['wall']} s "
         f"{anchor['squeue']['bytes']} B")
+    listing = listing_costs(prefix, cluster, int(t1) - POLL, int(t1), anchor_runs)
+    log(f"queue {level}: listing -s RUNNING {listing['RUNNING']['wall']} s, "
+        f"-s RUNNING,SUSPENDED {listing['RUNNING,SUSPENDED']['wall']} s")
     return {"queued": level, "t0": t0, "t1": t1, "cpu_s": round(cpu1 - cpu0, 3),
             "cpu_share": round((cpu1 - cpu0) / (t1 - t0), 5),
             "rss_samples_mb": [round(r, 1) for r in rss], "rss_peak_mb": round(peak, 1),
             "children_rss_mb": [round(r, 1) for r in sampler.children],
             "rss_steps": sampler.steps,
             "reconcilers": per_reconciler(seen), "cycle_summaries": len(seen),
-            "anchor": anchor}
+            "anchor": anchor, "listing": listing}
 
 
 def run_levels(args: argparse.Namespace, info: dict, tmp: Path) -> dict:
@@ -232,14 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--running", type=int, default=500)
     p.add_argument("--rate", type=float, default=5.0, help="churn, jobs per second")
     p.add_argument("--anchor-runs", type=int, default=3)
+    p.add_argument("--history", type=int, default=500_000,
+                   help="job records slurmdbd holds for the cluster (tests.testbed.history)")
     p.add_argument("--keep-bed", action="store_true", help="leave clusterscale up")
     args = p.parse_args(argv)
     started = time.monotonic()
     info = bed_up(args.nodes)
+    log(f"job history: {history.rows():,} rows; growing it to {args.history:,}")
+    history_rows = history.grow(args.history)
     with tempfile.TemporaryDirectory(prefix="ccscale-") as tmp:
         data = run_levels(args, info, Path(tmp))
     if not args.keep_bed:
         subprocess.run([str(TESTBED), "down", "scale"], check=False, stdin=subprocess.DEVNULL)
+    data["history_rows"], data["history_rows_end"] = history_rows, history.rows()
     data["plot"] = plot(data, results.RESULTS / "scale.png")
     command = "flock /tmp/clusterscale.lock " + results.command_line("tests.bench.scale", argv)
     path = results.write("scale", command=command,
@@ -247,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                                "warmup_s": args.warmup, "nodes": args.nodes,
                                "running": args.running, "rate": args.rate, "poll": POLL,
                                "cc_poll": CC_POLL, "commit_interval": COMMIT,
-                               "anchor_runs": args.anchor_runs},
+                               "anchor_runs": args.anchor_runs, "history": args.history},
                          data=data, took_s=time.monotonic() - started)
     log(f"wrote {path}")
     return 0

@@ -250,3 +250,21 @@ def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
                      "cpu": round(statistics.median(c.cpu for c in costs), 3),
                      "bytes": mid.out_bytes, "rc": mid.rc}
     return out
+
+
+def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
+                  runs: int) -> dict[str, dict]:
+    """The window listing as ccadapter asks it (``-s RUNNING``) and as it asked before
+    (``-s RUNNING,SUSPENDED``: slurmdbd then scans every job row, see
+    ``ccadapter.slurm.collector.RAN``), each ``runs`` times; the run of median wall."""
+    out = {}
+    for states in ("RUNNING", "RUNNING,SUSPENDED"):
+        argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", "-s", states,
+                "--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
+                "--endtime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until)),
+                "-o", "JobIDRaw,JobID,Start,End,State,NodeList", "--clusters", cluster]
+        costs = sorted((run_once([*prefix, *argv], {}) for _ in range(runs)),
+                       key=lambda c: c.wall)
+        mid = costs[len(costs) // 2]
+        out[states] = {"wall": mid.wall, "bytes": mid.out_bytes, "rc": mid.rc}
+    return out
