@@ -76,6 +76,9 @@ OUTBOX_FILE = "outbox.sqlite"
 
 @dataclass
 class App:
+    """The daemon as :func:`build` assembles it: clusters, hook routing, delivery, shutdown.
+    Over our 200-line rule: the one place that wires parts living in modules of their own."""
+
     config: Config
     outbox: Outbox
     client: CcClient | None  # None: no ccRestUrl (NATS is the only path)

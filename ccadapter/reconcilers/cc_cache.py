@@ -8,7 +8,7 @@ page by page (only the two numbers of each are kept), and the runs Slurm lists a
 are read in detail:
 
 - running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent. A run
-  suspended now is not listed (:data:`ccadapter.slurm.collector.RAN`): its details show
+  suspended now is not listed (:data:`ccadapter.slurm.formats.listing.RAN`): its details show
   it has not ended, and it is left running.
 - running in Slurm, not in cc-backend: if the outbox never had its start, the start is sent;
   if the start was delivered, cc-backend lost it (restored from a backup) and it is sent

@@ -42,7 +42,7 @@ from ccadapter.errors import SlurmCommandError, SlurmParseError
 from ccadapter.model import Job
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import format_for
-from ccadapter.slurm.formats.listing import FIELDS, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
 from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
 from ccadapter.slurm.formats.records import (
     NodeState,
@@ -73,16 +73,6 @@ KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about runs far in the past.
 CONTROLLER_MEMORY = 3600
-# Runs that ran during a window: RUNNING matches every run with a start before the window's
-# end and an end after its start, or no end and the state RUNNING, whatever it ended as
-# (slurmdbd's _state_time_string(), as_mysql_jobacct_process.c, the same on 22.05, 24.11
-# and 26.05). MariaDB answers that from the job table's (time_end, time_eligible) index.
-# SUSPENDED is not asked: slurmdbd adds it as a subquery of the suspend table per job row
-# (OR-ed with the rest, so no index applies), a scan of every job the cluster ever ran:
-# 1.2-1.6 s at 345,000 rows on the test bed, against 0.04 s for RUNNING alone, and minutes
-# at a site with years of history. A run suspended now and never listed running is listed
-# once it resumes or ends (its end is stored then); the hook announces its start anyway.
-RAN = "RUNNING"
 DETAIL_BATCH = 200  # ids per `sacct --json -j`: about 1 MB of JSON, 10 MB decoded
 LISTING_BATCH = 1000  # ids per `sacct -P -j` listing
 

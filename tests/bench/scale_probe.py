@@ -256,7 +256,7 @@ def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
                   runs: int) -> dict[str, dict]:
     """The window listing as ccadapter asks it (``-s RUNNING``) and as it asked before
     (``-s RUNNING,SUSPENDED``: slurmdbd then scans every job row, see
-    ``ccadapter.slurm.collector.RAN``), each ``runs`` times; the run of median wall."""
+    ``ccadapter.slurm.formats.listing.RAN``), each ``runs`` times; the run of median wall."""
     out = {}
     for states in ("RUNNING", "RUNNING,SUSPENDED"):
         argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", "-s", states,

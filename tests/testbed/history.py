@@ -3,7 +3,7 @@
 A site's slurmdbd holds every job its cluster ever ran: hundreds of thousands to millions of
 rows in ``<cluster>_job_table``. Some sacct questions cost what that history costs, not what
 the window holds (``sacct -s SUSPENDED`` makes slurmdbd scan every row, see
-``ccadapter.slurm.collector.RAN``), so a benchmark on a test bed with a few thousand rows
+``ccadapter.slurm.formats.listing.RAN``), so a benchmark on a test bed with a few thousand rows
 would hide them. Running hundreds of thousands of real jobs takes the test bed hours, so the
 history is grown from the cluster's own real rows: each round copies every row, with new job
 ids, dated ``SHIFT`` seconds further back, and ended (a pending copy was cancelled before it

@@ -77,7 +77,7 @@ def test_window_enqueues_and_advances_last_run(env):
 
 def test_pending_jobs_are_never_listed_nor_read(env):
     """The listing asks for runs that ran (-s RUNNING, not SUSPENDED: slurmdbd answers that
-    state by scanning every job row, see collector.RAN); a queue of pending jobs costs the
+    state by scanning every job row, see formats.listing.RAN); a queue of pending jobs costs the
     window nothing."""
     meta, clock, slurm, collector, box, last = env
     last.set(meta["since"])

@@ -28,6 +28,16 @@ from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.values import decimal
 
 FIELDS = "JobIDRaw,JobID,Start,End,State,NodeList"
+# Runs that ran during a window: RUNNING matches every run with a start before the window's
+# end and an end after its start, or no end and the state RUNNING, whatever it ended as
+# (slurmdbd's _state_time_string(), as_mysql_jobacct_process.c, the same on 22.05, 24.11
+# and 26.05). MariaDB answers that from the job table's (time_end, time_eligible) index.
+# SUSPENDED is not asked: slurmdbd adds it as a subquery of the suspend table per job row
+# (OR-ed with the rest, so no index applies), a scan of every job the cluster ever ran:
+# 1.2-1.6 s at 345,000 rows on the test bed, against 0.04 s for RUNNING alone, and minutes
+# at a site with years of history. A run suspended now and never listed running is listed
+# once it resumes or ends (its end is stored then); the hook announces its start anyway.
+RAN = "RUNNING"
 TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}
 _NO_NODES = frozenset({"", "none assigned", "(null)", "none", "(unknown)"})
 
