@@ -7,7 +7,7 @@ A busy site keeps 10,000 to 100,000 jobs queued; none of them matters until it r
   that ran during a window, see :mod:`.formats.listing`). Pending jobs are not in it; in an
   unfiltered sacct window every eligible pending job is, in every poll.
 - *Details* are asked only for the runs a caller names (``sacct --json -X -j IDS``), at most
-  :data:`DETAIL_BATCH` ids per call, and handed over batch by batch (:meth:`Collector.iter_jobs`),
+  :data:`IDS_PER_QUERY` ids per call, and handed over batch by batch (:meth:`Collector.iter_jobs`),
   so memory is bounded by a batch, never by a window or a 60,000-run catch-up.
 - *Allocation details* (exact CPU ids, GPU indices: ``scontrol show job -d``) only for runs that
   may need a start and that slurmctld still holds, by the cheaper of two routes
@@ -73,8 +73,12 @@ KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about runs far in the past.
 CONTROLLER_MEMORY = 3600
-DETAIL_BATCH = 200  # ids per `sacct --json -j`: about 1 MB of JSON, 10 MB decoded
-LISTING_BATCH = 1000  # ids per `sacct -P -j` listing
+# Job ids per `sacct -j` (listing and JSON; 190 records are about 1 MB of JSON, 10 MB
+# decoded). slurmdbd asks `id_job IN (..) OR het_job_id IN (..) OR id_array_job IN (..)`;
+# from 200 values on (MariaDB's and MySQL's eq_range_index_dive_limit) MariaDB estimates
+# from index statistics, where most jobs' het and array ids are 0, and reads the whole job
+# table instead: 1.9-2.3 s at 483,000 rows on the test bed, against 0.02-0.04 s for 199 ids.
+IDS_PER_QUERY = 190
 
 
 @dataclass
@@ -153,8 +157,8 @@ class Collector:
         """Every run of these job ids, whenever it ran (requeued jobs have several)."""
         out = Listing([])
         ids = sorted(set(job_ids))
-        for i in range(0, len(ids), LISTING_BATCH):
-            part = self._listing(["--jobs", ",".join(map(str, ids[i:i + LISTING_BATCH]))],
+        for i in range(0, len(ids), IDS_PER_QUERY):
+            part = self._listing(["--jobs", ",".join(map(str, ids[i:i + IDS_PER_QUERY]))],
                                  cluster)
             out.stamps += part.stamps
             out.errors += part.errors
@@ -176,12 +180,12 @@ class Collector:
     def iter_jobs(self, job_ids: Iterable[int], cluster: str | None = None,
                   starts: Collection[int] | None = None,
                   known: KnownRuns | None = None) -> Iterator[QueryResult]:
-        """The runs of these job ids, :data:`DETAIL_BATCH` ids at a time. ``starts``: the ids
+        """The runs of these job ids, :data:`IDS_PER_QUERY` ids at a time. ``starts``: the ids
         whose start may still be needed (allocation details and scripts are asked for those
         only); None means all. ``known`` names the runs whose start is stored already."""
         ids = sorted(set(job_ids))
-        for i in range(0, len(ids), DETAIL_BATCH):
-            chunk = ids[i:i + DETAIL_BATCH]
+        for i in range(0, len(ids), IDS_PER_QUERY):
+            chunk = ids[i:i + IDS_PER_QUERY]
             want = set(chunk) if starts is None else set(chunk) & set(starts)
             yield self._details(chunk, cluster, want, known)
 

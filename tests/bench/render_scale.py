@@ -159,18 +159,20 @@ def sec_scale(doc: Doc) -> str:
                    f"{_mb(b['bytes'])} | {ours_wall:.2f} s / {ours_cpu:.2f} s / "
                    f"{_mb(ours_bytes)} | {ratio:.0f}x |")
     if all("listing" in lv for lv in levels):
-        out += ["", "The window listing itself at the end of each window, as ccadapter asks it "
-                "(`sacct -X -P -s RUNNING`) and as it asked before 2026-11-25 "
+        names = list(levels[0]["listing"])
+        out += ["", "sacct's listings themselves at the end of each window (median of "
+                f"{plan['anchor_runs']}; wall / bytes): the window over the last poll interval "
+                "as ccadapter asks it (`-s RUNNING`) and as it asked before 2026-11-25 "
                 "(`-s RUNNING,SUSPENDED`: slurmdbd adds a subquery of its suspend table per "
-                "job row, a scan of the whole history), over the last poll interval "
-                f"(median of {plan['anchor_runs']}):", "",
-                "| queued | -s RUNNING wall / bytes | -s RUNNING,SUSPENDED wall / bytes | ratio |",
-                "| --- | --- | --- | --- |"]
+                "job row, a scan of the whole history); and the runs of the latest churn jobs "
+                "by id, 190 ids as ccadapter asks them now and 500 as stale-jobs asked them "
+                "before (from 200 ids MariaDB reads the whole job table).", "",
+                "| queued | " + " | ".join(f"`{n}`" if n[0] != "-" else n for n in names) + " |",
+                "| --- |" + " --- |" * len(names)]
         for lv in levels:
-            now, old = lv["listing"]["RUNNING"], lv["listing"]["RUNNING,SUSPENDED"]
-            out.append(f"| {lv['queued']:,} | {now['wall']:.2f} s / {_mb(now['bytes'])} | "
-                       f"{old['wall']:.2f} s / {_mb(old['bytes'])} | "
-                       f"{old['wall'] / now['wall'] if now['wall'] else 0:.0f}x |")
+            cells = [f"{lv['listing'][n]['wall']:.2f} s / {_mb(lv['listing'][n]['bytes'])}"
+                     if n in lv["listing"] else "not measured" for n in names]
+            out.append(f"| {lv['queued']:,} | " + " | ".join(cells) + " |")
     if any("rss_steps" in lv for lv in levels):
         out += ["", "RSS rises of at least 0.5 MB between two samples 2 s apart, and what the "
                 "daemon logged in between (a cycle's summary line names the cycle):", "",

@@ -108,7 +108,8 @@ class Churn:
 
 
 def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
-                  prefix: tuple[str, ...], cluster: str, anchor_runs: int) -> dict:
+                  prefix: tuple[str, ...], cluster: str, anchor_runs: int,
+                  job_ids: list[int]) -> dict:
     """One window at this queue size (the churn runs)."""
     offset = daemon_log.stat().st_size
     reset_peak(pid)
@@ -128,9 +129,8 @@ def measure_level(level: int, pid: int, daemon_log: Path, duration: float,
     log(f"queue {level}: anchor sacct {anchor['sacct']['wall']} s "
         f"{anchor['sacct']['bytes']} B, squeue {anchor['squeue']['wall']} s "
         f"{anchor['squeue']['bytes']} B")
-    listing = listing_costs(prefix, cluster, int(t1) - POLL, int(t1), anchor_runs)
-    log(f"queue {level}: listing -s RUNNING {listing['RUNNING']['wall']} s, "
-        f"-s RUNNING,SUSPENDED {listing['RUNNING,SUSPENDED']['wall']} s")
+    listing = listing_costs(prefix, cluster, int(t1) - POLL, int(t1), anchor_runs, job_ids)
+    log(f"queue {level}: listings " + ", ".join(f"{k} {v['wall']} s" for k, v in listing.items()))
     return {"queued": level, "t0": t0, "t1": t1, "cpu_s": round(cpu1 - cpu0, 3),
             "cpu_share": round((cpu1 - cpu0) / (t1 - t0), 5),
             "rss_samples_mb": [round(r, 1) for r in rss], "rss_peak_mb": round(peak, 1),
@@ -171,7 +171,9 @@ def run_levels(args: argparse.Namespace, info: dict, tmp: Path) -> dict:
                 time.sleep(args.warmup)
                 levels.append(measure_level(level, daemon.proc.pid, daemon.log,
                                             args.duration, cluster.prefix, cluster.name,
-                                            args.anchor_runs))
+                                            args.anchor_runs, sorted(
+                                                s.job_id for s in
+                                                load.recorder.submissions(CHURN))))
             churn.stop()
             churn_ids = sorted(s.job_id for s in load.recorder.submissions(CHURN))
             log(f"churn stopped; waiting for {len(churn_ids)} churn jobs to be delivered")

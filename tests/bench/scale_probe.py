@@ -253,18 +253,26 @@ def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
 
 
 def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
-                  runs: int) -> dict[str, dict]:
-    """The window listing as ccadapter asks it (``-s RUNNING``) and as it asked before
-    (``-s RUNNING,SUSPENDED``: slurmdbd then scans every job row, see
-    ``ccadapter.slurm.formats.listing.RAN``), each ``runs`` times; the run of median wall."""
+                  runs: int, job_ids: Sequence[int]) -> dict[str, dict]:
+    """The listings as ccadapter asks them and as it asked before 2026-11-25, each ``runs``
+    times, the run of median wall: the window with ``-s RUNNING`` and with
+    ``-s RUNNING,SUSPENDED`` (slurmdbd then scans every job row, see
+    ``ccadapter.slurm.formats.listing.RAN``), and ``-j`` of 190 and of 500 of ``job_ids``
+    (from 200 ids MariaDB reads the whole job table, see
+    ``ccadapter.slurm.collector.IDS_PER_QUERY``)."""
+    fields = ["-o", "JobIDRaw,JobID,Start,End,State,NodeList", "--clusters", cluster]
+    base = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates"]
+    window = ["--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
+              "--endtime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))]
+    asked = {"RUNNING": ["-s", "RUNNING", *window],
+             "RUNNING,SUSPENDED": ["-s", "RUNNING,SUSPENDED", *window]}
+    for n in (190, 500):
+        if len(job_ids) >= n:
+            asked[f"-j {n} ids"] = ["--jobs", ",".join(map(str, job_ids[-n:]))]
     out = {}
-    for states in ("RUNNING", "RUNNING,SUSPENDED"):
-        argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", "-s", states,
-                "--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
-                "--endtime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until)),
-                "-o", "JobIDRaw,JobID,Start,End,State,NodeList", "--clusters", cluster]
-        costs = sorted((run_once([*prefix, *argv], {}) for _ in range(runs)),
+    for name, args in asked.items():
+        costs = sorted((run_once([*prefix, *base, *args, *fields], {}) for _ in range(runs)),
                        key=lambda c: c.wall)
         mid = costs[len(costs) // 2]
-        out[states] = {"wall": mid.wall, "bytes": mid.out_bytes, "rc": mid.rc}
+        out[name] = {"wall": mid.wall, "bytes": mid.out_bytes, "rc": mid.rc}
     return out

@@ -5,10 +5,11 @@ rows in ``<cluster>_job_table``. Some sacct questions cost what that history cos
 the window holds (``sacct -s SUSPENDED`` makes slurmdbd scan every row, see
 ``ccadapter.slurm.formats.listing.RAN``), so a benchmark on a test bed with a few thousand rows
 would hide them. Running hundreds of thousands of real jobs takes the test bed hours, so the
-history is grown from the cluster's own real rows: each round copies every row, with new job
-ids, dated ``SHIFT`` seconds further back, and ended (a pending copy was cancelled before it
-started, a running copy ran ten minutes). The copies lie before any window a benchmark reads
-and before slurmdbd's rollups of them, so they change what queries scan, not what they answer.
+history is grown from the cluster's own real rows: each round copies every row, with job
+ids above any the test bed reaches, dated ``SHIFT`` seconds before the oldest row, and ended
+(a pending copy was cancelled before it started, a running copy ran ten minutes). The copies
+lie before any window a benchmark reads and before slurmdbd's rollups of them, so they change
+what queries scan, not what they answer.
 
 Runs as root against the test bed's MariaDB (socket, root), from the repository root::
 
@@ -23,6 +24,10 @@ import sys
 
 DATABASE = "slurm_acct_cluster22"  # cluster22's slurmdbd, which clusterscale shares
 SHIFT = 86400  # each copy round dates its copies a day before the oldest row
+# Copies' job ids start above this, beyond any id the test bed's own jobs reach, so
+# that `sacct -j ID` of a real job never finds a copy (ids stay under Slurm's
+# MaxJobId, 67,043,328, for half a million rows).
+FIRST_COPY_ID = 1_000_000
 
 
 def _sql(statement: str, database: str = DATABASE) -> str:
@@ -49,7 +54,7 @@ def grow(target: int, cluster: str = "clusterscale") -> int:
     while have < target:
         take = min(have, target - have)
         _sql(f"""
-            set @jobs = (select max(id_job) from {table});
+            set @jobs = (select greatest(max(id_job), {FIRST_COPY_ID}) from {table});
             set @inx = (select max(job_db_inx) from {table});
             set @back = (select {SHIFT} + unix_timestamp() - min(time_submit) from {table});
             create temporary table copies select * from {table} order by job_db_inx limit {take};

@@ -9,7 +9,7 @@ import pytest
 from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
-from ccadapter.slurm.collector import DETAIL_BATCH, Collector, CollectorSettings, RouteCosts
+from ccadapter.slurm.collector import IDS_PER_QUERY, Collector, CollectorSettings, RouteCosts
 from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
@@ -163,7 +163,7 @@ def many_runs(n):
 
 
 def test_details_are_read_in_bounded_batches():
-    """10,000 runs built from real records: one listing, then the JSON of DETAIL_BATCH ids
+    """10,000 runs built from real records: one listing, then the JSON of IDS_PER_QUERY ids
     at a time, each batch handed over before the next is asked (memory follows a batch)."""
     doc = many_runs(10_000)
     slurm = make_slurm("24.11", sacct_doc=doc, listing=doc)
@@ -173,10 +173,10 @@ def test_details_are_read_in_bounded_batches():
     assert len(listing.stamps) == 10_000 and slurm.calls["sacct"] == 1
     batches = col.iter_jobs([s.job_id for s in listing.stamps], starts=())
     first = next(batches)
-    assert len(first.jobs) == DETAIL_BATCH and slurm.calls["sacct"] == 2
+    assert len(first.jobs) == IDS_PER_QUERY and slurm.calls["sacct"] == 2
     rest = sum(len(b.jobs) for b in batches)
-    assert DETAIL_BATCH + rest == 10_000
-    assert slurm.calls["sacct"] == 1 + 10_000 // DETAIL_BATCH
+    assert IDS_PER_QUERY + rest == 10_000
+    assert slurm.calls["sacct"] == 1 + -(-10_000 // IDS_PER_QUERY)  # ceiling
     assert slurm.calls["scontrol"] == 0  # no start wanted: no allocation asked
 
 
