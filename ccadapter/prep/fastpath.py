@@ -1,18 +1,16 @@
 """Jobs announced by the hook are synced at once, from slurmctld's view (no sacct, no fixed
 wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
 
-Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
-questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
-(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`). A start waits
+Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol`` calls,
+not 1,000, and a churn of jobs costs about one ``scontrol`` process per start: each process
+takes a few ms of CPU, the largest cost of a daemon beside a busy cluster. A start waits
 ``start_settle`` seconds: the hook announces it from PrologSlurmctld, while slurmctld holds
 the job in CONFIGURING until the hook has exited (20 to 70 ms later on the test bed); asked
-at once, slurmctld would answer CONFIGURING and the start would cost a second question. An
+at once, slurmctld would answer CONFIGURING and the start would cost a second process. An
 end waits up to ``coalesce`` seconds, and rides along with any query made before (it comes
 from EpilogSlurmctld: slurmctld has ended the job already). A start or end that slurmctld has
 not finished recording is asked again after a short, growing delay (at most
-``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times; a start slurmctld still
-configures is first asked every ``configure_poll`` seconds for ``configure_wait`` seconds
-(the prolog's end is near and a question is cheap). Whatever the fast path misses,
+``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
 the poll catches: it is an accelerator, never the only path, so a full pending set drops
 messages with a log line.
 
@@ -48,7 +46,6 @@ class FastPath:
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
-                 configure_poll: float = 0.04, configure_wait: float = 1.0,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
         """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
@@ -62,8 +59,6 @@ class FastPath:
         self.coalesce = coalesce
         self.start_settle = start_settle
         self.burst = burst
-        self.configure_poll = configure_poll
-        self.configure_polls = int(configure_wait / configure_poll) if configure_poll else 0
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -161,7 +156,7 @@ class FastPath:
             elif "start" in wanted and base_state(job.state) == "CONFIGURING":
                 # its PrologSlurmctld (this hook) still runs, or its nodes boot: the start
                 # is not final yet (ccadapter.model.PENDING_STATES)
-                self._configuring(job.job_id, attempts)
+                self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:
             log.info("%s: slurmctld does not show job %d; left to the poll", self.name, job_id)
@@ -173,28 +168,12 @@ class FastPath:
         if added:
             self.wake()
 
-    def _configuring(self, job_id: int, attempts: int) -> None:
-        """slurmctld leaves CONFIGURING when the prolog has exited: 20 to 70 ms after the
-        hook's message on an idle test bed, 0.15 to 0.4 s beside a 128-node churn. It is
-        asked again every ``configure_poll`` seconds for ``configure_wait`` (a question
-        to the long-lived scontrol costs about a millisecond: a doubling delay would cost
-        up to its length in latency instead); past that (nodes booting) the retry policy
-        takes over, counting from there."""
-        if attempts < self.configure_polls:
-            self._later_push(job_id, "start", attempts + 1, self.configure_poll)
-        else:
-            self._retry(job_id, "start", attempts, offset=self.configure_polls)
-
-    def _retry(self, job_id: int, event: str, attempts: int, offset: int = 0) -> None:
-        """Ask again after the retry policy's delay; ``offset`` tries (the CONFIGURING
-        polls) do not count against it."""
-        if self.retry.exhausted(attempts - offset + 1):
+    def _retry(self, job_id: int, event: str, attempts: int) -> None:
+        if self.retry.exhausted(attempts + 1):
             log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
                      job_id, "ended" if event == "end" else "running", attempts + 1)
             return
-        self._later_push(job_id, event, attempts + 1, self.retry.delay(attempts - offset + 1))
-
-    def _later_push(self, job_id: int, event: str, attempts: int, delay: float) -> None:
+        delay = self.retry.delay(attempts + 1)
         with self._cond:
-            heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts))
+            heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts + 1))
             self._cond.notify()
