@@ -1,12 +1,12 @@
 """Jobs announced by the hook are synced at once, from slurmctld's view (no sacct, no fixed
 wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
 
-Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol`` calls,
-not 1,000, and a churn of jobs costs about one ``scontrol`` process per start: each process
-takes a few ms of CPU, the largest cost of a daemon beside a busy cluster. A start waits
+Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
+questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
+(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`). A start waits
 ``start_settle`` seconds: the hook announces it from PrologSlurmctld, while slurmctld holds
 the job in CONFIGURING until the hook has exited (20 to 70 ms later on the test bed); asked
-at once, slurmctld would answer CONFIGURING and the start would cost a second process. An
+at once, slurmctld would answer CONFIGURING and the start would cost a second question. An
 end waits up to ``coalesce`` seconds, and rides along with any query made before (it comes
 from EpilogSlurmctld: slurmctld has ended the job already). A start or end that slurmctld has
 not finished recording is asked again after a short, growing delay (at most

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.testbed.measure_commands import run_once
+from tests.testbed.measure_commands import median_cost, run_once
 
 TICK = os.sysconf("SC_CLK_TCK")
 CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
@@ -271,8 +271,6 @@ def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
             asked[f"-j {n} ids"] = ["--jobs", ",".join(map(str, job_ids[-n:]))]
     out = {}
     for name, args in asked.items():
-        costs = sorted((run_once([*prefix, *base, *args, *fields], {}) for _ in range(runs)),
-                       key=lambda c: c.wall)
-        mid = costs[len(costs) // 2]
+        mid = median_cost([*prefix, *base, *args, *fields], runs, {})
         out[name] = {"wall": mid.wall, "bytes": mid.out_bytes, "rc": mid.rc}
     return out
