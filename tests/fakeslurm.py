@@ -20,7 +20,9 @@ commands); :class:`RecordedSlurm` answers each the way the real commands select 
   script of each ``write batch_script ID -``, the argument of ``show hostnames``, each
   command echoed as scontrol echoes it; with ``SLURM_TIME_FORMAT=%s`` the recorded
   wall-clock times (UTC) printed as epochs;
-- ``scontrol -d show job``: the whole recorded text, line by line.
+- ``scontrol -d show job``: the whole recorded text, line by line;
+- ``squeue -s`` (the jobs that run now): a step per running job of that text or of the
+  recorded runs.
 
 Switches: ``sacct_down``/``controller_down`` (the daemons unreachable), ``controller``
 (the scontrol text, e.g. busy or final), ``scripts`` (slurmdbd's stored scripts, by id).
@@ -41,6 +43,10 @@ from ccadapter.slurm.runner import Completed, TransientSlurmError
 RELEASE = {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}
 _WALL = re.compile(r"(?<==)(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 _NO_VAL = 0xFFFFFFFE
+# sacct's state names and the short forms `sacct -s` takes (ccadapter.slurm.formats.listing.ENDED)
+_ENDED = {"BOOT_FAIL": "BF", "CANCELLED": "CA", "COMPLETED": "CD", "DEADLINE": "DL",
+          "FAILED": "F", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM", "PREEMPTED": "PR",
+          "REQUEUED": "RQ", "RESIZING": "RS", "REVOKED": "RV", "TIMEOUT": "TO"}
 
 
 def _num(value: Any) -> int:
@@ -130,6 +136,13 @@ class RecordedSlurm:
                 assert env == {"SLURM_TIME_FORMAT": "%s"}, env
                 return self._listing(argv)
             return self._json(argv)
+        if argv[0] == "squeue":
+            if self.controller_down:
+                raise TransientSlurmError(argv, "exit code 1",
+                                          "slurm_load_jobs error: Unable to contact slurm "
+                                          "controller (connect failure)")
+            assert argv[1:5] == ["--all", "-h", "-s", "-O"], argv
+            return self._steps(env)
         if argv[0] == "scontrol":
             if self.controller_down:
                 raise TransientSlurmError(argv, "exit code 1",
@@ -215,6 +228,25 @@ class RecordedSlurm:
                 held[int(record[6:].split(" ", 1)[0])] = record
         return held
 
+    def _steps(self, env: Mapping[str, str] | None) -> str:
+        """``squeue -s -O JobId:|,StepId:|``: a batch step per job that runs, in slurmctld's
+        text or in slurmdbd's records (tests make a recorded run run by editing either); a
+        het job's component's step named ``LEADER+OFFSET.0``, as squeue names it."""
+        steps = {}
+        for job_id, record in self._held(env).items():
+            het = re.search(r" HetJobId=(\d+) HetJobOffset=(\d+)", record.split("\n", 1)[0])
+            if re.search(r"\bJobState=(RUNNING|SUSPENDED)\b", record):
+                steps[job_id] = f"{het[1]}+{het[2]}.0" if het and het[2] != "0" \
+                    else f"{job_id}.batch"
+        for r in self.listed["jobs"]:
+            t = r.get("time", {}) if isinstance(r, Mapping) else {}
+            if _state(r) in ("RUNNING", "SUSPENDED") and _epoch(t.get("start")) \
+                    and not _epoch(t.get("end")):
+                leader = _het_leader(r)
+                steps[r["job_id"]] = f"{leader}+{_num(r['het']['job_offset'])}.0" \
+                    if leader and leader != r["job_id"] else f"{r['job_id']}.batch"
+        return "".join(f"{job_id}|{step}|\n" for job_id, step in sorted(steps.items()))
+
     def _records(self, argv: list[str], doc: dict) -> list[dict]:
         if "--jobs" in argv:
             ids = {int(i) for i in argv[argv.index("--jobs") + 1].split(",")}
@@ -227,9 +259,12 @@ class RecordedSlurm:
         for r in doc["jobs"]:
             t = r.get("time", {})
             t_start, t_end = _epoch(t.get("start")), _epoch(t.get("end"))
-            if "-s" in argv:  # slurmdbd's RUNNING rule (as_mysql_jobacct_process.c)
+            states = argv[argv.index("-s") + 1] if "-s" in argv else None
+            if states == "RUNNING":  # slurmdbd's rules (_state_time_string())
                 hit = t_start and (start < t_end or (not t_end and _state(r) == "RUNNING")) \
                     and end > t_start
+            elif states:  # ended states: ended during the window, in one of those states
+                hit = _ENDED.get(_state(r)) in states.split(",") and start <= t_end <= end
             else:
                 eligible = _epoch(t.get("eligible"))
                 hit = eligible and eligible < end and (t_end >= start or not t_end)

@@ -3,13 +3,15 @@ and repair both ways. A failed or unreadable answer from cc-backend ends the cyc
 error: it is never read as "no jobs are running".
 
 Both sides are compared as sets of runs (jobId, startTime): cc-backend's running jobs, read
-page by page (only the two numbers of each are kept), and the runs Slurm lists as running now
-(``sacct -s R``: one line per running job, none per queued one). Only the runs that differ
-are read in detail:
+page by page (only the two numbers of each are kept), and the runs Slurm runs now
+(:func:`.activity.running_now`: slurmctld's step list, one line per step of a running job,
+none per queued one, and the runs the outbox holds open; only running jobs it does not hold
+open are listed by id in slurmdbd). Only the runs that differ are read in detail:
 
 - running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent. A run
-  suspended now is not listed (:data:`ccadapter.slurm.formats.listing.RAN`): its details show
-  it has not ended, and it is left running.
+  that slurmctld lists without a step (an allocation before its first srun, without
+  PrologFlags=Contain) is read too: its details show it has not ended, and it is left
+  running.
 - running in Slurm, not in cc-backend: if the outbox never had its start, the start is sent;
   if the start was delivered, cc-backend lost it (restored from a backup) and it is sent
   again -- unless it was delivered less than ``commit_interval`` seconds ago: cc-backend 1.5
@@ -30,6 +32,7 @@ from typing import Any, ClassVar
 from ccadapter.cc.client import CcClient
 from ccadapter.outbox import DELIVERED
 from ccadapter.reconcilers import OneCluster
+from ccadapter.reconcilers.activity import running_now
 from ccadapter.reconcilers.events import events_for
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,8 @@ class CcCache(OneCluster):
         cc_runs: set[Run] = set()
         for page in self.client.running_job_pages(self.cluster):
             cc_runs.update((int(j["jobId"]), int(j["startTime"])) for j in page)
-        listing = self.collector.stamps(now, now)
-        slurm_runs = {s.run for s in listing.stamps if s.started and not s.finished}
+        held, others = running_now(self.collector, self.outbox.open_runs(self.cluster))
+        slurm_runs = held | {s.run for s in others.stamps if s.started and not s.finished}
         # phase 2: what to change
         # runs cc-backend shows running that Slurm no longer lists as running
         ended = self.enqueue_ended(cc_runs - slurm_runs)

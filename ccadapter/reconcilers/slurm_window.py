@@ -5,11 +5,12 @@ jobs older than that are not looked for). The overlap (120 s by default, 1 s in
 cc-slurm-adapter) is there because slurmdbd receives job records late: a test here lost a
 job that ran for one second when records lagged three seconds behind a 1 s overlap.
 
-Cost follows what changed: the window is first *listed* (one short line per run that ran in
-it; pending jobs are not listed), the listing is compared with what the outbox holds, and only
-the runs new to it (a start not stored, an end whose stop is not stored) are read in detail,
-in batches. In steady state, with the Prolog/Epilog hook delivering every start and end as it
-happens, a cycle is one listing and nothing else.
+Cost follows what changed: the window is first *listed* (one short line per run that ended in
+it, and per running job the outbox does not hold open: :mod:`.activity`; pending jobs are not
+listed), the listing is compared with what the outbox holds, and only the runs new to it (a
+start not stored, an end whose stop is not stored) are read in detail, in batches. In steady
+state, with the Prolog/Epilog hook delivering every start and end as it happens, a cycle is
+two short listings (slurmdbd's ended runs, slurmctld's steps) and nothing else.
 
 A long window (a catch-up after an outage, or the first cycle after days of downtime) is read
 in slices of :data:`SLICE` seconds, and lastRun moves to each slice's end once its events are
@@ -42,6 +43,7 @@ from typing import Any
 from ccadapter import clustername
 from ccadapter.errors import CcAdapterError
 from ccadapter.outbox import Outbox
+from ccadapter.reconcilers.activity import ran_during
 from ccadapter.reconcilers.events import events_for, hosts_ignored
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
@@ -174,8 +176,9 @@ class SlurmWindow:
     def _slice(self, since: float, until: float | None, tally: _Tally) -> None:
         """List, compare with the outbox, read what is new, enqueue it batch by batch."""
         cfg = self.settings
-        listing = self.collector.stamps(since, until)
-        tally.listed += len(listing.stamps)
+        listing = ran_during(self.collector, since, until,
+                             partial(self.outbox.open_runs, cfg.cluster))
+        tally.listed += sum(s.started for s in listing.stamps)
         tally.skipped += len(listing.errors)
         runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
                 if s.started and not hosts_ignored(s.nodes, cfg.ignore)]

@@ -3,9 +3,9 @@ follows what changed, not what Slurm holds.
 
 A busy site keeps 10,000 to 100,000 jobs queued; none of them matters until it runs. So:
 
-- *Which runs exist* comes from the listing (``sacct -X -P -s R``, one short line per run
-  that ran during a window, see :mod:`.formats.listing`). Pending jobs are not in it; in an
-  unfiltered sacct window every eligible pending job is, in every poll.
+- *Which runs exist* comes from listings (``sacct -X -P``, one short line per run that ended
+  in a window, and slurmctld's steps for the jobs that run: :mod:`ccadapter.reconcilers.activity`).
+  Pending jobs are in neither; in an unfiltered sacct window every eligible one is.
 - *Details* are asked only for the runs a caller names (``sacct --json -X -j IDS``), at most
   :data:`IDS_PER_QUERY` ids per call, and handed over batch by batch (:meth:`Collector.iter_jobs`),
   so memory is bounded by a batch, never by a window or a 60,000-run catch-up.
@@ -144,13 +144,14 @@ class Collector:
     # --- which runs exist -----------------------------------------------------------------
 
     def stamps(self, since: float, until: float | None = None, cluster: str | None = None,
-               ran_only: bool = True) -> Listing:
+               states: str | None = RAN) -> Listing:
         """Every run that ran during [since, until] (``until=None``: now), one line each;
-        with ``ran_only=False`` also the jobs that were pending or eligible then (sacct's
-        unfiltered window: every queued job of a busy site)."""
+        with ``states=ENDED`` the runs that ended then (what polls ask: see
+        :mod:`ccadapter.reconcilers.activity`); with ``states=None`` also the jobs that were
+        pending or eligible then (sacct's unfiltered window: every queued job of a busy site)."""
         end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
-        states = ["-s", RAN] if ran_only else []
-        return self._listing([*states, "--starttime", sacct_bound(since, self.tz, is_start=True),
+        asked = ["-s", states] if states else []
+        return self._listing([*asked, "--starttime", sacct_bound(since, self.tz, is_start=True),
                               "--endtime", end], cluster)
 
     def stamps_of(self, job_ids: Iterable[int], cluster: str | None = None) -> Listing:
@@ -199,7 +200,7 @@ class Collector:
                     ran_only: bool = True) -> Iterator[QueryResult]:
         """Every run that ran during [since, until], batch by batch (``backfill``); with
         ``ran_only=False`` also the jobs pending then, as never-started runs (``jobs``)."""
-        listing = self.stamps(since, until, cluster, ran_only)
+        listing = self.stamps(since, until, cluster, RAN if ran_only else None)
         ids = [s.job_id for s in listing.stamps if s.started or not ran_only]
         first = True
         for result in self.iter_jobs(ids, cluster, known=known):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import tzinfo
 
 from ccadapter.model import Job
-from ccadapter.slurm.formats.listing import TIME_FORMAT_ENV
+from ccadapter.slurm.formats.listing import STEP_FIELDS, TIME_FORMAT_ENV, parse_step_jobs
 from ccadapter.slurm.formats.records import ControllerJob, ParseContext
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.hetjob import merge_jobs
@@ -117,6 +117,17 @@ class Slurmctld:
             jobs.append(job)
         return [j for j in jobs if not (j.het_components and
                                         j.het_components[0].het_job_id in unsure)]
+
+    def running_ids(self, cluster: str | None = None) -> set[int]:
+        """The ids of the jobs that run now, from slurmctld's step list (why not its job
+        list: :data:`~ccadapter.slurm.formats.listing.STEP_FIELDS`); raises
+        SlurmCommandError when slurmctld cannot be asked."""
+        out = self.runner.run(["squeue", "--all", "-h", "-s", "-O", STEP_FIELDS,
+                               *clusters_arg(cluster or self.scope)])
+        ids, errors = parse_step_jobs(out, ParseContext(self.version(), "squeue -s"))
+        for err in errors:
+            log.error("skipped: %s", err)
+        return ids
 
     def records(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
                 version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:

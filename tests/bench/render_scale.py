@@ -160,12 +160,16 @@ def sec_scale(doc: Doc) -> str:
                    f"{_mb(ours_bytes)} | {ratio:.0f}x |")
     if all("listing" in lv for lv in levels):
         names = list(levels[0]["listing"])
-        out += ["", "sacct's listings themselves at the end of each window (median of "
-                f"{plan['anchor_runs']}; wall / bytes): the window over the last poll interval "
-                "as ccadapter asks it (`-s RUNNING`) and as it asked before 2026-11-25 "
-                "(`-s RUNNING,SUSPENDED`: slurmdbd adds a subquery of its suspend table per "
-                "job row, a scan of the whole history); and the runs of the latest churn jobs "
-                "by id, 190 ids as ccadapter asks them now and 500 as stale-jobs asked them "
+        out += ["", "The listings themselves at the end of each window (median of "
+                f"{plan['anchor_runs']}; wall / bytes). Where measured, as ccadapter asks them "
+                "now: the runs that ended over the last poll interval (`ENDED`, a time_end "
+                "range in slurmdbd) and slurmctld's steps (`squeue -s`: none per queued job). "
+                "As it asked before: the window with `-s RUNNING` (slurmdbd reads every "
+                "queued job's row: time_end is 0 for running and pending jobs alike) and "
+                "`-s RUNNING,SUSPENDED` (a subquery of the suspend table per job row, a scan "
+                "of the whole history); slurmctld's job list of running jobs (`squeue -t "
+                "R,S`, which packs every queued job first); and the runs of the latest churn "
+                "jobs by id, 190 ids as ccadapter asks them and 500 as stale-jobs asked them "
                 "before (from 200 ids MariaDB reads the whole job table).", "",
                 "| queued | " + " | ".join(f"`{n}`" if n[0] != "-" else n for n in names) + " |",
                 "| --- |" + " --- |" * len(names)]

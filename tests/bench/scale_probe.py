@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ccadapter.slurm.formats.listing import ENDED, STEP_FIELDS
 from tests.testbed.measure_commands import median_cost, run_once
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -254,23 +255,32 @@ def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
 
 def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
                   runs: int, job_ids: Sequence[int]) -> dict[str, dict]:
-    """The listings as ccadapter asks them and as it asked before 2026-11-25, each ``runs``
-    times, the run of median wall: the window with ``-s RUNNING`` and with
-    ``-s RUNNING,SUSPENDED`` (slurmdbd then scans every job row, see
-    ``ccadapter.slurm.formats.listing.RAN``), and ``-j`` of 190 and of 500 of ``job_ids``
-    (from 200 ids MariaDB reads the whole job table, see
+    """The listings as ccadapter asks them and as it asked before, each ``runs`` times, the
+    run of median wall: the window's ended runs (``-s ENDED``) and slurmctld's steps
+    (``squeue -s``), as polls ask since issue 11's last change
+    (``ccadapter.reconcilers.activity``); the window with ``-s RUNNING`` (what they asked
+    before: slurmdbd reads every queued job's row) and ``-s RUNNING,SUSPENDED`` (before
+    that: a scan of every job row, ``ccadapter.slurm.formats.listing.RAN``); slurmctld's job
+    list of running jobs (``squeue -t R,S``: it packs every queued job); and ``-j`` of 190 and
+    of 500 of ``job_ids`` (from 200 ids MariaDB reads the whole job table, see
     ``ccadapter.slurm.collector.IDS_PER_QUERY``)."""
     fields = ["-o", "JobIDRaw,JobID,Start,End,State,NodeList", "--clusters", cluster]
     base = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates"]
     window = ["--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
               "--endtime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))]
-    asked = {"RUNNING": ["-s", "RUNNING", *window],
-             "RUNNING,SUSPENDED": ["-s", "RUNNING,SUSPENDED", *window]}
+    asked = {"ENDED": [*base, "-s", ENDED, *window, *fields],
+             "squeue -s": ["squeue", "--all", "-h", "-s", "-O", STEP_FIELDS,
+                           "--clusters", cluster],
+             "RUNNING": [*base, "-s", "RUNNING", *window, *fields],
+             "RUNNING,SUSPENDED": [*base, "-s", "RUNNING,SUSPENDED", *window, *fields],
+             "squeue -t R,S": ["squeue", "--all", "-h", "-t", "R,S", "-o", "%A|%i|%S|%T|%N",
+                               "--clusters", cluster]}
     for n in (190, 500):
         if len(job_ids) >= n:
-            asked[f"-j {n} ids"] = ["--jobs", ",".join(map(str, job_ids[-n:]))]
+            asked[f"-j {n} ids"] = [*base, "--jobs", ",".join(map(str, job_ids[-n:])),
+                                    *fields]
     out = {}
-    for name, args in asked.items():
-        mid = median_cost([*prefix, *base, *args, *fields], runs, {})
+    for name, argv in asked.items():
+        mid = median_cost([*prefix, *argv], runs, {})
         out[name] = {"wall": mid.wall, "bytes": mid.out_bytes, "rc": mid.rc}
     return out

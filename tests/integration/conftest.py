@@ -19,9 +19,11 @@ from tests.conftest import VERSIONS
 from tests.integration.scale_bed import scale_cluster, scale_testbed  # noqa: F401 (fixtures)
 from tests.integration.workload import (
     Cluster,
+    Listings,
     Submitted,
     cancel_leftovers,
     drive,
+    listings,
     sacct_truth,
     submit,
     testbed_clusters,
@@ -61,6 +63,8 @@ class WorkloadRun:
     busy_ids: list[int]  # job ids known when the busy snapshot was taken
     final: QueryResult
     runner: SlurmRunner
+    busy_listings: Listings  # a window listed as polls ask it and as slurmdbd's RUNNING rule
+    final_listings: Listings
 
 
 def cli_jobs(cluster: Cluster, tmp_dir: Path) -> list[dict]:
@@ -82,16 +86,20 @@ def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
         # The ids slurmdbd holds *before* the CLI asks: array tasks that start later get their
         # ids later, and a job submitted a moment ago may not have reached slurmdbd yet.
         busy["ids"] = sorted(sacct_truth(cluster, sub.all_ids()))
-        busy["result"] = Collector(SlurmRunner(config.slurm_command_prefix),
-                                   CollectorSettings.from_config(config)).window(
-            sub.submitted_at - 5)
+        collector = Collector(SlurmRunner(config.slurm_command_prefix),
+                              CollectorSettings.from_config(config))
+        busy["result"] = collector.window(sub.submitted_at - 5)
+        busy["listings"] = listings(cluster, collector, sub.submitted_at - 5)
         busy["cli"] = cli_jobs(cluster, tmp_dir)
 
     sub = submit(cluster)
     drive(sub, while_busy=while_busy)
     runner = SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout)
-    final = Collector(runner, CollectorSettings.from_config(config)).window(sub.submitted_at - 5)
-    return WorkloadRun(sub, busy["result"], busy["cli"], busy["ids"], final, runner)
+    settings = CollectorSettings.from_config(config)
+    final = Collector(runner, settings).window(sub.submitted_at - 5)
+    lister = Collector(SlurmRunner(config.slurm_command_prefix), settings)  # calls not counted
+    return WorkloadRun(sub, busy["result"], busy["cli"], busy["ids"], final, runner,
+                       busy["listings"], listings(cluster, lister, sub.submitted_at - 5))
 
 
 @pytest.fixture(scope="session")

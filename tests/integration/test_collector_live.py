@@ -40,6 +40,38 @@ def test_every_run_equals_sacct(workload):
         assert [c.job_id for c in job.het_components] == list(t.get("components", ()))
 
 
+@pytest.mark.parametrize("moment", ["busy", "final"])
+def test_polls_list_what_slurmdbds_running_rule_lists(workload, moment):
+    """What polls ask (runs that ended in the window, from slurmdbd's end-time index, and the
+    jobs that run now, from slurmctld's step list: ccadapter.reconcilers.activity) lists the
+    same runs as slurmdbd's RUNNING rule, which reads every queued job's row: while the
+    workload runs (array tasks, the het job, the GPU job running) and after it ended."""
+    got = getattr(workload, f"{moment}_listings")
+    ours = set(workload.sub.all_ids())
+    assert got.old <= got.new
+    # slurmdbd's RUNNING rule wants an end after the window's start (time_end > START), the
+    # ended states an end in it (time_end between START and END): a run that ended in the
+    # window's first second is in the second listing only (seen on 24.11: an earlier
+    # workload's job)
+    assert {run: got.ends[run] for run in got.new - got.old
+            if got.ends[run] > int(got.since) + 1} == {}
+    assert len({job_id for job_id, _ in got.old} & ours) >= 5
+    if moment == "busy":
+        assert workload.sub.ids["hetjob"][0] in got.steps
+
+
+@pytest.mark.parametrize("moment", ["busy", "final"])
+def test_step_list_names_the_jobs_slurmctld_runs(workload, moment):
+    """Every job of slurmctld's job list in RUNNING or SUSPENDED (squeue -t R,S, read by the
+    test) is in the step list the product reads (a het job by its leader at least: its
+    batch step); every batch job has its batch step from its start on."""
+    got = getattr(workload, f"{moment}_listings")
+    assert got.steps <= set(got.running)
+    assert {got.running[i] for i in got.steps} == set(got.running.values())
+    if moment == "busy":
+        assert len(set(got.running) & set(workload.sub.all_ids())) >= 3
+
+
 def union_by_job(sub, per_id):
     """Slurm's per-job-id view ({id: {host: ids}}) as cc-backend gets it: a het job's
     components' hosts under the leader's id, each host's ids united."""

@@ -15,7 +15,7 @@ import pytest
 
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench.scale_probe import cycles
-from tests.integration.scale_bed import QUEUED_JOBS, ScaleBed
+from tests.integration.scale_bed import QUEUED_JOBS, RUNNING, ScaleBed
 from tests.integration.sync_scenario import (
     TOKEN,
     DaemonProc,
@@ -35,6 +35,7 @@ POLL = 10  # seconds: several cycles in the test's minute and a half
 # fixed part of one sacct --json document (its meta block).
 DETAIL_BYTES = 8_000
 JSON_DOC_BYTES = 5_000
+STEP_BYTES = 60  # squeue -s lines per running job (`12345|12345.batch|`, a few steps each)
 def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Path):
     bed = scale_cluster
     with CcBackendStandin(TOKEN, clusters=[bed.name]) as standin:
@@ -69,16 +70,19 @@ def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Pat
         cost = summary["cost"]
         # the runs that ran in the window (about 50 running + 2/s ended), never the queue
         assert summary["runs"] < QUEUED_JOBS / 4, summary
-        # a listing line per run, and the details (sacct JSON, scontrol) of each run read
-        # before the hook delivered it: listing the 2,000 queued jobs would add 200 kB
-        assert cost["slurm_bytes"] < 100 * (summary["runs"] + 10) \
+        # a listing line per run, a step line per running job, and the details (sacct JSON,
+        # scontrol) of each run read before the hook delivered it: listing the 2,000 queued
+        # jobs would add 200 kB
+        assert cost["slurm_bytes"] < 100 * (summary["runs"] + 10) + STEP_BYTES * RUNNING \
             + DETAIL_BYTES * summary["read"] + JSON_DOC_BYTES * cost["slurm_commands"], summary
-        # one listing, then only the runs new to the outbox (the hook delivered most)
-        assert cost["slurm_commands"] <= 3, summary
+        # the two listings (ended runs, slurmctld's steps), the running jobs not yet open in
+        # the outbox by id, then only the runs new to it (the hook delivered most)
+        assert cost["slurm_commands"] <= 5, summary
         assert summary["read"] <= summary["runs"], summary
     steady = [s for s in windows[2:] if s["read"] == 0]
     assert steady, "no window found everything delivered by the hook already"
-    assert all(s["cost"]["slurm_commands"] == 1 for s in steady)
+    assert all(s["cost"]["slurm_commands"] <= 3 for s in steady)
+    assert any(s["cost"]["slurm_commands"] == 2 for s in steady), steady
     for name, summary in seen:
         if name == "nodestate":
             assert summary["cost"]["slurm_commands"] == 1

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import hostlist
 
+from ccadapter.reconcilers.activity import ran_during
+
 TESTBED = Path(__file__).resolve().parents[1] / "testbed" / "slurm"
 
 # name -> sbatch arguments. Scripts print quotes, commas and a non-UTF-8 byte on purpose.
@@ -472,3 +474,52 @@ def _epoch(text: str) -> int:
     if text in ("Unknown", "None", ""):
         return 0
     return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
+
+
+def slurm_running(cluster: Cluster) -> dict[int, int] | None:
+    """The jobs slurmctld's job list shows running or suspended (``squeue -t R,S``, every job
+    slurmctld holds: the full list the product no longer reads): each id -> its het job's
+    leader's id (``%i`` names a component ``LEADER+OFFSET``; other jobs map to themselves).
+    None while a job is still CONFIGURING (its PrologSlurmctld runs: it has no step yet, and
+    polls leave it to the hook or to the next cycle)."""
+    out = cluster.run("squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T")
+    ids = {}
+    for line in out.split():
+        raw, name, state = line.split("|")
+        if state == "CONFIGURING":
+            return None
+        ids[int(raw)] = int(name.split("+")[0]) if "+" in name else int(raw)
+    return ids
+
+
+@dataclass
+class Listings:
+    """A window listed both ways at one moment: slurmdbd's RUNNING rule (``old``, started
+    runs), the polls' ended runs and running jobs (``new``), slurmctld's step list
+    (``steps``) and its job list (``running``)."""
+
+    old: set[tuple[int, int]]
+    new: set[tuple[int, int]]
+    steps: set[int]
+    running: dict[int, int]
+    since: float
+    ends: dict[tuple[int, int], int]  # the end of each run in ``new`` (0: runs)
+
+
+def listings(cluster: Cluster, collector, since: float, tries: int = 10) -> Listings:
+    """Both listings of [since, now], taken again until no job started or ended while they
+    were taken (slurmdbd's listing the same before and after, slurmctld's job list too) and
+    none was configuring."""
+    def started(listing) -> set[tuple[int, int]]:
+        return {s.run for s in listing.stamps if s.started}
+
+    for _ in range(tries):
+        before, running = started(collector.stamps(since)), slurm_running(cluster)
+        new = ran_during(collector, since, None, lambda: [])
+        steps = collector.slurmctld.running_ids()
+        if running is not None and started(collector.stamps(since)) == before \
+                and slurm_running(cluster) == running:
+            return Listings(before, started(new), steps, running, since,
+                            {s.run: s.end_time for s in new.stamps})
+        time.sleep(0.5)
+    raise AssertionError(f"{cluster.name}: jobs kept starting or ending for {tries} tries")

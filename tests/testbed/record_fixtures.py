@@ -1,7 +1,9 @@
 """Record real Slurm outputs of the workload mix from the test bed into tests/fixtures/.
 
 Run as root with the test bed up:  .venv/bin/python -m tests.testbed.record_fixtures
-(``--cluster-lists``: only the cluster lists below, without the workload).
+(``--cluster-lists``: only the cluster lists below, without the workload; ``--steps``: only
+tests/fixtures/<version>/steps-busy.json, slurmctld's step list and its job list of running
+jobs at one moment of the workload).
 Writes tests/fixtures/<version>/sacctmgr-clusters.txt (22.05: parsable text) or .json (24.11
 and later): the cluster list as the generation's parser reads it (every cluster of that
 slurmdbd: on 22.05 cluster22 and clusterscale, once the scale profile has been up), and
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from ccadapter.slurm.collector import Collector, CollectorSettings, RouteCosts
 from ccadapter.slurm.formats import format_for
+from ccadapter.slurm.formats.listing import STEP_FIELDS
 from ccadapter.slurm.formats.text import version_from_text
 from ccadapter.slurm.runner import SlurmRunner
 from tests.integration.workload import Cluster, Submitted, drive, submit, testbed_clusters
@@ -148,6 +151,30 @@ def record(cluster: Cluster) -> Path:
     return out
 
 
+def record_steps(cluster: Cluster) -> Path:
+    """slurmctld's step list (what polls read for the jobs that run now) and its job list of
+    running jobs at one moment while the workload runs (array tasks, the het job, the GPU job),
+    no job configuring: the pair the step list's parser is tested against."""
+    sub = submit(cluster)
+    out = FIXTURES / cluster.short / "steps-busy.json"
+    taken: dict = {}
+
+    def snapshot(_: Submitted) -> None:
+        for _try in range(20):
+            jobs = cluster.run("squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T")
+            steps = cluster.run("squeue", "--all", "-h", "-s", "-O", STEP_FIELDS)
+            if "CONFIGURING" not in jobs and jobs == cluster.run(
+                    "squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T"):
+                taken.update(jobs=jobs, steps=steps, step_fields=STEP_FIELDS)
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{cluster.name}: jobs kept changing")
+
+    drive(sub, while_busy=snapshot)
+    out.write_text(json.dumps(taken, indent=1) + "\n")
+    return out
+
+
 def main() -> None:
     clusters = testbed_clusters()
     if not clusters:
@@ -155,6 +182,11 @@ def main() -> None:
     if sys.argv[1:] == ["--cluster-lists"]:
         for cluster in clusters:
             print(f"recorded {record_cluster_list(cluster)}")
+        return
+    if sys.argv[1:] == ["--steps"]:
+        with ThreadPoolExecutor(len(clusters)) as pool:
+            for path in pool.map(record_steps, clusters):
+                print(f"recorded {path}")
         return
     with ThreadPoolExecutor(len(clusters)) as pool:
         for path in pool.map(record, clusters):

@@ -171,17 +171,21 @@ def test_two_start_times_of_one_run_once_committed_end_in_a_rejected_stop(rig, t
 
 
 class OneRunningJob:
-    """The two collector queries cc-cache makes (the running runs' listing, then the runs of
-    some ids), answered for one running job."""
+    """The collector queries cc-cache makes (slurmctld's running job ids, then the listing
+    and the details of some ids), answered for one running job."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.slurmctld = self
 
-    def stamps(self, since: float, until: float | None = None, cluster: str | None = None,
-               ran_only: bool = True) -> Listing:
+    def running_ids(self, cluster: str | None = None) -> set[int]:
+        return {self.job.job_id}
+
+    def stamps_of(self, job_ids, cluster: str | None = None) -> Listing:
         job = self.job
         return Listing([RunStamp(job.job_id, job.start_time, 0, "RUNNING",
-                                 ",".join(r.hostname for r in job.resources))])
+                                 ",".join(r.hostname for r in job.resources))]
+                       if job.job_id in job_ids else [])
 
     def iter_jobs(self, ids, cluster=None, starts=None, known=None):
         yield QueryResult([self.job] if self.job.job_id in ids else [], None)

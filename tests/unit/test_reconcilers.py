@@ -23,6 +23,7 @@ from ccadapter.reconcilers.slurm_window import (
 from ccadapter.reconcilers.stale_jobs import StaleJobs
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.formats.listing import ENDED
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
@@ -72,18 +73,21 @@ def test_window_enqueues_and_advances_last_run(env):
     calls = sum(slurm.calls.values())
     again = rec.run_once()
     assert again["new_events"] == 0 and again["read"] == 0
-    assert sum(slurm.calls.values()) == calls + 1  # nothing new: the listing alone
+    assert sum(slurm.calls.values()) == calls + 2  # nothing new: the two listings alone
 
 
 def test_pending_jobs_are_never_listed_nor_read(env):
-    """The listing asks for runs that ran (-s RUNNING, not SUSPENDED: slurmdbd answers that
-    state by scanning every job row, see formats.listing.RAN); a queue of pending jobs costs the
-    window nothing."""
+    """The listing asks slurmdbd for runs that ended (a time_end range: never RUNNING, whose
+    time_end 0 every pending job shares, see formats.listing.ENDED) and slurmctld for the steps
+    that run (never its job list, which packs every queued job); a queue of pending jobs costs
+    the window nothing."""
     meta, clock, slurm, collector, box, last = env
     last.set(meta["since"])
     SlurmWindow(collector, box, last, settings(), clock).run_once()
     listing = next(a for a in slurm.argvs if "-P" in a)
-    assert listing[listing.index("-s") + 1] == "RUNNING"
+    assert listing[listing.index("-s") + 1] == ENDED
+    assert [a[:5] for a in slurm.argvs if a[0] == "squeue"] == [
+        ["squeue", "--all", "-h", "-s", "-O"]]
     cancelpend = meta["ids"]["cancelpend"][0]
     assert all(str(cancelpend) not in a for a in slurm.argvs if "--jobs" in a)
 
