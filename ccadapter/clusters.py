@@ -90,8 +90,9 @@ class Roster:
         return added, removed
 
 
-# slurm-lookback: a second window over the last hour, every ten minutes (late slurmdbd records)
-LOOKBACK_SPAN, LOOKBACK_INTERVAL = 3600.0, 600.0
+# slurm-lookback: a second window over the last hour (late slurmdbd records), read ten
+# minutes of it per cycle, a cycle every 100 s: the hour about every ten minutes
+LOOKBACK_SPAN, LOOKBACK_PART, LOOKBACK_INTERVAL = 3600.0, 600.0, 100.0
 
 # Each cluster's lastRun, by its scope (None: the default mode's lastRunPath).
 LastRuns = Callable[[str | None], LastRun]
@@ -138,7 +139,8 @@ class SyncParts:
             "slurm-window": SlurmWindow(collector, outbox, last_run, window,
                                         energy_probe=probe),
             "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
-                                          lookback=LOOKBACK_SPAN, energy_probe=probe),
+                                          lookback=LOOKBACK_SPAN, lookback_part=LOOKBACK_PART,
+                                          energy_probe=probe),
             "stale-jobs": StaleJobs(collector, outbox, name),
         }
         if client is not None and cfg.cc_rest_submit_jobs:

@@ -21,9 +21,12 @@ slurmdbd learns of jobs from slurmctld, which queues its messages while slurmdbd
 sends them once it is back: the records of jobs that ran during an outage arrive after sacct
 already answers again, dated in windows that have passed. So after sacct failed, windows keep
 starting where the failures began until ``outage_grace`` seconds after it answers again.
-The same class with ``lookback`` set (``slurm-lookback``, every few minutes) re-reads a fixed
-span and never touches lastRun: it catches records that arrive later still. It never reaches
-before the first window this outbox ever ran (a new installation does not resend history).
+The same class with ``lookback`` set (``slurm-lookback``) re-reads a fixed span and never
+touches lastRun: it catches records that arrive later still. It never reaches before the first
+window this outbox ever ran (a new installation does not resend history). It reads the span a
+part of ``lookback_part`` seconds per cycle, oldest first, and starts over once a part reached
+now: a cycle's cost follows the runs that ended in a part (3,000 at 5 jobs/s and 10 minutes),
+not in the whole span (18,000 in an hour, 0.8-1.8 s a cycle at the scale benchmark's churn).
 
 Where one daemon serves several clusters, each has its own window (its own lastRun, its own
 outage and origin in the outbox's state, :func:`ccadapter.clustername.scoped`): a cluster
@@ -93,7 +96,8 @@ class _Tally:
 class SlurmWindow:
     def __init__(self, collector: Collector, outbox: Outbox, last_run: LastRun,
                  settings: WindowSettings, clock: Callable[[], float] = time.time, *,
-                 lookback: float | None = None, outage_grace: float = 600.0,
+                 lookback: float | None = None, lookback_part: float = 600.0,
+                 outage_grace: float = 600.0,
                  energy_probe: Callable[[], bool] | None = None) -> None:
         """``energy_probe``: asked at each window instead of ``settings.energy`` (one of
         several clusters: whether its slurmctld gathers energy is asked in its own lane)."""
@@ -104,6 +108,8 @@ class SlurmWindow:
         self.settings = settings
         self.clock = clock
         self.lookback = lookback
+        self.lookback_part = lookback_part
+        self._cursor: float | None = None  # where the lookback's next part starts
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
         scope = settings.cluster if settings.scoped else None
@@ -148,10 +154,10 @@ class SlurmWindow:
         since = self.window_start(now)
         if self.lookback and since >= now:
             return {"skipped": "no window has run yet"}
-        spans = slices(since, now, SLICE)
+        spans = [self._next_part(since, now)] if self.lookback else slices(since, now, SLICE)
         tally = _Tally()
         for number, (lo, hi) in enumerate(spans, 1):
-            last = number == len(spans)
+            last = hi >= now  # a part that reaches now lists the jobs that run now too
             try:
                 self._slice(lo, None if last else hi, tally)
             except CcAdapterError:
@@ -169,9 +175,18 @@ class SlurmWindow:
                          time.ctime(hi), tally.listed, tally.read, tally.new)
         if not self.lookback:
             self._after_outage(now)
-        return {"since": since, "until": now, "slices": len(spans), "runs": tally.listed,
+        since, until = (spans[0][0], spans[-1][1]) if self.lookback else (since, now)
+        return {"since": since, "until": until, "slices": len(spans), "runs": tally.listed,
                 "read": tally.read, "events": tally.events, "new_events": tally.new,
                 "skipped_records": tally.skipped}
+
+    def _next_part(self, since: float, now: float) -> tuple[float, float]:
+        """The lookback's part this cycle: from where the last part ended (or from the span's
+        start, when that has passed it or the last part reached now)."""
+        lo = self._cursor if self._cursor is not None and self._cursor > since else since
+        hi = min(lo + self.lookback_part, now)
+        self._cursor = hi if hi < now else None
+        return lo, hi
 
     def _slice(self, since: float, until: float | None, tally: _Tally) -> None:
         """List, compare with the outbox, read what is new, enqueue it batch by batch."""

@@ -423,3 +423,30 @@ def test_cc_cache_sees_a_running_het_job_as_the_leaders_run(env, client, standin
     slurm.doc = slurm.listed = {**slurm.doc, "jobs": [lead, comp]}  # the component ended
     assert cache.run_once()["ended"] == 1
     assert [(e.job_id, e.kind) for e in box.queue.due()] == [(lead["job_id"], "stop")]
+
+
+def test_lookback_reads_its_span_a_part_per_cycle_oldest_first(env):
+    """A cycle's cost follows the runs of one part (10 minutes of the hour), not the hour:
+    parts follow each other, the one that reaches now lists the running jobs too, and the
+    next cycle starts over at the span's start."""
+    meta, clock, slurm, collector, box, last = env
+    last.set(meta["since"] - 7200)
+    SlurmWindow(collector, box, last, settings(max_span=86400), clock).run_once()
+    lookback = SlurmWindow(collector, box, last, settings(), clock, lookback=3600,
+                           lookback_part=600)
+    clock.now += 100
+    seen = []
+    for _ in range(8):
+        steps_before = slurm.calls["squeue"]
+        summary = lookback.run_once()
+        seen.append((summary["since"], summary["until"], slurm.calls["squeue"] - steps_before))
+        clock.now += 100
+    t0 = meta["since"] + 400  # the clock at the first lookback cycle; +100 s per cycle
+    reached = [i for i, (_, _, steps) in enumerate(seen) if steps]
+    assert reached, seen
+    r = reached[0]
+    assert seen[0] == (t0 - 3600, t0 - 3000, 0)
+    for i in range(r):  # parts follow each other, 10 minutes each, without the running jobs
+        assert seen[i + 1][0] == seen[i][1] and seen[i][1] - seen[i][0] == 600
+    assert seen[r][1] == t0 + 100 * r  # the part that reached now
+    assert seen[r + 1][0] == t0 + 100 * (r + 1) - 3600  # then the span's start again
