@@ -7,7 +7,7 @@ end time: a range of the job table's ``(time_end, time_eligible)`` index,
 slurmdbd: a run that has not ended has time_end 0 there, as every pending job has, and
 slurmdbd reads every queued job's row to tell them apart (2 s at 50,000 queued, on the test
 bed; ``sacct -s RUNNING`` before this module). slurmctld's step list names the jobs that run
-(:meth:`~ccadapter.slurm.controller.Slurmctld.running_ids`, 0.03 s at 50,000 queued), and
+(:meth:`~ccadapter.slurm.controller.Slurmctld.running_ids`, 0.03-0.14 s at 50,000 queued), and
 only the jobs among them the outbox does not hold open are listed by id in slurmdbd
 (``sacct -j``, an index lookup): in steady state, with the hook announcing every start, none
 but the components of het jobs that run steps of their own (slurmctld names such a step by

@@ -46,10 +46,11 @@ RAN = "RUNNING"
 # queued on the test bed). What runs now is asked of slurmctld instead (STEP_FIELDS).
 ENDED = "BF,CA,CD,DL,F,NF,OOM,PR,RQ,RS,RV,TO"
 # The jobs that run now, from slurmctld's step list (``squeue -s``): slurmctld packs the steps
-# of running jobs only, so the answer and its cost follow the running jobs (0.02-0.03 s at
-# 24,000 and at 50,000 queued), where its job list (``squeue -t R``) packs every queued job
-# first (0.3-0.45 s at 14,000). JobId is the job's own id (an array task's too); StepId names a
-# het job's component ``LEADER+OFFSET.STEP``. A job without any step is not in it: an
+# of running jobs only, so the answer and its cost follow the running jobs (0.03-0.04 s at
+# 24,000 and at 50,000 queued; 0.11-0.14 s at 0 to 50,000 beside the scale benchmark's churn),
+# where its job list (``squeue -t R``) packs every queued job first (0.53-0.60 s at 50,000;
+# 0.75 s with the churn). JobId is the job's own id (an array task's too; StepId is printed to
+# keep the line's shape and for the reader). A job without any step is not in it: an
 # allocation (salloc) before its first srun, on a cluster without PrologFlags=Contain (with
 # it every job has its extern step from its allocation on); its hook announces its start,
 # and the listing of ended runs has it at its end at the latest.
@@ -126,18 +127,15 @@ def _epoch(text: str) -> int | None:
 def parse_step_jobs(out: str, ctx: ParseContext) -> tuple[set[int], list[str]]:
     """The job ids ``squeue -h -s -O JobId:|,StepId:|`` names. A het job's leader is named
     by its batch step (or its first srun's); a component with a step of its own is named
-    by its own id, as 22.05 prints it (no het field for steps), and listed by id in
-    slurmdbd, which answers under the leader's id; a step named ``LEADER+OFFSET.STEP`` is
-    read as the leader's. ``CLUSTER:`` headers (``--clusters``) are skipped."""
+    by its own id (22.05 has no het field for steps), and listed by id in slurmdbd, which
+    answers under the leader's id. With ``-h``, squeue prints no ``CLUSTER:`` header for
+    ``--clusters`` (seen on 22.05 with jobs running, on 24.11 and 26.05 idle)."""
     ids: set[int] = set()
     errors: list[str] = []
     for line in out.splitlines():
-        if not line.strip() or line.startswith("CLUSTER: "):
+        if not line.strip():
             continue
-        job_text, _, rest = line.partition("|")
-        step = rest.partition("|")[0].strip()
-        leader, plus, _offset = step.partition(".")[0].partition("+")
-        job_id = decimal(leader) if plus else decimal(job_text)
+        job_id = decimal(line.partition("|")[0])
         if job_id is None:
             errors.append(str(ctx.error(f"unreadable step line {line[:80]!r}")))
             continue
