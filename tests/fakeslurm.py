@@ -264,7 +264,9 @@ class RecordedSlurm:
                 hit = t_start and (start < t_end or (not t_end and _state(r) == "RUNNING")) \
                     and end > t_start
             elif states:  # ended states: ended during the window, in one of those states
-                hit = _ENDED.get(_state(r)) in states.split(",") and start <= t_end <= end
+                allocated = r.get("nodes") not in (None, "", "None assigned")
+                hit = _ENDED.get(_state(r)) in states.split(",") and start <= t_end <= end \
+                    and ("--nnodes" not in argv or allocated)
             else:
                 eligible = _epoch(t.get("eligible"))
                 hit = eligible and eligible < end and (t_end >= start or not t_end)

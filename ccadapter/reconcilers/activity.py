@@ -2,7 +2,7 @@
 changed, never the queue nor the history.
 
 A run that ran during a window has either ended since its start (slurmdbd lists it by its
-end time: a range of the job table's ``(time_end, time_eligible)`` index,
+end time: a range of the job table's ``(time_end, time_eligible)`` index, with nodes,
 :data:`~ccadapter.slurm.formats.listing.ENDED`) or runs now. What runs now is not asked of
 slurmdbd: a run that has not ended has time_end 0 there, as every pending job has, and
 slurmdbd reads every queued job's row to tell them apart (2 s at 50,000 queued, on the test
@@ -35,7 +35,7 @@ def ran_during(collector: Collector, since: float, until: float | None,
     """The runs that ended during [since, until] and, when ``until`` is None (now), the
     runs that run now whose start the outbox may lack (``open_runs``: the runs it holds
     open, asked only then)."""
-    listing = collector.stamps(since, until, states=ENDED)
+    listing = collector.stamps(since, until, asked=ENDED)
     if until is None:
         _, others = running_now(collector, open_runs())
         listing.stamps += others.stamps

@@ -144,13 +144,12 @@ class Collector:
     # --- which runs exist -----------------------------------------------------------------
 
     def stamps(self, since: float, until: float | None = None, cluster: str | None = None,
-               states: str | None = RAN) -> Listing:
+               asked: Sequence[str] = RAN) -> Listing:
         """Every run that ran during [since, until] (``until=None``: now), one line each;
-        with ``states=ENDED`` the runs that ended then (what polls ask: see
-        :mod:`ccadapter.reconcilers.activity`); with ``states=None`` also the jobs that were
+        with ``asked=ENDED`` the runs that ended then (what polls ask: see
+        :mod:`ccadapter.reconcilers.activity`); with ``asked=()`` also the jobs that were
         pending or eligible then (sacct's unfiltered window: every queued job of a busy site)."""
         end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
-        asked = ["-s", states] if states else []
         return self._listing([*asked, "--starttime", sacct_bound(since, self.tz, is_start=True),
                               "--endtime", end], cluster)
 
@@ -200,7 +199,7 @@ class Collector:
                     ran_only: bool = True) -> Iterator[QueryResult]:
         """Every run that ran during [since, until], batch by batch (``backfill``); with
         ``ran_only=False`` also the jobs pending then, as never-started runs (``jobs``)."""
-        listing = self.stamps(since, until, cluster, RAN if ran_only else None)
+        listing = self.stamps(since, until, cluster, RAN if ran_only else ())
         ids = [s.job_id for s in listing.stamps if s.started or not ran_only]
         first = True
         for result in self.iter_jobs(ids, cluster, known=known):

@@ -256,7 +256,7 @@ def anchor_commands(prefix: Sequence[str], cluster: str, since: int, until: int,
 def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
                   runs: int, job_ids: Sequence[int]) -> dict[str, dict]:
     """The listings as ccadapter asks them and as it asked before, each ``runs`` times, the
-    run of median wall: the window's ended runs (``-s ENDED``) and slurmctld's steps
+    run of median wall: the window's ended runs (``ENDED``) and slurmctld's steps
     (``squeue -s``), as polls ask since issue 11's last change
     (``ccadapter.reconcilers.activity``); the window with ``-s RUNNING`` (what they asked
     before: slurmdbd reads every queued job's row) and ``-s RUNNING,SUSPENDED`` (before
@@ -268,7 +268,7 @@ def listing_costs(prefix: Sequence[str], cluster: str, since: int, until: int,
     base = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates"]
     window = ["--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
               "--endtime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(until))]
-    asked = {"ENDED": [*base, "-s", ENDED, *window, *fields],
+    asked = {"ENDED": [*base, *ENDED, *window, *fields],
              "squeue -s": ["squeue", "--all", "-h", "-s", "-O", STEP_FIELDS,
                            "--clusters", cluster],
              "RUNNING": [*base, "-s", "RUNNING", *window, *fields],

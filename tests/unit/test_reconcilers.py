@@ -85,7 +85,7 @@ def test_pending_jobs_are_never_listed_nor_read(env):
     last.set(meta["since"])
     SlurmWindow(collector, box, last, settings(), clock).run_once()
     listing = next(a for a in slurm.argvs if "-P" in a)
-    assert listing[listing.index("-s") + 1] == ENDED
+    assert listing[listing.index("-s"):listing.index("--starttime")] == list(ENDED)
     assert [a[:5] for a in slurm.argvs if a[0] == "squeue"] == [
         ["squeue", "--all", "-h", "-s", "-O"]]
     cancelpend = meta["ids"]["cancelpend"][0]

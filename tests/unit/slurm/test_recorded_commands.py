@@ -74,7 +74,7 @@ def test_listings_are_read_without_error(recorded):
 
 def test_ran_only_listing_leaves_out_what_never_ran(recorded):
     recording, _, collector = recorded
-    every = collector.stamps(recording["since"], states=None)
+    every = collector.stamps(recording["since"], asked=())
     ran = collector.stamps(recording["since"])
     started = {s.run for s in ran.stamps if s.started}
     assert started == {s.run for s in every.stamps if s.started}
