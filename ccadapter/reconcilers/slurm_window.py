@@ -175,8 +175,8 @@ class SlurmWindow:
                          time.ctime(hi), tally.listed, tally.read, tally.new)
         if not self.lookback:
             self._after_outage(now)
-        since, until = (spans[0][0], spans[-1][1]) if self.lookback else (since, now)
-        return {"since": since, "until": until, "slices": len(spans), "runs": tally.listed,
+        return {"since": spans[0][0], "until": spans[-1][1], "slices": len(spans),
+                "runs": tally.listed,
                 "read": tally.read, "events": tally.events, "new_events": tally.new,
                 "skipped_records": tally.skipped}
 

@@ -476,20 +476,28 @@ def _epoch(text: str) -> int:
     return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
 
 
-def slurm_running(cluster: Cluster) -> dict[int, int] | None:
-    """The jobs slurmctld's job list shows running or suspended (``squeue -t R,S``, every job
-    slurmctld holds: the full list the product no longer reads): each id -> its het job's
-    leader's id (``%i`` names a component ``LEADER+OFFSET``; other jobs map to themselves).
-    None while a job is still CONFIGURING (its PrologSlurmctld runs: it has no step yet, and
-    polls leave it to the hook or to the next cycle)."""
-    out = cluster.run("squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T")
+# slurmctld's job list of running and suspended jobs (every job it holds is packed, then
+# filtered: the full list the product no longer reads)
+RUNNING_JOBS = ("squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T")
+
+
+def running_leaders(text: str) -> dict[int, int] | None:
+    """:data:`RUNNING_JOBS`'s answer: each job's id -> its het job's leader's id (``%i``
+    names a component ``LEADER+OFFSET``; other jobs map to themselves). None while a job is
+    still CONFIGURING (its PrologSlurmctld runs: it has no step yet, and polls leave it to
+    the hook or to the next cycle)."""
     ids = {}
-    for line in out.split():
+    for line in text.split():
         raw, name, state = line.split("|")
         if state == "CONFIGURING":
             return None
         ids[int(raw)] = int(name.split("+")[0]) if "+" in name else int(raw)
     return ids
+
+
+def slurm_running(cluster: Cluster) -> dict[int, int] | None:
+    """The jobs slurmctld runs now, read by the test (:func:`running_leaders`)."""
+    return running_leaders(cluster.run(*RUNNING_JOBS))
 
 
 @dataclass

@@ -40,7 +40,15 @@ from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats.listing import STEP_FIELDS
 from ccadapter.slurm.formats.text import version_from_text
 from ccadapter.slurm.runner import SlurmRunner
-from tests.integration.workload import Cluster, Submitted, drive, submit, testbed_clusters
+from tests.integration.workload import (
+    RUNNING_JOBS,
+    Cluster,
+    Submitted,
+    drive,
+    running_leaders,
+    submit,
+    testbed_clusters,
+)
 from tests.recorded import RecordingRunner
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -161,10 +169,9 @@ def record_steps(cluster: Cluster) -> Path:
 
     def snapshot(_: Submitted) -> None:
         for _try in range(20):
-            jobs = cluster.run("squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T")
+            jobs = cluster.run(*RUNNING_JOBS)
             steps = cluster.run("squeue", "--all", "-h", "-s", "-O", STEP_FIELDS)
-            if "CONFIGURING" not in jobs and jobs == cluster.run(
-                    "squeue", "-h", "-t", "R,S", "-o", "%A|%i|%T"):
+            if running_leaders(jobs) is not None and jobs == cluster.run(*RUNNING_JOBS):
                 taken.update(jobs=jobs, steps=steps, step_fields=STEP_FIELDS)
                 return
             time.sleep(0.5)

@@ -7,18 +7,9 @@ from __future__ import annotations
 from ccadapter.slurm.formats.listing import STEP_FIELDS, parse_step_jobs
 from ccadapter.slurm.formats.records import ParseContext
 from tests.conftest import fixture_json
+from tests.integration.workload import running_leaders
 
 CTX = ParseContext("24.11.5", "squeue -s")
-
-
-def leaders(jobs: str) -> dict[int, int]:
-    """``squeue -t R,S -o %A|%i|%T``: each running job's id -> its het job's leader's id
-    (``%i`` names a component ``LEADER+OFFSET``; other jobs map to themselves)."""
-    out = {}
-    for line in jobs.split():
-        raw, name, _state = line.split("|")
-        out[int(raw)] = int(name.partition("+")[0]) if "+" in name else int(raw)
-    return out
 
 
 def test_the_step_list_names_every_running_job(version):
@@ -27,7 +18,8 @@ def test_the_step_list_names_every_running_job(version):
     recorded = fixture_json(version, "steps-busy.json")
     assert recorded["step_fields"] == STEP_FIELDS
     ids, errors = parse_step_jobs(recorded["steps"], CTX)
-    running = leaders(recorded["jobs"])
+    running = running_leaders(recorded["jobs"])
+    assert running is not None
     assert errors == []
     assert ids <= set(running)
     assert {running[i] for i in ids} == set(running.values())
