@@ -93,9 +93,15 @@ def daemon_view(config: Config) -> dict[str, Any]:
             "lockHeld": None if owners is None else bool(owners), "lockPids": owners}
 
 
+def _age(now: float, then: float) -> float:
+    """Seconds from ``then`` to the document's time. The daemon keeps writing while
+    ``status`` reads; a record written after the document's time is 0 s old, not negative."""
+    return max(0.0, round(now - then, 3))
+
+
 def _last_run_view(path: str | Path, now: float, seed: str | None = None) -> dict[str, Any]:
     ts = LastRun(path, seed).get()
-    return {"path": str(path), "time": ts, "age": None if ts is None else round(now - ts, 3)}
+    return {"path": str(path), "time": ts, "age": None if ts is None else _age(now, ts)}
 
 
 def _cluster_views(config: Config, cycles: dict[str | None, dict[str, Any]],
@@ -154,7 +160,7 @@ def _control(raw: str | None, now: float) -> dict[str, Any] | None:
         return None
     if not isinstance(record, dict):
         return None
-    record["age"] = round(now - record["checkedAt"], 3) if record.get("checkedAt") else None
+    record["age"] = _age(now, record["checkedAt"]) if record.get("checkedAt") else None
     return record
 
 
@@ -175,7 +181,7 @@ def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]
             record = json.loads(value)
         except ValueError:
             continue  # written by a newer or broken version: not ours to interpret
-        record["age"] = round(now - record["at"], 3)
+        record["age"] = _age(now, record["at"])
         cluster, name = clustername.unscoped(key.removeprefix(CYCLE_PREFIX))
         out.setdefault(cluster, {})[name] = record
     return out

@@ -105,6 +105,19 @@ def test_outbox_cycles_and_last_run(config, outbox_file):
     assert "cc-cache" in table and "error: SlurmCommandError" in table
 
 
+def test_a_cycle_written_while_status_reads_is_not_older_than_now(config, outbox_file):
+    """The daemon writes on while ``status`` reads: a cycle stamped after the document's
+    time is 0 s old (CI saw -0.01 s before)."""
+    now = 2_000_000.0
+    box = Outbox(outbox_file, clock=lambda: now)
+    CycleLog(box, clock=lambda: now + 0.01)(Routine("slurm-window", lambda: None, 60))
+    box.close()
+    LastRun(config.last_run_path).set(now + 0.5)
+    doc = collect(config, outbox_file, clock=lambda: now)
+    assert doc["reconcilers"]["slurm-window"]["age"] == 0.0
+    assert doc["lastRun"]["age"] == 0.0
+
+
 def test_cycle_log_chains_and_survives_a_failing_write(tmp_path, caplog):
     box = Outbox(tmp_path / "o.sqlite")
     seen = []
