@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 from ccadapter.errors import CcAdapterError
-from ccadapter.model import base_state
+from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.messages import HookMessage
 from ccadapter.reconcilers.events import events_for
@@ -139,18 +139,23 @@ class FastPath:
             self._pending[job_id] = (events | {event}, attempts, now)
 
     def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
+        asked = time.monotonic()
+        starts = {job_id for job_id, (kinds, _) in batch.items() if "start" in kinds}
         try:
-            # One scontrol process for the whole batch, batch scripts included (a start
-            # needs its script; for an end it costs a request, not a process).
-            jobs, missing = self.collector.controller_jobs(batch, scripts_for=batch)
+            # One scontrol process for the whole batch, batch scripts of the starts included
+            jobs, missing = self.collector.controller_jobs(batch, scripts_for=starts)
+            jobs = self._with_missed_scripts(jobs, starts)
         except CcAdapterError as exc:
             log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
             return
+        log.debug("%s: %d job(s) asked in %.3f s", self.name, len(batch),
+                  time.monotonic() - asked)
         events = []
         for job in jobs:
             told = [batch[i] for i in job.slurm_ids if i in batch]  # components: several
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
+            log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
             if "end" in wanted and not job.finished:
                 self._retry(job.job_id, "end", attempts)
             elif "start" in wanted and base_state(job.state) == "CONFIGURING":
@@ -167,6 +172,29 @@ class FastPath:
             return
         if added:
             self.wake()
+
+    def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
+        """An end is asked without its batch script: the outbox holds the run's start,
+        script included, and puts it into the stop (``Outbox.enqueue``), so the script
+        would cost slurmctld a request per job for nothing. Only the ends of runs whose
+        start the outbox lacks (its hook message was lost, or it came before the daemon)
+        are asked again, script included."""
+        if not self.collector.settings.fetch_job_scripts:
+            return jobs
+        ends = [job for job in jobs if job.started and not job.job_script
+                and not starts.intersection(job.slurm_ids)]
+        if not ends:
+            return jobs
+        known = set()
+        for cluster in {job.cluster for job in ends}:
+            known |= self.outbox.known_starts(
+                [(j.job_id, j.start_time) for j in ends if j.cluster == cluster], cluster)
+        unknown = [j.job_id for j in ends if (j.job_id, j.start_time) not in known]
+        if not unknown:
+            return jobs
+        again, _ = self.collector.controller_jobs(unknown, scripts_for=unknown)
+        fresh = {job.job_id: job for job in again}
+        return [fresh.get(job.job_id, job) for job in jobs]
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if self.retry.exhausted(attempts + 1):

@@ -1,5 +1,6 @@
 """The fast path over slurmctld's recorded answers and a real outbox."""
 
+import json
 import threading
 import time
 from collections import Counter
@@ -70,11 +71,47 @@ def test_start_is_enqueued_from_slurmctld_alone(env):
 def test_end_retried_until_slurmctld_has_it(env):
     fast, box, runner, state, _, final = env
     meta = fixture_json("24.11", "testbed/workload.json")
-    job = meta["ids"]["timeout"][0]  # running in the busy snapshot, TIMEOUT in the final one
+    job = meta["ids"]["timeout"][0]  # pending in the busy snapshot, TIMEOUT in the final one
     fast.submit(HookMessage(job, "end", None))
     assert wait(lambda: len(runner.stdins) >= 2)  # asked again while it is not ended
     state["text"] = final
     assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+
+
+def stored(box, kind):
+    """The payload the outbox holds for the one event of ``kind`` (due or not)."""
+    with box.store.read() as db:
+        (payload,) = db.execute("SELECT payload FROM events WHERE kind = ?", (kind,)).fetchone()
+    return json.loads(payload)
+
+
+def test_an_end_is_asked_without_its_script_when_the_outbox_holds_the_start(env):
+    """The stored start carries the script into the stop: the end costs slurmctld one
+    request, not two."""
+    fast, box, runner, state, _, final = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
+    fast.submit(HookMessage(job, "start", None))
+    assert wait(lambda: len(box.queue.due()) == 1)
+    state["text"] = final
+    fast.submit(HookMessage(job, "end", None))
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    start_ask, end_ask = runner.stdins
+    assert f"write batch_script {job} -" in start_ask
+    assert end_ask.splitlines()[0] == f"show job {job}" and "batch_script" not in end_ask
+    assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
+
+
+def test_an_end_whose_start_the_outbox_lacks_is_asked_again_with_its_script(env):
+    fast, box, runner, state, _, final = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
+    state["text"] = final
+    fast.submit(HookMessage(job, "end", None))  # its start's message was lost
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    first, again = runner.stdins
+    assert first.splitlines()[0] == f"show job {job}" and "batch_script" not in first
+    assert f"write batch_script {job} -" in again
+    assert stored(box, "start")["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
+    assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
 
 
 def test_burst_is_coalesced(env):
