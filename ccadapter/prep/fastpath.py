@@ -3,7 +3,8 @@ wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its al
 
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
 questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
-(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`). A start waits
+(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's batch script is asked with it,
+an end's is not (the start the outbox holds carries it). A start waits
 ``start_settle`` seconds: the hook announces it from PrologSlurmctld, while slurmctld holds
 the job in CONFIGURING until the hook has exited (20 to 70 ms later on the test bed); asked
 at once, slurmctld would answer CONFIGURING and the start would cost a second question. An
