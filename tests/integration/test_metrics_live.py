@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ccadapter.kinds import EventKind
 from ccadapter.runtime.lastrun import LastRun
 from tests.integration.sync_scenario import DaemonProc, submit_batch, wait_for, write_config
 from tests.integration.workload import Cluster, sacct_truth
@@ -124,15 +125,28 @@ def scrape(url: str) -> str:
         return resp.read().decode()
 
 
-def _settled(url: str, standin: Standin) -> bool:
-    """Nothing waits in the outbox and the daemon's counts equal the stand-in's log."""
-    now = parse(scrape(url))
-    if any(get(now, "ccadapter_outbox_pending_events", kind=k) for k in ("start", "stop")):
+def _settled(now: dict, standin: Standin) -> bool:
+    """Nothing waits in the outbox, node states included (the oldest pending age is asserted
+    on the same scrape), and the daemon's counts equal the stand-in's log."""
+    if any(get(now, "ccadapter_outbox_pending_events", kind=k) for k in EventKind):
         return False
     return (get(now, "ccadapter_events_delivered_total", kind="start")
             == standin.answered("POST", "/api/jobs/start_job/", 201, 422)
             and get(now, "ccadapter_events_delivered_total", kind="stop")
             == standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
+
+
+def settled_exposition(url: str, standin: Standin, timeout: float = 30) -> str:
+    """The first scrape that finds delivery settled. A node state is enqueued every poll
+    and waits some milliseconds: a later scrape could catch one pending."""
+    until = time.time() + timeout
+    while True:
+        text = scrape(url)
+        if _settled(parse(text), standin):
+            return text
+        if time.time() > until:
+            raise TimeoutError("delivery did not settle")
+        time.sleep(0.1)
 
 
 def run_hook(cluster: Cluster, spec: str, job_id: int, context: str) -> None:
@@ -186,8 +200,7 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
             run_hook(cluster, f"unix:{hook_path}", job_id, "epilog_slurmctld")
         wait_for(lambda: standin.completed(cluster.name) >= set(ids), 30,
                  "the jobs did not reach cc-backend as completed")
-        wait_for(lambda: _settled(url, standin), 30, "delivery did not settle")
-        exposition = scrape(url)
+        exposition = settled_exposition(url, standin)
     finally:
         code = daemon.terminate()
     return Run(before, parse(exposition), exposition, ids, started, daemon.log.read_text(),
