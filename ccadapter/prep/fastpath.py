@@ -30,6 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
@@ -177,25 +178,20 @@ class FastPath:
     def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
         """An end is asked without its batch script: the outbox holds the run's start,
         script included, and puts it into the stop (``Outbox.enqueue``), so the script
-        would cost slurmctld a request per job for nothing. Only the ends of runs whose
+        would cost slurmctld a request per job for nothing. Only the scripts of ends whose
         start the outbox lacks (its hook message was lost, or it came before the daemon)
-        are asked again, script included."""
-        if not self.collector.settings.fetch_job_scripts:
-            return jobs
+        are asked, in one more question."""
         ends = [job for job in jobs if job.started and not job.job_script
                 and not starts.intersection(job.slurm_ids)]
-        if not ends:
+        if not ends or not self.collector.settings.fetch_job_scripts:
             return jobs
-        known = set()
-        for cluster in {job.cluster for job in ends}:
-            known |= self.outbox.known_starts(
-                [(j.job_id, j.start_time) for j in ends if j.cluster == cluster], cluster)
-        unknown = [j.job_id for j in ends if (j.job_id, j.start_time) not in known]
-        if not unknown:
-            return jobs
-        again, _ = self.collector.controller_jobs(unknown, scripts_for=unknown)
-        fresh = {job.job_id: job for job in again}
-        return [fresh.get(job.job_id, job) for job in jobs]
+        # a fast path serves one cluster: its jobs all carry that cluster's name
+        known = self.outbox.known_starts([(j.job_id, j.start_time) for j in ends],
+                                         ends[0].cluster)
+        scripts = self.collector.slurmctld.scripts(
+            [j.job_id for j in ends if (j.job_id, j.start_time) not in known])
+        return [replace(job, job_script=scripts[job.job_id]) if job.job_id in scripts else job
+                for job in jobs]
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if self.retry.exhausted(attempts + 1):

@@ -118,6 +118,16 @@ class Slurmctld:
         return [j for j in jobs if not (j.het_components and
                                         j.het_components[0].het_job_id in unsure)]
 
+    def scripts(self, job_ids: Sequence[int], cluster: str | None = None) -> dict[int, str]:
+        """The batch scripts of these jobs alone, when scripts are fetched at all (a job
+        with none, e.g. an allocation, is left out)."""
+        if not self.fetch_scripts or not job_ids:
+            return {}
+        _, found, errors = self.records([], job_ids, cluster, self.version())
+        for err in errors:
+            log.error("skipped: %s", err)
+        return found
+
     def running_ids(self, cluster: str | None = None) -> set[int]:
         """The ids of the jobs that run now, from slurmctld's step list (why not its job
         list: :data:`~ccadapter.slurm.formats.listing.STEP_FIELDS`); raises
