@@ -221,13 +221,22 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
 
 def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp: str,
            what: str) -> None:
-    """Wait for ``pred``, sampling the daemon's RSS every half second."""
+    """Wait for ``pred``, sampling the daemon's RSS every half second. A command the
+    replayed Slurm cannot answer ends the run at once (else it would wait for the deadline:
+    the daemon logs the failure and polls again)."""
+    log, read = Path(tmp, "daemon.log"), 0
     while not pred():
         if daemon.poll() is not None:
             raise RuntimeError(f"daemon exited {daemon.returncode}: "
-                               f"{Path(tmp, 'daemon.log').read_text()[-2000:]}")
+                               f"{log.read_text()[-2000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError(what)
+        with log.open("rb") as fh:
+            fh.seek(read)
+            new = fh.read()
+        read += len(new)
+        if (at := new.find(b"replay_slurm: no answer")) >= 0:
+            raise RuntimeError(new[at:at + 300].decode(errors="replace").splitlines()[0])
         rss.append(_status_kb(daemon.pid, "VmRSS"))
         time.sleep(0.5)
 

@@ -3,13 +3,18 @@ through it (``slurmCommandPrefix: [python, -m, tests.bench.replay_slurm, DIR]``)
 
 DIR holds what :func:`tests.bench.delivery.write_backlog` prepared from the recorded 24.11
 test-bed jobs: ``window-NNN.json`` (sacct answers) and ``controller-NNN.txt`` (the
-``scontrol show job -d`` answer for the same jobs), ``empty.json`` and ``cluster``. Each sacct
-window listing (``sacct -P -s RUNNING``) hands out the next chunk, so that the daemon
-enqueues the backlog through its own path (the listing, ``sacct --json -j`` of the runs new to
-it, one scontrol process for their allocations, the parser, the outbox) over a few cycles;
-once all are handed out, windows are empty. Questions by job id are answered from the chunks
-handed out (tests.fakeslurm answers them as the real commands select). ``served`` counts the
-chunks handed out (under a lock: two reconcilers may ask at once).
+``scontrol show job -d`` answer for the same jobs), ``empty.json`` and ``cluster``. Each
+listing of ended runs (``sacct -P -s BF,CA,CD,... --starttime``, what a window and its slices
+ask: :data:`~ccadapter.slurm.formats.listing.ENDED`) or of runs that ran (``-s RUNNING``, what
+``backfill`` asks) hands out the next chunk (the backlog's runs ended minutes ago), so that
+the daemon enqueues the backlog through its own path (the listing, ``sacct --json -j`` of the
+runs new to it, one scontrol process for their allocations, the parser, the outbox) over a
+few cycles; once all are handed out, listings are empty. Nothing runs: slurmctld's step list
+(``squeue -s``) is empty. Questions by job id are answered from the chunks handed out
+(tests.fakeslurm answers them as the real commands select). ``served`` counts the chunks
+handed out (under a lock: two reconcilers may ask at once). A command it has no answer for
+fails with ``replay_slurm: no answer for ...``, which the daemon logs (tests.bench.delivery
+stops the run on it).
 
     python -m tests.bench.replay_slurm DIR sacct --json ...
 """
@@ -21,7 +26,9 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
+from ccadapter.slurm.formats.listing import ENDED, RAN
 from tests.fakeslurm import RecordedSlurm, job_id_text
 
 FIRST_ID = 1_000_000  # tests.bench.delivery.write_backlog numbers the jobs from here
@@ -71,16 +78,16 @@ def answer(base: Path, argv: list[str], stdin: str) -> tuple[str, int]:
     if cmd == "sacct" and "-V" in argv:
         return "slurm 24.11.5\n", 0
     if cmd == "sacct" and "-P" in argv and "--starttime" in argv:
-        if "RUNNING" not in argv:
-            return "", 0
+        if "-s" not in argv or argv[argv.index("-s") + 1] not in (ENDED[1], RAN[1]):
+            raise SystemExit(f"replay_slurm: no answer for {' '.join(argv)}: only the "
+                             "listings of ended runs and of runs that ran are replayed")
         return _listing(json.loads(_next_chunk(base).read_text())), 0
+    if cmd == "squeue" and "-s" in argv:  # the step list: nothing runs
+        return "", 0
     doc, controller = _served(base, _ids(argv, stdin))
     slurm = RecordedSlurm("24.11", doc, controller, clock=time.time)
     if cmd == "sacct":  # by job ids: the listing of stale-jobs, the details of new runs
         return slurm.run(argv, env={"SLURM_TIME_FORMAT": "%s"} if "-P" in argv else None), 0
-    if cmd == "scontrol" and argv[-1] == "-d":  # one process, many jobs
-        done = slurm.unchecked(argv, stdin=stdin)
-        return done.stdout, done.returncode
     if cmd == "scontrol" and "config" in argv:
         return (f"ClusterName             = {(base / 'cluster').read_text().strip()}\n"
                 "SlurmUser               = root(0)\n"), 0
@@ -101,8 +108,42 @@ def _ids(argv: list[str], stdin: str) -> set[int]:
     return ids
 
 
+def serve_scontrol(base: Path, argv: list[str], stdin: TextIO, stdout: TextIO,
+                   stderr: TextIO) -> int:
+    """``scontrol -d`` reading its questions: each line is answered as soon as it is read,
+    as the long-lived process of :meth:`~ccadapter.slurm.runner.SlurmRunner.ask` needs (its
+    input stays open between questions), from the chunks handed out so far. A chunk's
+    records are read once (it never changes once written)."""
+    size = int((base / "chunk_jobs").read_text())
+    records: dict[int, str] = {}  # job id -> its ``scontrol show job -d`` record
+    loaded: set[int] = set()
+    for line in stdin:
+        ids = _ids([], line)
+        counter = base / "served"
+        served = int(counter.read_text()) if counter.exists() else 0
+        for chunk in {(i - FIRST_ID) // size for i in ids if i >= FIRST_ID} - loaded:
+            path = base / f"controller-{chunk:03d}.txt"
+            if chunk < served and path.exists():
+                for record in path.read_text().split("\n\n"):
+                    if record.strip().startswith("JobId="):
+                        record = record.strip("\n")
+                        records[int(record[6:].split(" ", 1)[0])] = record
+                loaded.add(chunk)
+        held = "\n\n".join(records[i] for i in sorted(ids) if i in records) + "\n"
+        done = RecordedSlurm("24.11", {"jobs": []}, held, clock=time.time).unchecked(
+            argv, stdin=line)
+        stdout.write(done.stdout.removesuffix("scontrol: "))  # the prompt of the next line
+        stdout.flush()
+        stderr.write(done.stderr)
+        stderr.flush()
+    return 0
+
+
 def main() -> int:
     base, argv = Path(sys.argv[1]), sys.argv[2:]
+    command = argv[2:] if argv[:1] == ["env"] else argv
+    if command[0] == "scontrol" and command[-1] == "-d":  # one process, many jobs
+        return serve_scontrol(base, command, sys.stdin, sys.stdout, sys.stderr)
     stdin = "" if sys.stdin.isatty() else sys.stdin.read()
     out, code = answer(base, argv, stdin)
     sys.stdout.write(out)

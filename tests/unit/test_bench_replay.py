@@ -27,3 +27,61 @@ def test_every_job_of_the_backlog_is_a_run_of_its_own(tmp_path):
     stamps, errors = parse_listing(_listing(doc), ParseContext("24.11.5", "sacct -P"))
     assert errors == [] and len({s.job_id for s in stamps}) == 300
     assert all(not (r.get("het") or {}).get("job_id") for r in doc["jobs"])
+
+
+def test_the_daemons_listings_hand_out_the_backlog_and_nothing_runs(tmp_path):
+    """What a poll asks today (ended runs, slurmctld's steps; ``backfill``: runs that ran)
+    is answered: the benchmark once waited an hour on a daemon whose every window failed
+    with 'no answer for squeue ...' and whose ended-runs listing was always empty."""
+    import json
+    import time
+
+    import pytest
+
+    from ccadapter.slurm.formats.listing import ENDED, RAN, STEP_FIELDS
+    from tests.bench.delivery import CHUNK_JOBS, write_backlog
+    from tests.bench.replay_slurm import answer
+
+    write_backlog(tmp_path, CHUNK_JOBS + 10, time.time())
+    ctx = ParseContext("24.11.5", "sacct -P")
+    since = ["--starttime", "2026-11-25T00:00:00", "--endtime", "now"]
+    first, code = answer(tmp_path, ["sacct", "-X", "-P", *ENDED, *since], "")
+    assert code == 0 and len(parse_listing(first, ctx)[0]) == CHUNK_JOBS
+    second, _ = answer(tmp_path, ["sacct", "-X", "-P", *RAN, *since], "")
+    assert len(parse_listing(second, ctx)[0]) == 10
+    assert answer(tmp_path, ["sacct", "-X", "-P", *ENDED, *since], "") == ("", 0)
+    assert answer(tmp_path, ["squeue", "--all", "-h", "-s", "-O", STEP_FIELDS], "") == ("", 0)
+    ids = sorted(s.job_id for s in parse_listing(second, ctx)[0])
+    details, _ = answer(tmp_path, ["sacct", "--json", "-X", "--jobs", str(ids[0])], "")
+    assert [r["job_id"] for r in json.loads(details)["jobs"]] == ids[:1]
+    with pytest.raises(SystemExit, match=r"replay_slurm: no answer for sacct .* -s PENDING"):
+        answer(tmp_path, ["sacct", "-X", "-P", "-s", "PENDING", *since], "")
+
+
+def test_a_long_lived_scontrol_is_answered_question_by_question(tmp_path):
+    """The daemon asks slurmctld through one long-lived ``scontrol -d`` whose input stays
+    open (SlurmRunner.ask): the replayed one answers each question as it reads it (it once
+    read to the end of its input first, and every question timed out after 60 s)."""
+    import sys
+    import time
+
+    from ccadapter.slurm.formats.listing import ENDED
+    from ccadapter.slurm.formats.scontrol import Batch, show_job
+    from ccadapter.slurm.runner import SlurmRunner
+    from tests.bench.delivery import write_backlog
+    from tests.bench.replay_slurm import answer
+
+    write_backlog(tmp_path, 20, time.time())
+    listing, _ = answer(tmp_path, ["sacct", "-X", "-P", *ENDED, "--starttime", "0"], "")
+    ids = sorted(s.job_id for s in parse_listing(listing, ParseContext("24.11.5", "-P"))[0])
+    runner = SlurmRunner([sys.executable, "-m", "tests.bench.replay_slurm", str(tmp_path)],
+                         timeout=20)
+    try:
+        for job_id in ids[:3]:  # one process, three questions
+            batch = Batch.of([show_job(job_id)])
+            started = time.monotonic()
+            done = runner.ask(["scontrol", "-d"], batch.stdin(), batch.complete)
+            assert time.monotonic() - started < 10
+            assert batch.answers(done.stdout)[0].startswith(f"JobId={job_id} ")
+    finally:
+        runner.close()
