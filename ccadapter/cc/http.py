@@ -98,14 +98,14 @@ class _PoolPerOrigin(HTTPAdapter):
                                         verify: bool | str | None,
                                         proxies: Mapping[str, str] | None = None,
                                         cert: Any = None) -> HTTPConnectionPool:
-        if proxies and select_proxy(request.url, dict(proxies)):
-            return super().get_connection_with_tls_context(request, verify, proxies, cert)
         scheme, _, rest = (request.url or "").partition("://")
         key = (f"{scheme}://{rest.split('/', 1)[0]}", repr(verify), repr(cert))
         pool = self._pools.get(key)
-        if pool is None:
+        if pool is None:  # whether a proxy applies is asked on a miss only; a proxied
+            # request is never kept (requests decides it anew each time)
             pool = super().get_connection_with_tls_context(request, verify, proxies, cert)
-            self._pools[key] = pool
+            if not (proxies and select_proxy(request.url, dict(proxies))):
+                self._pools[key] = pool
         return pool
 
     def close(self) -> None:

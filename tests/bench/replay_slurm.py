@@ -37,25 +37,32 @@ FIRST_ID = 1_000_000  # tests.bench.delivery.write_backlog numbers the jobs from
 def _next_chunk(base: Path) -> Path:
     with (base / "served.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        counter = base / "served"
-        served = int(counter.read_text()) if counter.exists() else 0
+        served = _served_count(base)
         chunk = base / f"window-{served:03d}.json"
         if not chunk.exists():
             return base / "empty.json"
-        counter.write_text(str(served + 1))
+        (base / "served").write_text(str(served + 1))
         return chunk
 
 
-def _served(base: Path, ids: set[int]) -> tuple[dict, str]:
-    """The sacct records and the scontrol text of the chunks handed out so far that hold
-    these job ids (ids are FIRST_ID + the job's index: its chunk is known without reading)."""
+def _served_count(base: Path) -> int:
     counter = base / "served"
-    served = int(counter.read_text()) if counter.exists() else 0
-    size = int((base / "chunk_jobs").read_text())
-    chunks = sorted({(i - FIRST_ID) // size for i in ids if i >= FIRST_ID})
+    return int(counter.read_text()) if counter.exists() else 0
+
+
+def _served_chunks(base: Path, ids: set[int]) -> list[int]:
+    """The chunks handed out so far that hold these job ids (ids are FIRST_ID + the job's
+    index: its chunk is known without reading)."""
+    served, size = _served_count(base), int((base / "chunk_jobs").read_text())
+    return sorted({c for i in ids if i >= FIRST_ID and (c := (i - FIRST_ID) // size) < served})
+
+
+def _served(base: Path, ids: set[int]) -> tuple[dict, str]:
+    """The sacct records and the scontrol text of the chunks handed out that hold these
+    job ids."""
     doc = json.loads((base / "empty.json").read_text())
     ctl = []
-    for n in (c for c in chunks if c < served):
+    for n in _served_chunks(base, ids):
         doc["jobs"] += json.loads((base / f"window-{n:03d}.json").read_text())["jobs"]
         path = base / f"controller-{n:03d}.txt"
         if path.exists():
@@ -114,21 +121,17 @@ def serve_scontrol(base: Path, argv: list[str], stdin: TextIO, stdout: TextIO,
     as the long-lived process of :meth:`~ccadapter.slurm.runner.SlurmRunner.ask` needs (its
     input stays open between questions), from the chunks handed out so far. A chunk's
     records are read once (it never changes once written)."""
-    size = int((base / "chunk_jobs").read_text())
     records: dict[int, str] = {}  # job id -> its ``scontrol show job -d`` record
     loaded: set[int] = set()
     for line in stdin:
         ids = _ids([], line)
-        counter = base / "served"
-        served = int(counter.read_text()) if counter.exists() else 0
-        for chunk in {(i - FIRST_ID) // size for i in ids if i >= FIRST_ID} - loaded:
+        for chunk in set(_served_chunks(base, ids)) - loaded:
+            loaded.add(chunk)
             path = base / f"controller-{chunk:03d}.txt"
-            if chunk < served and path.exists():
-                for record in path.read_text().split("\n\n"):
-                    if record.strip().startswith("JobId="):
-                        record = record.strip("\n")
-                        records[int(record[6:].split(" ", 1)[0])] = record
-                loaded.add(chunk)
+            for record in path.read_text().split("\n\n") if path.exists() else ():
+                if record.strip().startswith("JobId="):
+                    record = record.strip("\n")
+                    records[int(record[6:].split(" ", 1)[0])] = record
         held = "\n\n".join(records[i] for i in sorted(ids) if i in records) + "\n"
         done = RecordedSlurm("24.11", {"jobs": []}, held, clock=time.time).unchecked(
             argv, stdin=line)
