@@ -100,9 +100,12 @@ class RecordedSlurm:
                  scripts: Mapping[int, str] | None = None,
                  controller_script: Callable[[int], str] | None = None,
                  nodes: str = "", clock: Callable[[], float] | None = None,
-                 listing: dict | None = None, json_text: str | None = None) -> None:
+                 listing: dict | None = None, json_text: str | None = None,
+                 config: str = "") -> None:
         """``listing``: the runs slurmdbd holds, when the JSON it prints (``sacct``) is
-        deliberately broken; ``json_text``: a raw answer to every ``--json`` query."""
+        deliberately broken; ``json_text``: a raw answer to every ``--json`` query;
+        ``config``: what ``scontrol show config`` prints besides ClusterName (nothing else by
+        default: a config that says nothing of booting nodes, read as "nodes may boot")."""
         self.version = version
         self.doc = json.loads(sacct) if isinstance(sacct, str) else sacct
         self.listed = listing if listing is not None else self.doc
@@ -112,6 +115,7 @@ class RecordedSlurm:
         self.controller_script = controller_script or (lambda job_id: "#!/bin/sh\n# from "
                                                        "slurmctld\n")
         self.nodes = nodes
+        self.config = config
         self.clock = clock or (lambda: 4e9)
         self.sacct_down = False
         self.controller_down = False
@@ -148,7 +152,7 @@ class RecordedSlurm:
                 raise TransientSlurmError(argv, "exit code 1",
                                           "Unable to contact slurm controller")
             if argv[-2:] == ["show", "config"]:
-                return f"ClusterName             = {self.cluster}\n"
+                return f"ClusterName             = {self.cluster}\n{self.config}"
             if argv[-3:] == ["-o", "show", "node"]:
                 return self.nodes
         raise AssertionError(f"unexpected command {argv}")

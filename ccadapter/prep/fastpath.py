@@ -4,15 +4,17 @@ wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its al
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
 questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
 (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's batch script is asked with it,
-an end's is not (the start the outbox holds carries it). A start waits
-``start_settle`` seconds: the hook announces it from PrologSlurmctld, while slurmctld holds
-the job in CONFIGURING until the hook has exited and been reaped (on the scale test bed under
-a churn of 5 jobs/s, 60 to 70 ms p50 and 130 to 180 ms p95 after the daemon got the message, in
-three runs); asked at once, slurmctld would answer CONFIGURING and the start would cost a
-second question. An end waits up to ``coalesce`` seconds, and rides along with any query
-made before (it comes from EpilogSlurmctld: slurmctld has ended the job already). A start or
-end that slurmctld has not finished recording is asked again after a short, growing delay (at most
-``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
+an end's is not (the start the outbox holds carries it). The hook announces a start from
+PrologSlurmctld, while slurmctld holds the job in CONFIGURING until the hook has exited and
+been reaped (on the scale test bed under a churn of 5 jobs/s, 60 to 70 ms p50 and 130 to 180
+ms p95 after the daemon got the message, in three runs). Where slurmctld boots no nodes for
+jobs, the StartTime a CONFIGURING job shows is final and the start is asked and sent at once
+(:mod:`ccadapter.slurm.nodeboot`); where it may boot them, a start waits ``start_settle``
+seconds, so that slurmctld is not asked while it surely answers CONFIGURING. An end waits up
+to ``coalesce`` seconds, and rides along with any query made before (it comes from
+EpilogSlurmctld: slurmctld has ended the job already). A start or end that slurmctld has not
+finished recording is asked again after a short, growing delay (at most ``slurmQueryDelay``
+seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
 the poll catches: it is an accelerator, never the only path, so a full pending set drops
 messages with a log line.
 
@@ -96,13 +98,21 @@ class FastPath:
                 if self.on_drop:
                     self.on_drop("fast_path_full")
                 return
-            wait = self.start_settle if msg.event == "start" else self.coalesce
+            wait = self._settle() if msg.event == "start" else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
             self._pending[msg.job_id] = (events | {msg.event}, attempts,
                                          min(due, time.monotonic() + wait))
             self._cond.notify()
 
+    def _settle(self) -> float:
+        """How long a start waits before it is asked: only where slurmctld may boot its
+        nodes, and so hold it CONFIGURING with a StartTime that is not final (the last
+        reading of its config: reading it again is the fast path thread's, not the
+        listener's)."""
+        return self.start_settle if self.collector.slurmctld.node_boot.may_boot else 0.0
+
     def _loop(self) -> None:
+        self.collector.slurmctld.node_boot.refresh()  # the first start waits only if it must
         while True:
             with self._cond:
                 while not self._stopping:
@@ -162,8 +172,8 @@ class FastPath:
             if "end" in wanted and not job.finished:
                 self._retry(job.job_id, "end", attempts)
             elif "start" in wanted and base_state(job.state) == "CONFIGURING":
-                # its PrologSlurmctld (this hook) still runs, or its nodes boot: the start
-                # is not final yet (ccadapter.model.PENDING_STATES)
+                # its nodes may boot, and slurmctld reset StartTime once they are up: the
+                # start is not final yet (ccadapter.model.PENDING_STATES, .slurm.nodeboot)
                 self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
         for job_id in missing:

@@ -14,12 +14,13 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from ccadapter.model import Job
+from ccadapter.model import Job, base_state
 from ccadapter.slurm.formats.listing import STEP_FIELDS, TIME_FORMAT_ENV, parse_step_jobs
 from ccadapter.slurm.formats.records import ControllerJob, ParseContext
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
 from ccadapter.slurm.hetjob import merge_jobs
 from ccadapter.slurm.join import GpuPatterns, controller_job
+from ccadapter.slurm.nodeboot import NodeBoot
 from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class Slurmctld:
         self.gpu_patterns, self.fetch_scripts = gpu_patterns, fetch_scripts
         self.cluster_name, self.version, self.scope = cluster_name, version, scope
         self.costs = costs or RouteCosts()
+        # asked once, not retried: the fast path waits on it, and unread means "may boot"
+        self.node_boot = NodeBoot(lambda: runner.run(["scontrol", *clusters_arg(scope), "show",
+                                                      "config"], retry=False))
 
     def jobs(self, job_ids: Iterable[int], cluster: str | None = None,
              scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
@@ -102,7 +106,8 @@ class Slurmctld:
     def _from_controller(self, held: dict[int, ControllerJob], scripts: dict[int, str],
                          cluster: str | None) -> list[Job]:
         """A Job per record slurmctld holds; none for a het job one of whose components has
-        a time that is not exactly known (it is left to the poll whole)."""
+        a time that is not exactly known (it is left to the poll whole). A CONFIGURING job
+        whose StartTime is final (:mod:`.nodeboot`) is running to the caller."""
         name = cluster or self.cluster_name()
         jobs: list[Job] = []
         unsure: set[int] = set()
@@ -112,6 +117,8 @@ class Slurmctld:
                 if ctl.het_job_id:
                     unsure.add(ctl.het_job_id)
                 continue
+            if base_state(job.state) == "CONFIGURING" and self.node_boot.start_final(ctl):
+                job = replace(job, state="RUNNING")
             if job.started and ctl.batch and job_id in scripts:
                 job = replace(job, job_script=scripts[job_id])
             jobs.append(job)

@@ -34,7 +34,9 @@ from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.server import PrepServer
 from ccadapter.retry import RetryPolicy
+from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
+from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 
 TOKEN = "metrics-test-jwt"
@@ -334,7 +336,8 @@ def _send(spec: str, data: bytes) -> None:
 def test_full_fast_path_counts_received_and_dropped(tmp_path, metrics):
     box = Outbox(tmp_path / "o.sqlite")
     # Not started: nothing drains the pending set, so the second job finds it full.
-    fast = FastPath(None, box, lambda: None, max_pending=1,  # type: ignore[arg-type]
+    collector = Collector(RecordedSlurm("24.11", {"jobs": []}))
+    fast = FastPath(collector, box, lambda: None, max_pending=1,
                     on_received=metrics.hook_received, on_drop=metrics.hook_dropped)
     fast.submit(HookMessage(1, "start", None))
     fast.submit(HookMessage(1, "end", None))  # the same job joins its pending entry

@@ -19,8 +19,11 @@ Where the startTime of one run could differ between ccadapter's sources, and wha
    src/slurmctld/job_mgr.c:9146-9160 ``job_config_fini``: "Resetting %pJ start time for node
    power up"; 24.11.5 job_mgr.c:9027; 26.05.3 job_mgr.c:9303). Until then the job is
    CONFIGURING (src/slurmctld/node_scheduler.c:2795-2806 at 22.05.8), and sacct shows it
-   running with the first StartTime. Pinned: a CONFIGURING job's start is not sent; its
-   start goes out once slurmctld has reset StartTime and the job runs.
+   running with the first StartTime. Pinned: where slurmctld may boot a job's nodes (power
+   saving, a node features plugin, the job's --reboot, or a config that cannot be read), a
+   CONFIGURING job's start is not sent; its start goes out once slurmctld has reset StartTime
+   and the job runs. Where it boots none, the StartTime is final at allocation, and the fast
+   path sends the start from the first answer (ccadapter.slurm.nodeboot).
 5. A requeued job's next run has another startTime by design: another run (the outbox stops
    the old run before it starts the new one; tests/unit/test_outbox.py).
 
@@ -247,30 +250,94 @@ def wait(pred, timeout: float = 5.0) -> bool:
 BOOTED = 120  # seconds the nodes took to power up
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_fast_path_sends_no_start_before_the_job_leaves_configuring(version, tmp_path):
-    host, job_id = one_job_host(version, "gpujob", JobState="CONFIGURING")
-    recorded = block(fixture_text(version, "testbed/scontrol-d-busy.txt"), job_id)
-    start = re.search(r"StartTime=(\S+)", recorded)[1]
-    later = datetime.strptime(start, _FMT).replace(tzinfo=UTC).timestamp() + BOOTED
-    box = Outbox(tmp_path / "o.sqlite")
-    woken = threading.Event()
-    fast = FastPath(host.collector(), box, woken.set, retry=RetryPolicy(0.05, 0.05, 3)).start()
-    try:
-        fast.submit(HookMessage(job_id, "start", None))
-        assert wait(lambda: host.runner.calls["scontrol"] >= 2 and not fast._pending
-                    and not fast._later)
-        time.sleep(0.3)  # the last query's outcome is stored
-        assert admin.list_events(box.store, kind="start") == []
-        # the nodes are up: RUNNING, StartTime reset (job_mgr.c job_config_fini)
-        reset = datetime.fromtimestamp(later, UTC).strftime(_FMT)
-        host.scontrol = recorded.replace(f"StartTime={start}", f"StartTime={reset}")
-        fast.submit(HookMessage(job_id, "start", None))
-        assert wait(woken.is_set)
-        assert [e["startTime"] for e in admin.list_events(box.store, kind="start")] == [int(later)]
-    finally:
+def recorded_config(version: str, **settings: str) -> str:
+    """The test bed's ``scontrol show config`` (it boots no nodes: every setting of
+    ccadapter.slurm.formats.text._BOOT_KEYS is "(null)"), ``settings`` changed."""
+    config = next(c["stdout"] for c in fixture_json(version, "testbed/commands-busy.json")
+                  ["commands"] if c["argv"][-2:] == ["show", "config"])
+    for key, value in settings.items():
+        config, n = re.subn(rf"^{key} .*$", f"{key} = {value}", config, flags=re.M)
+        assert n == 1, key
+    return config
+
+
+@pytest.fixture
+def started(tmp_path):
+    """A fast path over a host, with a real outbox; stopped at the end."""
+    made = []
+
+    def start(host: SlurmHost) -> tuple[FastPath, Outbox, threading.Event]:
+        box = Outbox(tmp_path / f"o{len(made)}.sqlite")
+        woken = threading.Event()
+        fast = FastPath(host.collector(), box, woken.set,
+                        retry=RetryPolicy(0.05, 0.05, 3)).start()
+        made.append((fast, box))
+        return fast, box, woken
+    yield start
+    for fast, box in made:
         fast.stop()
         box.close()
+
+
+# Configs under which slurmctld may reset a CONFIGURING job's StartTime: power saving, a node
+# features plugin that reboots nodes, none said (not a config: assumed); and a job of its own
+# --reboot on a cluster that boots nodes otherwise never.
+MAY_BOOT = {
+    "power saving": ({"ResumeProgram": "/usr/local/sbin/resume",
+                      "SuspendProgram": "/usr/local/sbin/suspend"}, "0"),
+    "node features": ({"NodeFeaturesPlugins": "node_features/helpers"}, "0"),
+    "config unknown": (None, "0"),
+    "--reboot": ({}, "1"),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", MAY_BOOT)
+def test_fast_path_sends_no_start_before_the_job_leaves_configuring_where_nodes_may_boot(
+        version, case, started):
+    settings, reboot = MAY_BOOT[case]
+    host, job_id = one_job_host(version, "gpujob", JobState="CONFIGURING", Reboot=reboot)
+    host.config = "" if settings is None else recorded_config(version, **settings)
+    recorded = host.scontrol
+    start = re.search(r"StartTime=(\S+)", recorded)[1]
+    later = datetime.strptime(start, _FMT).replace(tzinfo=UTC).timestamp() + BOOTED
+    fast, box, woken = started(host)
+    fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: len(host.runner.stdins) >= 2 and not fast._pending
+                and not fast._later)  # asked again while CONFIGURING
+    time.sleep(0.3)  # the last query's outcome is stored
+    assert admin.list_events(box.store, kind="start") == []
+    # the nodes are up: RUNNING, StartTime reset (job_mgr.c job_config_fini)
+    reset = datetime.fromtimestamp(later, UTC).strftime(_FMT)
+    host.scontrol = recorded.replace(f"StartTime={start}", f"StartTime={reset}") \
+        .replace("JobState=CONFIGURING", "JobState=RUNNING")
+    fast.submit(HookMessage(job_id, "start", None))
+    assert wait(woken.is_set)
+    assert [e["startTime"] for e in admin.list_events(box.store, kind="start")] == [int(later)]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fast_path_sends_a_configuring_start_at_once_where_slurmctld_boots_no_nodes(
+        version, started):
+    """No node can be booted for the job, so slurmctld never resets its StartTime
+    (ccadapter.slurm.nodeboot): the start goes out from the first answer, while slurmctld
+    still holds the job CONFIGURING for its PrologSlurmctld, with no settle time and no
+    second question."""
+    host, job_id = one_job_host(version, "gpujob", JobState="CONFIGURING")
+    host.config = recorded_config(version)
+    start = re.search(r"StartTime=(\S+)", host.scontrol)[1]
+    fast, box, woken = started(host)
+    assert wait(lambda: fast._settle() == 0.0)  # its config, read at start
+    asked = time.monotonic()
+    fast.submit(HookMessage(job_id, "start", None))
+    assert wait(woken.is_set)
+    assert time.monotonic() - asked < fast.start_settle + 0.5
+    (event,) = admin.list_events(box.store, kind="start")
+    assert event["startTime"] == int(datetime.strptime(start, _FMT).replace(tzinfo=UTC)
+                                     .timestamp())
+    (due,) = box.queue.due()
+    assert due.payload["jobState"] == "running" and due.payload["resources"]
+    assert len(host.runner.stdins) == 1  # one question for the job
 
 
 @pytest.mark.parametrize(("state", "starts"), [

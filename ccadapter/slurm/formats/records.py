@@ -81,6 +81,7 @@ class ControllerJob:
     gpus: int | None = None  # gres/gpu in the allocated TRES
     het_job_id: int = 0  # HetJobId= of a het job's component, else 0
     het_offset: int | None = None  # HetJobOffset=
+    reboot: bool = False  # Reboot=1: its nodes are rebooted for it (sbatch --reboot)
 
 
 @dataclass(frozen=True)

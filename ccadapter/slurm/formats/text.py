@@ -89,6 +89,34 @@ def parse_energy_plugin(out: str) -> str | None:
     return m[1]
 
 
+# What lets slurmctld boot a job's nodes after it allocated them, and so reset the job's
+# StartTime once they are up (job_mgr.c job_config_fini): nodes powered down by power saving
+# or defined CLOUD (node_scheduler.c select_nodes sets JOB_POWER_UP_NODE for nodes in
+# power_down_node_bitmap: 22.05.8 :2796, 24.11.5 :3081, 26.05.3 :3056), which needs a
+# ResumeProgram to bring them back (power_save.c) and a SuspendProgram to power them down; and
+# a node features plugin that reboots nodes into the features a job asks for
+# (job_scheduler.c reboot_job_nodes: 22.05.8 :4413/:4421, 24.11.5 :4819/:4827, 26.05.3
+# :4933/:4941). A job's own ``--reboot`` is its ``Reboot=1`` (ControllerJob.reboot). Admin
+# reboots (``scontrol reboot``, RebootProgram) take the node out of the available ones until it
+# is back (job_scheduler.c :4998 at 26.05.3), so no job is allocated a rebooting node.
+_BOOT_KEYS = ("SuspendProgram", "ResumeProgram", "NodeFeaturesPlugins")
+_UNSET = frozenset({"(null)", "none", ""})
+
+
+def parse_node_boot(out: str) -> tuple[str, ...] | None:
+    """The settings of ``scontrol show config`` that let slurmctld boot a job's nodes
+    (``ResumeProgram = /usr/sbin/resume``); empty when all are unset (``(null)``, as on the
+    test bed's 22.05, 24.11 and 26.05); None when the output shows none of them (not a
+    config: the caller must assume nodes may boot)."""
+    found, seen = [], False
+    for key in _BOOT_KEYS:
+        m = re.search(rf"^{key}\s*=[ \t]*(.*?)\s*$", out, re.M)
+        seen = seen or m is not None
+        if m and m[1].lower() not in _UNSET:
+            found.append(key)
+    return tuple(found) if seen else None
+
+
 _SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)
 
 

@@ -164,8 +164,9 @@ def timed(tmp_path):
 
 
 def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(timed):
-    """PrologSlurmctld announces a start while slurmctld still configures the job: asked at
-    once, it would answer CONFIGURING and cost a second scontrol process."""
+    """PrologSlurmctld announces a start while slurmctld still configures the job: where its
+    nodes may boot (this recorded config says nothing of it), asked at once it would answer
+    CONFIGURING and cost a second question."""
     make, runner, gpu, ended = timed
     fast = make(coalesce=0.01, start_settle=0.4)
     fast.submit(HookMessage(gpu, "start", None))

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -10,7 +11,12 @@ from ccadapter.model import Shared
 from ccadapter.slurm.formats import SlurmFormat, format_for
 from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
-from ccadapter.slurm.formats.text import parse_energy_plugin, version_from_meta, version_from_text
+from ccadapter.slurm.formats.text import (
+    parse_energy_plugin,
+    parse_node_boot,
+    version_from_meta,
+    version_from_text,
+)
 from ccadapter.slurm.formats.values import gpu_indices, int_ranges
 from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
 from tests.energy import UNSET, with_energy
@@ -135,10 +141,14 @@ def test_an_energy_count_of_another_type_is_an_error_naming_the_job(version, cou
                                                                              "sacct --json"))
 
 
-def test_energy_plugin_from_show_config(version):
+def recorded_config(version):
     recording = fixture_json(version, "testbed/commands-final.json")
-    config = next(e["stdout"] for e in recording["commands"]
-                  if e["argv"][-2:] == ["show", "config"])
+    return next(e["stdout"] for e in recording["commands"]
+                if e["argv"][-2:] == ["show", "config"])
+
+
+def test_energy_plugin_from_show_config(version):
+    config = recorded_config(version)
     assert "AcctGatherEnergyType" in config
     assert parse_energy_plugin(config) is None  # the test bed gathers none
     assert parse_energy_plugin(config.replace(
@@ -146,6 +156,31 @@ def test_energy_plugin_from_show_config(version):
         "    = acct_gather_energy/rapl")) == "acct_gather_energy/rapl"
     assert parse_energy_plugin("AcctGatherEnergyType    = acct_gather_energy/none\n") is None
     assert parse_energy_plugin("ClusterName = c\n") is None
+
+
+def test_node_boot_settings_from_show_config(version):
+    config = recorded_config(version)
+    assert parse_node_boot(config) == ()  # the test bed boots no nodes: all "(null)"
+    resume = config.replace(re.search(r"^ResumeProgram .*$", config, re.M)[0],
+                            "ResumeProgram           = /usr/local/sbin/resume nodes")
+    assert parse_node_boot(resume) == ("ResumeProgram",)
+    knl = config.replace(re.search(r"^NodeFeaturesPlugins .*$", config, re.M)[0],
+                         "NodeFeaturesPlugins     = node_features/helpers")
+    assert parse_node_boot(knl) == ("NodeFeaturesPlugins",)
+    # RebootProgram alone reboots nodes an admin names; they take no job until they are back
+    reboot = config.replace(re.search(r"^RebootProgram .*$", config, re.M)[0],
+                            "RebootProgram           = /sbin/reboot")
+    assert parse_node_boot(reboot) == ()
+    assert parse_node_boot("ClusterName = c\n") is None  # not a config: may boot
+
+
+def test_reboot_flag_of_a_job(version):
+    text = fixture_text(version, "testbed/scontrol-d-busy.txt")
+    ctx = ParseContext(version, "scontrol show job -d")
+    jobs, errors = parse_scontrol_jobs(text, ctx)
+    assert not errors and jobs and not any(j.reboot for j in jobs.values())
+    rebooted, _ = parse_scontrol_jobs(text.replace("Reboot=0", "Reboot=1"), ctx)
+    assert all(j.reboot for j in rebooted.values())
 
 
 def test_unknown_generation_is_refused():

@@ -1,0 +1,60 @@
+"""When a CONFIGURING job's StartTime counts as final: slurmctld's config, read again as it
+ages (an admin may turn power saving on under a running daemon)."""
+
+import logging
+
+from ccadapter.errors import SlurmCommandError
+from ccadapter.model import Shared
+from ccadapter.slurm.formats.records import ControllerJob
+from ccadapter.slurm.nodeboot import NodeBoot
+
+NO_BOOT = ("SuspendProgram          = (null)\nResumeProgram           = (null)\n"
+           "NodeFeaturesPlugins     = (null)\n")
+POWER_SAVING = NO_BOOT.replace("ResumeProgram           = (null)",
+                               "ResumeProgram           = /usr/local/sbin/resume")
+
+
+def job(reboot: bool = False) -> ControllerJob:
+    return ControllerJob(job_id=7, state="CONFIGURING", start_time="1795602930", batch=True,
+                         shared=Shared.NONE, nodes=(), text="JobId=7", reboot=reboot)
+
+
+class Config:
+    """slurmctld's config as ``scontrol show config`` answers it, counted."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.reads = text, 0
+
+    def __call__(self) -> str:
+        self.reads += 1
+        if isinstance(self.text, Exception):
+            raise self.text
+        return self.text
+
+
+def test_the_config_is_read_again_once_it_is_older_than_max_age(caplog):
+    caplog.set_level(logging.INFO, "ccadapter.slurm.nodeboot")
+    now = [0.0]
+    config = Config(NO_BOOT)
+    boot = NodeBoot(config, max_age=60, clock=lambda: now[0])
+    assert boot.may_boot  # nothing read yet
+    assert boot.start_final(job()) and not boot.may_boot
+    assert not boot.start_final(job(reboot=True))  # its own --reboot
+    now[0] = 59.0
+    config.text = POWER_SAVING  # scontrol reconfigure, power saving on
+    assert boot.start_final(job()) and config.reads == 1  # the reading still holds
+    now[0] = 60.0
+    assert not boot.start_final(job()) and config.reads == 2
+    assert boot.settings == ("ResumeProgram",)
+    said = [r.getMessage() for r in caplog.records]
+    assert "sent at once" in said[0] and "ResumeProgram set" in said[1] and len(said) == 2
+
+
+def test_an_unreadable_config_means_nodes_may_boot(caplog):
+    config = Config(SlurmCommandError(["scontrol", "show", "config"], "exit code 1",
+                                      "Unable to contact slurm controller"))
+    boot = NodeBoot(config)
+    assert not boot.start_final(job()) and boot.may_boot
+    assert "could not be read" in caplog.text
+    now = NodeBoot(Config("slurm_load_ctl_conf error\n"))  # no key of a config at all
+    assert not now.start_final(job()) and now.settings is None
