@@ -252,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     history_rows = history.grow(args.history)
     with tempfile.TemporaryDirectory(prefix="ccscale-") as tmp:
         data = run_levels(args, info, Path(tmp))
+    # read while the bed is up: with no other test-bed cluster up, `down scale` stops the
+    # MariaDB that slurmdbd and this count share
+    data["history_rows"], data["history_rows_end"] = history_rows, history.rows()
     if not args.keep_bed:
         subprocess.run([str(TESTBED), "down", "scale"], check=False, stdin=subprocess.DEVNULL)
-    data["history_rows"], data["history_rows_end"] = history_rows, history.rows()
     data["plot"] = plot(data, results.RESULTS / "scale.png")
     command = "flock /tmp/clusterscale.lock " + results.command_line("tests.bench.scale", argv)
     path = results.write("scale", command=command,

@@ -97,8 +97,9 @@ def parse_energy_plugin(out: str) -> str | None:
 # a node features plugin that reboots nodes into the features a job asks for
 # (job_scheduler.c reboot_job_nodes: 22.05.8 :4413/:4421, 24.11.5 :4819/:4827, 26.05.3
 # :4933/:4941). A job's own ``--reboot`` is its ``Reboot=1`` (ControllerJob.reboot). Admin
-# reboots (``scontrol reboot``, RebootProgram) take the node out of the available ones until it
-# is back (job_scheduler.c :4998 at 26.05.3), so no job is allocated a rebooting node.
+# reboots (``scontrol reboot``, RebootProgram) set the node DOWN and take it out of the
+# available ones until it is back (controller.c _queue_reboot_msg: 22.05.8 :1895-1900, 24.11.5
+# :2261-2266; power_save.c 26.05.3 :898-904), so no job is allocated a rebooting node.
 _BOOT_KEYS = ("SuspendProgram", "ResumeProgram", "NodeFeaturesPlugins")
 _UNSET = frozenset({"(null)", "none", ""})
 
