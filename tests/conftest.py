@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,17 @@ def fixture_text(version: str, name: str) -> str:
 
 def fixture_json(version: str, name: str) -> Any:
     return json.loads(fixture_text(version, name))
+
+
+def recorded_config(version: str, **settings: str) -> str:
+    """The test bed's ``scontrol show config`` of that version (it boots no nodes: every
+    setting of ccadapter.slurm.formats.text._BOOT_KEYS is "(null)"), ``settings`` changed."""
+    config = next(c["stdout"] for c in fixture_json(version, "testbed/commands-busy.json")
+                  ["commands"] if c["argv"][-2:] == ["show", "config"])
+    for key, value in settings.items():
+        config, n = re.subn(rf"^{key} .*$", f"{key} = {value}", config, flags=re.M)
+        assert n == 1, key
+    return config
 
 
 class ReplayRunner:

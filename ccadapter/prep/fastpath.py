@@ -136,7 +136,7 @@ class FastPath:
     def _take(self, now: float) -> dict[int, tuple[set[str], int]]:
         """The jobs due now or within ``burst`` (one query for a burst), and every end (it
         can be asked any time); a start announced a moment ago waits for the next query
-        (slurmctld still configures it)."""
+        (where its nodes may boot, slurmctld still configures it: :meth:`_settle`)."""
         batch = {job_id: (events, attempts)
                  for job_id, (events, attempts, due) in self._pending.items()
                  if due <= now + self.burst or "start" not in events}

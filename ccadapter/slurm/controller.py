@@ -70,9 +70,10 @@ class Slurmctld:
         self.gpu_patterns, self.fetch_scripts = gpu_patterns, fetch_scripts
         self.cluster_name, self.version, self.scope = cluster_name, version, scope
         self.costs = costs or RouteCosts()
-        # asked once, not retried: the fast path waits on it, and unread means "may boot"
+        # asked once, briefly, not retried: the fast path waits on it, and unread means
+        # "may boot"
         self.node_boot = NodeBoot(lambda: runner.run(["scontrol", *clusters_arg(scope), "show",
-                                                      "config"], retry=False))
+                                                      "config"], retry=False, timeout=5))
 
     def jobs(self, job_ids: Iterable[int], cluster: str | None = None,
              scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:

@@ -16,7 +16,8 @@ cc-cache, backfill, ``ccadapter jobs``):
   of it (a requeued het job starts all its components again, later);
 - it runs while any component runs; it ends when the last component ends (its stopTime);
   it is CONFIGURING (not started: ``ccadapter.model.PENDING_STATES``) while any running
-  component is;
+  component is (on the fast path, only a component whose nodes may boot stays CONFIGURING:
+  :mod:`ccadapter.slurm.nodeboot`);
 - state: the leader's, unless the leader completed and another component did not (it was
   cancelled, failed, ran out of memory, ...): then that component's, the first by offset.
   "Completed" means every part completed;

@@ -2,20 +2,26 @@
 once instead of waiting for slurmctld to end CONFIGURING.
 
 A job is CONFIGURING from its allocation until its PrologSlurmctld has exited (the hook runs
-in it) or its nodes have booted. slurmctld resets StartTime only in the second case, once the
-nodes are up (job_mgr.c job_config_fini, for a job flagged JOB_POWER_UP_NODE: 22.05.8
-:9146-9160, 24.11.5 :9027, 26.05.3 :9303). That flag is set while slurmctld allocates the
-nodes, before any ``scontrol show job`` can be answered, and only where it may boot them:
-nodes powered down (power saving, CLOUD nodes), a node features plugin that reboots nodes,
-or the job's own ``--reboot`` (``formats.text.parse_node_boot``, ``ControllerJob.reboot``).
-On a cluster with none of these, which the test bed and most sites are, the StartTime a
-CONFIGURING job shows is the run's: waiting for CONFIGURING to end cost every start the time
-slurmctld takes to reap the prolog (60-70 ms p50, 130-180 ms p95 after the hook's message on
-the scale test bed), and a second question to slurmctld where it was asked too early.
+in it) and its nodes, where they boot for it, are up. slurmctld resets StartTime only in the
+second case, once the nodes are up (job_mgr.c job_config_fini, for a job flagged
+JOB_POWER_UP_NODE: 22.05.8 :9146-9160, 24.11.5 :9027, 26.05.3 :9303). That flag is set while
+slurmctld allocates the nodes, under the job write lock, before any ``scontrol show job`` can
+be answered, and only where it may boot them: nodes powered down (power saving, CLOUD nodes),
+a node features plugin that reboots nodes, or the job's own ``--reboot``
+(``formats.text.parse_node_boot``, ``ControllerJob.reboot``). On a cluster with none of these
+(the test bed's, for one), the StartTime a CONFIGURING job shows is the run's: waiting for
+CONFIGURING to end cost every start the time slurmctld takes to reap the prolog (60-70 ms p50,
+130-180 ms p95 after the hook's message on the scale test bed), and a second question to
+slurmctld where it was asked too early. From Slurm 26.05 on, slurm.conf's PowerAction
+entries can power nodes down and up, and ``scontrol show config`` does not print them: there
+the start always waits.
 
-slurmctld's config can change under a running daemon (``scontrol reconfigure``), so it is
-read again when the last reading is older than :data:`CONFIG_MAX_AGE`; an unreadable config
-counts as "nodes may boot" (the slower, always right way)."""
+slurmctld's config can change under a running daemon (``scontrol reconfigure`` turning power
+saving on), so it is read again when a CONFIGURING job is read and the last reading is older
+than :data:`CONFIG_MAX_AGE`; a job whose nodes are powered down in that window would get the
+StartTime from before their boot. An unreadable config counts as "nodes may boot" (the
+slower, always right way). Only the fast path's thread reads the config (:meth:`NodeBoot.refresh`);
+the hook listener reads :attr:`NodeBoot.may_boot`, one attribute."""
 
 from __future__ import annotations
 
@@ -23,13 +29,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from ccadapter.errors import CcAdapterError
 from ccadapter.slurm.formats.records import ControllerJob
 from ccadapter.slurm.formats.text import parse_node_boot
 
 log = logging.getLogger(__name__)
 
-CONFIG_MAX_AGE = 60.0  # seconds a reading of slurmctld's config is trusted
+CONFIG_MAX_AGE = 10.0  # seconds a reading of slurmctld's config is trusted
 
 
 class NodeBoot:
@@ -43,11 +48,13 @@ class NodeBoot:
         self.clock = clock
         self.settings: tuple[str, ...] | None = None  # the boot settings set; None: unknown
         self._read_at: float | None = None
+        self._said = False  # whether a reading was logged yet
 
     @property
     def may_boot(self) -> bool:
         """The last reading, without asking slurmctld: True until the config was read."""
-        return self.settings is None or bool(self.settings)
+        settings = self.settings  # one read: another thread may replace it
+        return settings is None or bool(settings)
 
     def start_final(self, ctl: ControllerJob) -> bool:
         """Whether the StartTime of this CONFIGURING job is the one its run keeps."""
@@ -60,17 +67,24 @@ class NodeBoot:
             return self.may_boot
         self._read_at = now
         try:
-            settings = parse_node_boot(self._read_config())
-        except CcAdapterError as exc:
+            text = self._read_config()
+        except Exception as exc:  # any failure means "may boot": the fast path goes on
             log.warning("slurmctld's config could not be read (%s): starts of CONFIGURING "
                         "jobs wait until they run", exc)
-            settings = None
-        if settings != self.settings:
+            self.settings = None
+            return True
+        settings = parse_node_boot(text)
+        if settings != self.settings or not self._said:
             if settings == ():
                 log.info("slurmctld boots no nodes for jobs (SuspendProgram, ResumeProgram, "
                          "NodeFeaturesPlugins unset): a CONFIGURING job's start is sent at once")
             elif settings:
                 log.info("slurmctld may boot nodes for jobs (%s set): a CONFIGURING job's "
                          "start waits until it runs", ", ".join(settings))
+            else:
+                log.info("slurmctld's config cannot say whether it boots nodes for jobs "
+                         "(Slurm 26.05 or later: PowerAction): a CONFIGURING job's start "
+                         "waits until it runs")
+            self._said = True
         self.settings = settings
         return self.may_boot

@@ -100,22 +100,29 @@ def parse_energy_plugin(out: str) -> str | None:
 # reboots (``scontrol reboot``, RebootProgram) set the node DOWN and take it out of the
 # available ones until it is back (controller.c _queue_reboot_msg: 22.05.8 :1895-1900, 24.11.5
 # :2261-2266; power_save.c 26.05.3 :898-904), so no job is allocated a rebooting node.
+# Slurm 26.05 adds PowerAction entries to slurm.conf (read_config.c 26.05.3 :464): programs
+# that power nodes down and up by name (``scontrol power down ... Action=NAME``), which
+# ``scontrol show config`` does not print; from 26.05 on, the config cannot tell.
 _BOOT_KEYS = ("SuspendProgram", "ResumeProgram", "NodeFeaturesPlugins")
 _UNSET = frozenset({"(null)", "none", ""})
+_POWER_ACTIONS = (26, 5)  # the first release with PowerAction
 
 
 def parse_node_boot(out: str) -> tuple[str, ...] | None:
     """The settings of ``scontrol show config`` that let slurmctld boot a job's nodes
     (``ResumeProgram = /usr/sbin/resume``); empty when all are unset (``(null)``, as on the
-    test bed's 22.05, 24.11 and 26.05); None when the output shows none of them (not a
-    config: the caller must assume nodes may boot)."""
-    found, seen = [], False
+    test bed's 22.05 and 24.11). None when it cannot tell: the config's ``SLURM_VERSION`` is
+    26.05 or later, or missing (not a config). The caller must then assume that nodes may
+    boot."""
+    release = re.search(r"^SLURM_VERSION\s*=\s*(\d+)\.(\d+)", out, re.M)
+    if not release or (int(release[1]), int(release[2])) >= _POWER_ACTIONS:
+        return None
+    found = []
     for key in _BOOT_KEYS:
         m = re.search(rf"^{key}\s*=[ \t]*(.*?)\s*$", out, re.M)
-        seen = seen or m is not None
         if m and m[1].lower() not in _UNSET:
             found.append(key)
-    return tuple(found) if seen else None
+    return tuple(found)
 
 
 _SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)

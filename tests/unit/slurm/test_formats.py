@@ -18,7 +18,7 @@ from ccadapter.slurm.formats.text import (
     version_from_text,
 )
 from ccadapter.slurm.formats.values import gpu_indices, int_ranges
-from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text
+from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text, recorded_config
 from tests.energy import UNSET, with_energy
 
 
@@ -141,12 +141,6 @@ def test_an_energy_count_of_another_type_is_an_error_naming_the_job(version, cou
                                                                              "sacct --json"))
 
 
-def recorded_config(version):
-    recording = fixture_json(version, "testbed/commands-final.json")
-    return next(e["stdout"] for e in recording["commands"]
-                if e["argv"][-2:] == ["show", "config"])
-
-
 def test_energy_plugin_from_show_config(version):
     config = recorded_config(version)
     assert "AcctGatherEnergyType" in config
@@ -160,6 +154,9 @@ def test_energy_plugin_from_show_config(version):
 
 def test_node_boot_settings_from_show_config(version):
     config = recorded_config(version)
+    if version >= "26.05":  # PowerAction, which show config does not print: cannot tell
+        assert parse_node_boot(config) is None
+        return
     assert parse_node_boot(config) == ()  # the test bed boots no nodes: all "(null)"
     resume = config.replace(re.search(r"^ResumeProgram .*$", config, re.M)[0],
                             "ResumeProgram           = /usr/local/sbin/resume nodes")

@@ -8,8 +8,8 @@ from ccadapter.model import Shared
 from ccadapter.slurm.formats.records import ControllerJob
 from ccadapter.slurm.nodeboot import NodeBoot
 
-NO_BOOT = ("SuspendProgram          = (null)\nResumeProgram           = (null)\n"
-           "NodeFeaturesPlugins     = (null)\n")
+NO_BOOT = ("SLURM_VERSION           = 24.11.5\nSuspendProgram          = (null)\n"
+           "ResumeProgram           = (null)\nNodeFeaturesPlugins     = (null)\n")
 POWER_SAVING = NO_BOOT.replace("ResumeProgram           = (null)",
                                "ResumeProgram           = /usr/local/sbin/resume")
 
@@ -22,7 +22,7 @@ def job(reboot: bool = False) -> ControllerJob:
 class Config:
     """slurmctld's config as ``scontrol show config`` answers it, counted."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str | Exception) -> None:
         self.text, self.reads = text, 0
 
     def __call__(self) -> str:
@@ -56,5 +56,23 @@ def test_an_unreadable_config_means_nodes_may_boot(caplog):
     boot = NodeBoot(config)
     assert not boot.start_final(job()) and boot.may_boot
     assert "could not be read" in caplog.text
-    now = NodeBoot(Config("slurm_load_ctl_conf error\n"))  # no key of a config at all
-    assert not now.start_final(job()) and now.settings is None
+    garbled = NodeBoot(Config("slurm_load_ctl_conf error\n"))  # no key of a config at all
+    assert not garbled.start_final(job()) and garbled.settings is None
+
+
+def test_a_failure_of_any_kind_means_nodes_may_boot(caplog):
+    """The startup reading runs outside the fast path's guard: nothing may escape it."""
+    boot = NodeBoot(Config(TimeoutError("hung")))
+    assert boot.refresh() and boot.may_boot
+    assert "could not be read (hung)" in caplog.text
+
+
+def test_slurm_26_05_always_waits(caplog):
+    caplog.set_level(logging.INFO, "ccadapter.slurm.nodeboot")
+    now = [0.0]
+    boot = NodeBoot(Config(NO_BOOT.replace("24.11.5", "26.05.3")), clock=lambda: now[0])
+    assert not boot.start_final(job()) and boot.settings is None
+    now[0] = 100.0
+    assert not boot.start_final(job())
+    assert [r.getMessage() for r in caplog.records if "PowerAction" in r.getMessage()] \
+        and len(caplog.records) == 1  # said once
