@@ -83,8 +83,9 @@ class NodeBoot:
                          "start waits until it runs", ", ".join(settings))
             else:
                 log.info("slurmctld's config cannot say whether it boots nodes for jobs "
-                         "(Slurm 26.05 or later: PowerAction): a CONFIGURING job's start "
-                         "waits until it runs")
+                         "(Slurm 26.05 or later, whose PowerAction entries it does not show, "
+                         "or no SLURM_VERSION line): a CONFIGURING job's start waits until "
+                         "it runs")
             self._said = True
         self.settings = settings
         return self.may_boot
