@@ -100,12 +100,9 @@ class RecordedSlurm:
                  scripts: Mapping[int, str] | None = None,
                  controller_script: Callable[[int], str] | None = None,
                  nodes: str = "", clock: Callable[[], float] | None = None,
-                 listing: dict | None = None, json_text: str | None = None,
-                 config: str = "") -> None:
+                 listing: dict | None = None, json_text: str | None = None) -> None:
         """``listing``: the runs slurmdbd holds, when the JSON it prints (``sacct``) is
-        deliberately broken; ``json_text``: a raw answer to every ``--json`` query;
-        ``config``: what ``scontrol show config`` prints besides ClusterName (nothing else by
-        default: a config that says nothing of booting nodes, read as "nodes may boot")."""
+        deliberately broken; ``json_text``: a raw answer to every ``--json`` query."""
         self.version = version
         self.doc = json.loads(sacct) if isinstance(sacct, str) else sacct
         self.listed = listing if listing is not None else self.doc
@@ -115,7 +112,9 @@ class RecordedSlurm:
         self.controller_script = controller_script or (lambda job_id: "#!/bin/sh\n# from "
                                                        "slurmctld\n")
         self.nodes = nodes
-        self.config = config
+        # what `scontrol show config` prints besides ClusterName; nothing by default: a
+        # config that says nothing of booting nodes, read as "nodes may boot"
+        self.config = ""
         self.clock = clock or (lambda: 4e9)
         self.sacct_down = False
         self.controller_down = False

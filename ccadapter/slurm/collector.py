@@ -139,7 +139,8 @@ class Collector:
         self._config_text = config_text  # `scontrol show config`, once read
         self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
-                                   lambda: self._known_version or "unknown", cluster, costs)
+                                   lambda: self._known_version or "unknown", cluster, costs,
+                                   config_text)
 
     # --- which runs exist -----------------------------------------------------------------
 

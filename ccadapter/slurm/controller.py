@@ -65,15 +65,16 @@ class Slurmctld:
     def __init__(self, runner: CommandRunner, tz: tzinfo, gpu_patterns: GpuPatterns,
                  fetch_scripts: bool, cluster_name: Callable[[], str],
                  version: Callable[[], str], scope: str | None = None,
-                 costs: RouteCosts | None = None) -> None:
+                 costs: RouteCosts | None = None, config_text: str = "") -> None:
         self.runner, self.tz = runner, tz
         self.gpu_patterns, self.fetch_scripts = gpu_patterns, fetch_scripts
         self.cluster_name, self.version, self.scope = cluster_name, version, scope
         self.costs = costs or RouteCosts()
         # asked once, briefly, not retried: the fast path waits on it, and unread means
-        # "may boot"
+        # "may boot"; the config the daemon read at its start counts as the first reading
         self.node_boot = NodeBoot(lambda: runner.run(["scontrol", *clusters_arg(scope), "show",
-                                                      "config"], retry=False, timeout=5))
+                                                      "config"], retry=False, timeout=5),
+                                  known=config_text)
 
     def jobs(self, job_ids: Iterable[int], cluster: str | None = None,
              scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:

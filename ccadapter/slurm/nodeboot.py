@@ -41,14 +41,20 @@ class NodeBoot:
     """What slurmctld's config says about booting nodes for jobs, read by ``read_config``
     (``scontrol show config``) at most every ``max_age`` seconds."""
 
-    def __init__(self, read_config: Callable[[], str], *, max_age: float = CONFIG_MAX_AGE,
+    def __init__(self, read_config: Callable[[], str], *, known: str = "",
+                 max_age: float = CONFIG_MAX_AGE,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``known``: the config read a moment ago (by the daemon, for the cluster's name),
+        taken as the first reading instead of asking slurmctld again."""
         self._read_config = read_config
         self.max_age = max_age
         self.clock = clock
         self.settings: tuple[str, ...] | None = None  # the boot settings set; None: unknown
         self._read_at: float | None = None
         self._said = False  # whether a reading was logged yet
+        if known:
+            self._read_at = clock()
+            self._take(known)
 
     @property
     def may_boot(self) -> bool:
@@ -73,6 +79,11 @@ class NodeBoot:
                         "jobs wait until they run", exc)
             self.settings = None
             return True
+        self._take(text)
+        return self.may_boot
+
+    def _take(self, text: str) -> None:
+        """A reading of the config: kept, and logged where it says otherwise than before."""
         settings = parse_node_boot(text)
         if settings != self.settings or not self._said:
             if settings == ():
@@ -88,4 +99,3 @@ class NodeBoot:
                          "it runs")
             self._said = True
         self.settings = settings
-        return self.may_boot

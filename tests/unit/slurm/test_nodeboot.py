@@ -76,3 +76,12 @@ def test_slurm_26_05_always_waits(caplog):
     assert not boot.start_final(job())
     assert [r.getMessage() for r in caplog.records if "PowerAction" in r.getMessage()] \
         and len(caplog.records) == 1  # said once
+
+
+def test_the_config_the_daemon_read_at_its_start_is_the_first_reading():
+    now = [0.0]
+    config = Config(POWER_SAVING)
+    boot = NodeBoot(config, known=NO_BOOT, max_age=10, clock=lambda: now[0])
+    assert not boot.may_boot and boot.start_final(job()) and config.reads == 0
+    now[0] = 10.0
+    assert not boot.start_final(job()) and config.reads == 1
