@@ -88,6 +88,8 @@ def test_pending_jobs_are_never_listed_nor_read(env):
     assert listing[listing.index("-s"):listing.index("--starttime")] == list(ENDED)
     assert [a[:5] for a in slurm.argvs if a[0] == "squeue"] == [
         ["squeue", "--all", "-h", "-s", "-O"]]
+    # local: no question about a federation first (controller.jobs_scope)
+    assert all(a[-1] == "--local" for a in slurm.argvs if a[0] == "squeue")
     cancelpend = meta["ids"]["cancelpend"][0]
     assert all(str(cancelpend) not in a for a in slurm.argvs if "--jobs" in a)
 

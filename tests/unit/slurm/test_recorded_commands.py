@@ -60,6 +60,24 @@ def test_the_window_as_jobs_reads_it(recorded):
     assert runner.calls["sacct"] == 2 and runner.calls["scontrol"] <= 1
 
 
+def test_questions_about_jobs_are_local(scenario, recorded):
+    """Every scontrol question about jobs carries ``--local``: without it scontrol first asks
+    slurmctld about a federation, one more request per job (``controller.jobs_scope``;
+    squeue's step list: test_reconcilers)."""
+    recording, runner, collector = recorded
+    ids = sorted(i for v in recording["ids"].values() for i in v)
+    collector.window(recording["since"])
+    collector.controller_jobs([*ids, 999_999], scripts_for=ids)
+    collector.nodes()
+    _, dumping, dumper = replay(*scenario, costs=RouteCosts(min_dump=1, first_dump=1))
+    dumper.controller_jobs(ids)
+    argvs = [*runner.argvs, *dumping.argvs]
+    about_jobs = [a for a in argvs if a[0] == "scontrol" and "-d" in a]
+    assert any(a[-1] == "-d" for a in about_jobs) and any(a[-1] == "job" for a in about_jobs)
+    assert all("--local" in a for a in about_jobs), about_jobs
+    assert all("--local" not in a for a in argvs if a[0] == "sacct" or "node" in a)
+
+
 def test_listings_are_read_without_error(recorded):
     recording, runner, _ = recorded
     ctx = ParseContext(recording["version"], "sacct -P")
