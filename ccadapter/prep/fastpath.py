@@ -4,19 +4,21 @@ wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its al
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
 questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
 (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's batch script is asked with it,
-an end's is not (the start the outbox holds carries it). The hook announces a start from
-PrologSlurmctld, while slurmctld holds the job in CONFIGURING until the hook has exited and
-been reaped (on the scale test bed under a churn of 5 jobs/s, 60 to 70 ms p50 and 130 to 180
-ms p95 after the daemon got the message, in three runs). Where slurmctld boots no nodes for
-jobs, the StartTime a CONFIGURING job shows is final and the start is asked and sent at once
-(:mod:`ccadapter.slurm.nodeboot`); where it may boot them, a start waits ``start_settle``
-seconds, so that slurmctld is not asked while it surely answers CONFIGURING. An end waits up
-to ``coalesce`` seconds, and rides along with any query made before (it comes from
-EpilogSlurmctld: slurmctld has ended the job already). A start or end that slurmctld has not
-finished recording is asked again after a short, growing delay (at most ``slurmQueryDelay``
-seconds), up to ``slurmMaxRetries`` times. Whatever the fast path misses,
-the poll catches: it is an accelerator, never the only path, so a full pending set drops
-messages with a log line.
+an end's is not (the start the outbox holds carries it). A batch is asked in parts, its
+first starts first, so that a start does not wait for every question of a burst.
+
+The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
+CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
+of 5 jobs/s, 60 to 70 ms p50 and 130 to 180 ms p95 after the daemon got the message, in
+three runs). Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
+is final and the start is asked and sent at once (:mod:`ccadapter.slurm.nodeboot`); where it
+may boot them, a start waits ``start_settle`` seconds, so that slurmctld is not asked while
+it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked with
+the next start's batch, after its starts (it comes from EpilogSlurmctld: slurmctld has ended
+the job already). A start or end that slurmctld has not finished recording is asked again
+after a short, growing delay (at most ``slurmQueryDelay`` seconds), up to
+``slurmMaxRetries`` times. Whatever the fast path misses, the poll catches: it is an
+accelerator, never the only path, so a full pending set drops messages with a log line.
 
 slurmctld runs the hook once per component of a heterogeneous job, each time with that
 component's id (and ``SLURM_HET_JOB_ID``, the leader's). The collector reads every component
@@ -51,10 +53,12 @@ class FastPath:
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
+                 part: int = 2,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
         """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
-        daemon's metrics, like PrepServer's ``on_drop``."""
+        daemon's metrics, like PrepServer's ``on_drop``. ``part``: how many starts of a
+        batch are asked and stored first (then twice as many each time, :meth:`_sync`)."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -64,6 +68,7 @@ class FastPath:
         self.coalesce = coalesce
         self.start_settle = start_settle
         self.burst = burst
+        self.part = part
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -152,16 +157,43 @@ class FastPath:
             self._pending[job_id] = (events | {event}, attempts, now)
 
     def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
+        """The batch in parts, each in the outbox before the next is asked: starts first,
+        ``part`` of them, then twice as many each time; the ends last, in one part (nobody
+        waits for them). slurmctld answers a batch's questions in turn, so a start would
+        otherwise wait for every question of its batch, ends that rode along included.
+        Doubling keeps a 1,000-task array at a handful of questions and transactions, its
+        big parts free to take the dump route (:class:`~ccadapter.slurm.controller.
+        RouteCosts`). A job read whole in one part (a het job's components) is not asked
+        again in a later one."""
+        left = dict.fromkeys(sorted(batch, key=lambda i: ("start" not in batch[i][0], i)))
+        size = self.part
+        while left:
+            ids = list(left)
+            if "start" in batch[ids[0]][0]:
+                ids = [i for i in ids if "start" in batch[i][0]][:size]
+                size *= 2
+            covered = self._sync_part(ids, batch, len(left))
+            if covered is None:  # slurmctld or the outbox failed: the rest would fail too
+                return
+            for job_id in (*ids, *covered):
+                left.pop(job_id, None)
+
+    def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
+                   left: int) -> set[int] | None:
+        """Asks slurmctld about ``ids`` and puts their events into the outbox; returns the
+        ids of every job read (a het job's components too), whose announcements anywhere in
+        ``batch`` count for it, or None when the ``left`` jobs of the batch are left to the
+        poll."""
         asked = time.monotonic()
         starts = {job_id for job_id, (kinds, _) in batch.items() if "start" in kinds}
         try:
-            # One scontrol process for the whole batch, batch scripts of the starts included
-            jobs, missing = self.collector.controller_jobs(batch, scripts_for=starts)
+            # one question to the long-lived scontrol, batch scripts of the starts included
+            jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts)
             jobs = self._with_missed_scripts(jobs, starts)
         except CcAdapterError as exc:
-            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
-            return
-        log.debug("%s: %d job(s) asked in %.3f s", self.name, len(batch),
+            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, left)
+            return None
+        log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
         events = []
         for job in jobs:
@@ -181,10 +213,11 @@ class FastPath:
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
-            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(batch))
-            return
+            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, left)
+            return None
         if added:
             self.wake()
+        return {i for job in jobs for i in job.slurm_ids}
 
     def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
         """An end is asked without its batch script: the outbox holds the run's start,

@@ -120,8 +120,9 @@ def test_burst_is_coalesced(env):
         fast.submit(HookMessage(job_id, "start", None))
     assert wait(lambda: fast._pending == {} and runner.calls["scontrol"] >= 1)
     time.sleep(0.2)
-    processes = [a for a in runner.argvs if a[0] == "scontrol" and "config" not in a]
-    assert len(processes) <= 5  # a handful of processes for 1,000 announcements
+    questions = [a for a in runner.argvs if a[0] == "scontrol" and "config" not in a]
+    # a handful of questions for 1,000 announcements: parts of 2, 4, 8, ... 512 at most
+    assert len(questions) <= 10
     assert fast.counts == {"received": 1000}  # none dropped
 
 
@@ -181,13 +182,61 @@ def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(
 
 
 def test_an_end_rides_along_with_the_next_start(timed):
-    """A churn costs one scontrol process per start: ends wait for company (up to
-    ``coalesce``) and go with the next query."""
+    """A churn costs the fast path one wake-up per start: ends wait for company (up to
+    ``coalesce``) and are asked with the next start's batch, after the start (nobody waits
+    for an end)."""
     make, runner, gpu, other = timed
     fast = make(coalesce=5.0, start_settle=0.05)
     fast.submit(HookMessage(other, "end", None))
     time.sleep(0.2)
     assert runner.stdins == []  # an end alone waits
     fast.submit(HookMessage(gpu, "start", None))
-    assert wait(lambda: runner.stdins)
-    assert f"job {other}" in runner.stdins[0] and f"job {gpu}" in runner.stdins[0]
+    assert wait(lambda: len(runner.stdins) == 2, timeout=2)  # long before its coalesce
+    assert f"job {gpu}" in runner.stdins[0] and f"job {other}" not in runner.stdins[0]
+    assert f"job {other}" in runner.stdins[1] and "batch_script" not in runner.stdins[1]
+
+
+def test_a_burst_is_asked_in_growing_parts_each_stored_before_the_next(env):
+    """slurmctld answers a batch's questions in turn: the first starts of a burst are in the
+    outbox before the next are asked (parts of 2, then 4, ...), the ends come last."""
+    fast, box, runner, _, _, _ = env
+    stored_when_asked = []
+    ask = runner.ask
+
+    def asking(*args, **kwargs):
+        stored_when_asked.append(admin.stats(box.store)["counts"].get("start:pending", 0))
+        return ask(*args, **kwargs)
+    runner.ask = asking
+    with fast._cond:  # one batch: the fast path takes none until all are in
+        for job_id in (339, 331, 330, 329, 328):  # completed, running, ...: all started
+            fast.submit(HookMessage(job_id, "start", None))
+        fast.submit(HookMessage(335, "end", None))  # cancelled while pending
+    assert wait(lambda: len(runner.stdins) == 3 and not fast._pending)
+    shown = [[int(line.split()[2]) for line in text.splitlines() if line.startswith("show job")]
+             for text in runner.stdins]
+    assert shown == [[328, 329], [330, 331, 339], [335]]
+    assert stored_when_asked == [0, 2, 5]
+
+
+def test_a_het_job_read_whole_in_one_part_is_not_asked_again(env):
+    fast, box, runner, _, _, _ = env
+    leader, component = fixture_json("24.11", "testbed/workload.json")["ids"]["hetjob"]
+    with fast._cond:
+        for job_id in (331, leader, component):  # parts [331, leader], then [component]
+            fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: {e.job_id for e in box.queue.due()} == {331, leader})
+    time.sleep(0.2)
+    assert len(runner.stdins) == 1 and f"show job {component}" not in runner.stdins[0]
+
+
+def test_a_failed_part_leaves_the_rest_of_the_batch_to_the_poll(env, caplog):
+    """slurmctld unreachable: one question, not one per part, each waiting its timeout."""
+    fast, box, runner, _, _, _ = env
+    runner.controller_down = True
+    with fast._cond:
+        for job_id in (328, 329, 330, 331):
+            fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: "left to the poll" in caplog.text)
+    time.sleep(0.2)
+    assert len(runner.stdins) == 1 and "4 job(s) left to the poll" in caplog.text
+    assert box.queue.due() == []
