@@ -2,10 +2,11 @@
 wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
 
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
-questions, not 1,000, and a churn of jobs about one per start, put to a long-lived scontrol
-(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's batch script is asked with it,
-an end's is not (the start the outbox holds carries it). A batch is asked in parts, its
-first starts first, so that a start does not wait for every question of a burst.
+questions, not 1,000, and a churn one or two per start (the ends that waited, after it),
+put to a long-lived scontrol (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's
+batch script is asked with it, an end's is not (the start the outbox holds carries it). A
+batch is asked in parts, its first starts first, so that a start does not wait for every
+question of a burst.
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
 CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
@@ -68,7 +69,7 @@ class FastPath:
         self.coalesce = coalesce
         self.start_settle = start_settle
         self.burst = burst
-        self.part = part
+        self.part = max(1, part)
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -139,7 +140,7 @@ class FastPath:
                     log.exception("%s: %d job(s) left to the poll", self.name, len(batch))
 
     def _take(self, now: float) -> dict[int, tuple[set[str], int]]:
-        """The jobs due now or within ``burst`` (one query for a burst), and every end (it
+        """The jobs due now or within ``burst`` (one batch for a burst), and every end (it
         can be asked any time); a start announced a moment ago waits for the next query
         (where its nodes may boot, slurmctld still configures it: :meth:`_settle`)."""
         batch = {job_id: (events, attempts)
@@ -161,12 +162,14 @@ class FastPath:
         ``part`` of them, then twice as many each time; the ends last, in one part (nobody
         waits for them). slurmctld answers a batch's questions in turn, so a start would
         otherwise wait for every question of its batch, ends that rode along included.
-        Doubling keeps a 1,000-task array at a handful of questions and transactions, its
-        big parts free to take the dump route (:class:`~ccadapter.slurm.controller.
-        RouteCosts`). A job read whole in one part (a het job's components) is not asked
-        again in a later one."""
+        Doubling keeps a burst at a handful of questions and transactions; a burst for
+        which a dump of every job is cheaper than single questions
+        (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a 1,000-task array) is asked
+        in one part, so in one dump. A job read whole in one part (a het job's components)
+        is not asked again in a later one."""
         left = dict.fromkeys(sorted(batch, key=lambda i: ("start" not in batch[i][0], i)))
-        size = self.part
+        starts = sum("start" in kinds for kinds, _ in batch.values())
+        size = starts if self.collector.costs.prefer_dump(starts) else self.part
         while left:
             ids = list(left)
             if "start" in batch[ids[0]][0]:

@@ -58,9 +58,9 @@ class RouteCosts:
 
 class Slurmctld:
     """The jobs slurmctld holds, read for a :class:`~ccadapter.slurm.collector.Collector`
-    (which owns one). ``scope``: the cluster asked (``--clusters NAME``) when a call names
-    none; ``cluster_name()`` the name the jobs carry; ``version()`` the Slurm version for
-    error messages."""
+    (which owns one). ``scope``: the cluster asked (``--clusters NAME``; None: the local
+    one, jobs asked with ``--local``) when a call names none; ``cluster_name()`` the name
+    the jobs carry; ``version()`` the Slurm version for error messages."""
 
     def __init__(self, runner: CommandRunner, tz: tzinfo, gpu_patterns: GpuPatterns,
                  fetch_scripts: bool, cluster_name: Callable[[], str],

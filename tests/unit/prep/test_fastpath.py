@@ -181,7 +181,7 @@ def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(
     assert len(asked) == 1  # once, after its settle time, with its script
 
 
-def test_an_end_rides_along_with_the_next_start(timed):
+def test_an_end_is_asked_after_the_next_start(timed):
     """A churn costs the fast path one wake-up per start: ends wait for company (up to
     ``coalesce``) and are asked with the next start's batch, after the start (nobody waits
     for an end)."""
@@ -227,6 +227,35 @@ def test_a_het_job_read_whole_in_one_part_is_not_asked_again(env):
     assert wait(lambda: {e.job_id for e in box.queue.due()} == {331, leader})
     time.sleep(0.2)
     assert len(runner.stdins) == 1 and f"show job {component}" not in runner.stdins[0]
+
+
+def test_a_burst_cheaper_to_dump_is_asked_in_one_part(env):
+    """Parts would keep a 600-task array under the 500 jobs a first dump needs
+    (RouteCosts.first_dump): a burst the dump route suits is read in one dump."""
+    fast, box, runner, _, _, _ = env
+    with fast._cond:
+        for job_id in (*range(10_000, 10_599), 331):  # 599 unknown to slurmctld, and one
+            fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: [e.job_id for e in box.queue.due()] == [331])
+    dumps = [a for a in runner.argvs if a[-2:] == ["show", "job"]]
+    assert len(dumps) == 1 and all("show job" not in text for text in runner.stdins)
+
+
+def test_a_part_that_fails_later_keeps_what_was_stored_and_asks_no_more(env, caplog):
+    fast, box, runner, _, _, _ = env
+    ask = runner.ask
+
+    def failing_second(*args, **kwargs):
+        runner.controller_down = len(runner.stdins) >= 1
+        return ask(*args, **kwargs)
+    runner.ask = failing_second
+    with fast._cond:
+        for job_id in (328, 329, 330, 331, 339):
+            fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: "left to the poll" in caplog.text)
+    time.sleep(0.2)
+    assert len(runner.stdins) == 2 and "3 job(s) left to the poll" in caplog.text
+    assert sorted(e.job_id for e in box.queue.due() if e.kind == "start") == [328, 329]
 
 
 def test_a_failed_part_leaves_the_rest_of_the_batch_to_the_poll(env, caplog):
