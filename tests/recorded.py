@@ -79,6 +79,7 @@ class Replay:
 
     def __init__(self, recording: Mapping[str, Any]) -> None:
         self.recording = recording
+        self._has_local = any("--local" in e["argv"] for e in recording["commands"])
         self.calls: Counter[str] = Counter()
         self.argvs: list[list[str]] = []
 
@@ -99,8 +100,7 @@ class Replay:
         itself (src/api/job_info.c ``slurm_load_job``, 22.05.8:1479-1485). So where a
         recording never has the flag, it is left out of the match; :attr:`argvs` keeps
         the argv as the collector gave it."""
-        if "--local" not in argv or any("--local" in e["argv"]
-                                        for e in self.recording["commands"]):
+        if "--local" not in argv or self._has_local:
             return argv
         return [a for a in argv if a != "--local"]
 

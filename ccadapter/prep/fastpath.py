@@ -167,28 +167,27 @@ class FastPath:
         (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a 1,000-task array) is asked
         in one part, so in one dump. A job read whole in one part (a het job's components)
         is not asked again in a later one."""
-        left = dict.fromkeys(sorted(batch, key=lambda i: ("start" not in batch[i][0], i)))
-        starts = sum("start" in kinds for kinds, _ in batch.values())
-        size = starts if self.collector.costs.prefer_dump(starts) else self.part
+        starts = {job_id for job_id, (kinds, _) in batch.items() if "start" in kinds}
+        left = dict.fromkeys(sorted(batch, key=lambda i: (i not in starts, i)))
+        size = len(starts) if self.collector.costs.prefer_dump(len(starts)) else self.part
         while left:
             ids = list(left)
-            if "start" in batch[ids[0]][0]:
-                ids = [i for i in ids if "start" in batch[i][0]][:size]
+            if ids[0] in starts:
+                ids = [i for i in ids if i in starts][:size]
                 size *= 2
-            covered = self._sync_part(ids, batch, len(left))
+            covered = self._sync_part(ids, batch, starts, len(left))
             if covered is None:  # slurmctld or the outbox failed: the rest would fail too
                 return
             for job_id in (*ids, *covered):
                 left.pop(job_id, None)
 
     def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
-                   left: int) -> set[int] | None:
+                   starts: set[int], left: int) -> set[int] | None:
         """Asks slurmctld about ``ids`` and puts their events into the outbox; returns the
         ids of every job read (a het job's components too), whose announcements anywhere in
         ``batch`` count for it, or None when the ``left`` jobs of the batch are left to the
-        poll."""
+        poll. ``starts``: the batch's ids announced as starting."""
         asked = time.monotonic()
-        starts = {job_id for job_id, (kinds, _) in batch.items() if "start" in kinds}
         try:
             # one question to the long-lived scontrol, batch scripts of the starts included
             jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts)

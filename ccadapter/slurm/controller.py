@@ -218,4 +218,4 @@ def jobs_scope(cluster: str | None) -> list[str]:
     22.05, idle). The daemon reports its own cluster's runs, as ``sacct --clusters``
     records them: a federation sibling's copy of a job is not one (``--clusters`` implies
     ``--local``, scontrol's and squeue's manuals say)."""
-    return ["--clusters", cluster] if cluster else ["--local"]
+    return clusters_arg(cluster) or ["--local"]

@@ -114,8 +114,12 @@ def parse_node_boot(out: str) -> tuple[str, ...] | None:
     test bed's 22.05 and 24.11). None when it cannot tell: the config's ``SLURM_VERSION`` is
     26.05 or later, or missing (not a config). The caller must then assume that nodes may
     boot."""
-    release = re.search(r"^SLURM_VERSION\s*=\s*(\d+)\.(\d+)", out, re.M)
-    if not release or (int(release[1]), int(release[2])) >= _POWER_ACTIONS:
+    line = re.search(r"^SLURM_VERSION\s*=.*$", out, re.M)
+    try:
+        release = version_from_text(line[0], "scontrol show config") if line else None
+    except SlurmParseError:
+        release = None
+    if release is None or release.generation >= _POWER_ACTIONS:
         return None
     found = []
     for key in _BOOT_KEYS:
