@@ -116,7 +116,7 @@ class NatsPublisher:
             return
         self._stopping = True
         try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(15)
         except (TimeoutError, RuntimeError) as exc:
             log.warning("NATS: shutdown incomplete: %s", describe(exc))
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -143,8 +143,10 @@ class NatsPublisher:
             try:
                 await nc.connect(**self._connect_kwargs())
             except asyncio.CancelledError:
+                await self._discard(nc)
                 raise
             except Exception as exc:
+                await self._discard(nc)
                 self.last_error = describe(exc)
                 log.error("NATS: cannot connect to %s: %s", safe_url(self.options.url),
                           self.last_error)
@@ -158,6 +160,15 @@ class NatsPublisher:
             log.info("NATS: connected to %s (%s)", safe_url(self.options.url),
                      "JetStream" if self.options.jetstream else "core NATS")
             return
+
+    @staticmethod
+    async def _discard(nc: Any) -> None:
+        """A connect cut short (by shutdown, or by a refusal we retry ourselves) may hold
+        the socket of its last attempt: nats-py closes it only in ``close``."""
+        try:
+            await asyncio.wait_for(nc.close(), 5)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            log.debug("NATS: closing an unfinished connect: %s", describe(exc))
 
     def _connect_kwargs(self) -> dict[str, Any]:
         o = self.options
@@ -179,8 +190,11 @@ class NatsPublisher:
         return kwargs
 
     async def _shutdown(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:  # each closes its own unfinished connect on the way out
+            await asyncio.wait(tasks, timeout=6)
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await asyncio.wait_for(self._nc.close(), 5)
@@ -207,7 +221,9 @@ class NatsPublisher:
         log.info("NATS: reconnected to %s", safe_url(self.options.url))
 
     async def _on_closed(self) -> None:
-        if not self._stopping:  # nats-py gave up on this connection: make a new one
+        """nats-py gave up on the connection we publish on: make a new one. A connect we
+        cut short closes too, but is no connection of ours yet (``_nc`` is None)."""
+        if not self._stopping and self._nc is not None:
             log.warning("NATS: connection closed; connecting again")
             self._nc = self._js = None
             await self._spawn_connect()

@@ -3,7 +3,9 @@ it comes back after our side was refused (the real server: tests/integration/tes
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import time
 from typing import ClassVar
 
@@ -33,6 +35,7 @@ class FakeClient:
 
     async def connect(self, **kwargs) -> None:
         FakeClient.connects.append(kwargs)
+        self.closed_cb = kwargs["closed_cb"]
         if FakeClient.refusals:
             FakeClient.refusals -= 1
             raise nats.errors.Error("nats: 'Authorization Violation'")
@@ -50,7 +53,9 @@ class FakeClient:
         return None
 
     async def close(self) -> None:
+        """Like nats-py's: the closed callback runs, a refused connect's too."""
         self.is_connected, self.is_closed = False, True
+        await self.closed_cb()
 
 
 @pytest.fixture
@@ -90,6 +95,22 @@ def test_refused_credentials_are_said_without_the_password_and_tried_again(fake,
     assert SECRET not in caplog.text and SECRET not in repr(pub) and SECRET not in repr(opts)
 
 
+def test_a_connection_nats_py_gave_up_on_is_replaced_once(fake):
+    fake.refusals = 1  # the refused connect's close must not start a second loop
+    pub = NatsPublisher(NatsOptions("nats://127.0.0.1:4222"), RetryPolicy(0.01, 0.02))
+    pub.start()
+    try:
+        wait(lambda: pub.connected)
+        first = pub._nc
+        asyncio.run_coroutine_threadsafe(first.close(), pub._loop).result(5)
+        wait(lambda: pub.connected and pub._nc is not first)
+        time.sleep(0.1)
+        assert len(fake.connects) == 3  # refused, connected, replaced: nothing more
+    finally:
+        pub.close()
+    assert len(fake.connects) == 3  # and shutting down starts none
+
+
 @pytest.mark.parametrize(("error", "ok", "permanent", "says"), [
     (nats.errors.MaxPayloadError("maximum payload exceeded"), False, True, "bytes:"),
     (nats.js.errors.NoStreamResponseError(), False, False, "nats stream add --subjects"),
@@ -117,6 +138,26 @@ def test_not_connected_is_an_answer(fake):
         assert not got.ok and got.error.startswith("not connected: the server refused")
     finally:
         pub.close()
+
+
+def test_close_during_a_connect_closes_its_socket():
+    """A server that accepts but never greets keeps nats-py's connect waiting: closing the
+    publisher then must close that socket and end the connect, not leave both to the
+    garbage collector (CI saw a pending task and an unclosed socket after the wrong-password
+    test)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        pub = NatsPublisher(NatsOptions(f"nats://127.0.0.1:{silent.getsockname()[1]}",
+                                        publish_timeout=30))
+        pub.start()
+        silent.settimeout(10)
+        conn, _ = silent.accept()
+        with conn:
+            started = time.monotonic()
+            pub.close()
+            assert time.monotonic() - started < 5
+            conn.settimeout(5)
+            assert conn.recv(100) == b""  # the client's end is closed
+        assert not pub._tasks
 
 
 def connect_kwargs(opts: NatsOptions) -> dict:
