@@ -21,6 +21,7 @@ import asyncio
 import logging
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,10 +147,10 @@ class NatsPublisher:
                 await self._discard(nc)
                 raise
             except Exception as exc:
-                await self._discard(nc)
-                self.last_error = describe(exc)
+                self.last_error = describe(exc)  # before the close yields to a publish
                 log.error("NATS: cannot connect to %s: %s", safe_url(self.options.url),
                           self.last_error)
+                await self._discard(nc)
                 failures += 1
                 await asyncio.sleep(self.retry.delay(failures))
                 continue
@@ -190,11 +191,16 @@ class NatsPublisher:
         return kwargs
 
     async def _shutdown(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:  # each closes its own unfinished connect on the way out
-            await asyncio.wait(tasks, timeout=6)
+        # Each task closes its own unfinished connect on the way out. A cancel can be lost:
+        # Python 3.11's asyncio.wait_for (nats-py's connect waits in it) returns the result
+        # of an inner future done at the moment of the cancel and drops the cancel
+        # (bpo-42130, gh-86296): the connect then waits for the server's INFO for its whole
+        # timeout. So a task still running half a second later is cancelled again.
+        until = time.monotonic() + 6
+        while (tasks := [t for t in self._tasks if not t.done()]) and time.monotonic() < until:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=0.5)
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await asyncio.wait_for(self._nc.close(), 5)

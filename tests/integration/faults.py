@@ -106,12 +106,18 @@ class Churn(threading.Thread):
             self.stopping.wait(self.interval)
 
     def _submit(self, kind: str, i: int) -> None:
-        args = {"short": ["--wrap", f"sleep {1 + i % 3}"],
-                "long": ["--wrap", "sleep 12"],
-                "fail": ["--wrap", "sleep 1; exit 3"],
-                "multinode": ["-N2", "-n2", "--wrap", "sleep 2"],
-                "cancel": ["--wrap", "sleep 60"],
-                "array": [f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
+        """Every job has a time limit (minutes), as a site's have: slurmctld stopped
+        between allocating a batch job and launching its script recovers the job as running
+        and learns otherwise only at the node's next registration (job_mgr.c
+        ``_purge_missing_jobs``, 24.11.5:15614-15673), half an hour later on the test bed;
+        the limit ends such a job as TIMEOUT within minutes, inside the settle wait. CI saw
+        it once: SIGTERM 60 ms after an array's allocation."""
+        args = {"short": ["-t", "2", "--wrap", f"sleep {1 + i % 3}"],
+                "long": ["-t", "2", "--wrap", "sleep 12"],
+                "fail": ["-t", "2", "--wrap", "sleep 1; exit 3"],
+                "multinode": ["-t", "2", "-N2", "-n2", "--wrap", "sleep 2"],
+                "cancel": ["-t", "3", "--wrap", "sleep 60"],
+                "array": ["-t", "2", f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
                 # runs long enough to be seen running (GPU indices exist only then),
                 # and says which it got: slurmctld may be down for all of its run
                 "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "--wrap",
