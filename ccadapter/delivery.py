@@ -12,11 +12,10 @@ The same engine drains the outbox itself and its NATS notification queue.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol
 
 from ccadapter.kinds import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
@@ -65,15 +64,10 @@ class Deliverer:
         # with growing delays (up to minutes). The first success afterwards makes all of
         # them due at once, so a backlog drains when the target is back, not minutes later.
         self._failing = False
-        self.workers = max(1, workers)
-        # the thread that calls run_once is one of the workers (see _deliver_all)
-        self._pool = ThreadPoolExecutor(max_workers=self.workers - 1,
-                                        thread_name_prefix="deliver") \
-            if self.workers > 1 else None
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
 
     def run_once(self, max_batches: int = 1_000_000,
                  stopping: Callable[[], bool] = lambda: False) -> DeliveryStats:
@@ -87,7 +81,7 @@ class Deliverer:
             events = self.queue.due(self.batch)
             if not events:
                 break
-            results = self._deliver_all(events)
+            results = list(self._pool.map(self.deliver, events))
             self.queue.record(results)
             for ev, res in zip(events, results, strict=True):
                 stats.add(res)
@@ -100,33 +94,6 @@ class Deliverer:
                 self._failing = False
                 self.queue.retry_now()
         return stats
-
-    def _deliver_all(self, events: list[Event]) -> list[Result]:
-        """Every event of a batch, at most ``workers`` at once, results in the batch's
-        order. The calling thread delivers too, and each pool thread takes events until none
-        is left: handing each event to a pool thread (a future, a queue, two wake-ups) cost a
-        fifth of the delivery's CPU under a churn, where a batch is one or two events
-        (py-spy on the scale test bed); a one-event batch now wakes no other thread."""
-        results: list[Result | None] = [None] * len(events)
-        todo = iter(enumerate(events))
-        lock = threading.Lock()
-
-        def drain() -> None:
-            while True:
-                with lock:
-                    nxt = next(todo, None)
-                if nxt is None:
-                    return
-                results[nxt[0]] = self.deliver(nxt[1])
-
-        helpers = [] if self._pool is None else [
-            self._pool.submit(drain) for _ in range(min(len(events), self.workers) - 1)]
-        try:
-            drain()
-        finally:
-            for helper in helpers:  # their events are theirs to finish, even on an error
-                helper.result()
-        return cast(list[Result], results)  # every slot filled: drain ended without error
 
 
 def nats_first(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool

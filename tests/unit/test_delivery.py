@@ -2,15 +2,13 @@
 
 import logging
 import socket
-import threading
-import time
 
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
 from ccadapter.cc.delivery import ENERGY_ATTEMPTS, RestDelivery
 from ccadapter.delivery import Deliverer
-from ccadapter.outbox import DELIVERED, Event, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import NewEvent, Outbox, admin
 from ccadapter.retry import RetryPolicy
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body
 
@@ -273,84 +271,3 @@ def clock_box(tmp_path):
     box = Outbox(tmp_path / "clocked.sqlite", clock=clock)
     yield box, clock
     box.close()
-
-
-class ListQueue:
-    """A queue of ready events handed out in batches; what was recorded, in order."""
-
-    def __init__(self, n: int) -> None:
-        self.todo = [Event(i, "c", i, 0, "start", {}, 0, 0.0) for i in range(1, n + 1)]
-        self.recorded: list = []
-
-    def due(self, limit: int = 256):
-        batch, self.todo = self.todo[:limit], self.todo[limit:]
-        return batch
-
-    def record(self, results) -> None:
-        self.recorded += list(results)
-
-    def retry_now(self) -> None:
-        pass
-
-
-def test_a_one_event_batch_is_delivered_by_the_calling_thread():
-    seen = []
-
-    def deliver(ev):
-        seen.append(threading.current_thread())
-        return Result(ev.id, DELIVERED)
-
-    d = Deliverer(ListQueue(1), deliver, workers=8)
-    try:
-        assert d.run_once().delivered == 1
-    finally:
-        d.close()
-    assert seen == [threading.current_thread()]
-
-
-@pytest.mark.parametrize("workers", [1, 3, 16])
-def test_a_batch_is_delivered_at_most_workers_at_once_in_order(workers):
-    lock, now, most, threads = threading.Lock(), [0], [0], set()
-
-    def deliver(ev):
-        with lock:
-            now[0] += 1
-            most[0] = max(most[0], now[0])
-            threads.add(threading.current_thread())
-        time.sleep(0.002)
-        with lock:
-            now[0] -= 1
-        return Result(ev.id, DELIVERED)
-
-    q = ListQueue(40)
-    d = Deliverer(q, deliver, workers=workers, batch=20)
-    try:
-        assert d.run_once().delivered == 40
-    finally:
-        d.close()
-    assert [r.event_id for r in q.recorded] == list(range(1, 41))
-    assert most[0] <= workers and len(threads) <= workers
-    assert threading.current_thread() in threads
-    if workers > 1:
-        assert most[0] > 1  # in parallel, not one after the other
-
-
-def test_an_error_in_one_delivery_ends_the_batch_after_the_others_finish():
-    finished = []
-
-    def deliver(ev):
-        time.sleep(0.01)
-        if ev.id == 1:
-            raise RuntimeError("bug")
-        finished.append(ev.id)
-        return Result(ev.id, DELIVERED)
-
-    q = ListQueue(6)
-    d = Deliverer(q, deliver, workers=3)
-    try:
-        with pytest.raises(RuntimeError, match="bug"):
-            d.run_once()
-        assert sorted(finished) == [2, 3, 4, 5, 6]  # none left running behind our back
-    finally:
-        d.close()
-    assert q.recorded == []  # the batch is not recorded: delivered again next time
