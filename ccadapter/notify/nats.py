@@ -144,13 +144,13 @@ class NatsPublisher:
             try:
                 await nc.connect(**self._connect_kwargs())
             except asyncio.CancelledError:
-                await self._discard(nc)
+                await self._close_client(nc)
                 raise
             except Exception as exc:
                 self.last_error = describe(exc)  # before the close yields to a publish
                 log.error("NATS: cannot connect to %s: %s", safe_url(self.options.url),
                           self.last_error)
-                await self._discard(nc)
+                await self._close_client(nc)
                 failures += 1
                 await asyncio.sleep(self.retry.delay(failures))
                 continue
@@ -163,13 +163,14 @@ class NatsPublisher:
             return
 
     @staticmethod
-    async def _discard(nc: Any) -> None:
-        """A connect cut short (by shutdown, or by a refusal we retry ourselves) may hold
-        the socket of its last attempt: nats-py closes it only in ``close``."""
+    async def _close_client(nc: Any) -> None:
+        """Closes a nats-py client, at most 5 s. Also for a connect cut short (by shutdown,
+        or by a refusal we retry ourselves): it may hold the socket of its last attempt,
+        which nats-py closes only in ``close``."""
         try:
             await asyncio.wait_for(nc.close(), 5)
         except (TimeoutError, nats.errors.Error, OSError) as exc:
-            log.debug("NATS: closing an unfinished connect: %s", describe(exc))
+            log.debug("NATS: close: %s", describe(exc))
 
     def _connect_kwargs(self) -> dict[str, Any]:
         o = self.options
@@ -202,10 +203,7 @@ class NatsPublisher:
                 task.cancel()
             await asyncio.wait(tasks, timeout=0.5)
         if self._nc is not None and not self._nc.is_closed:
-            try:
-                await asyncio.wait_for(self._nc.close(), 5)
-            except (TimeoutError, nats.errors.Error, OSError) as exc:
-                log.debug("NATS: close: %s", describe(exc))
+            await self._close_client(self._nc)
 
     # --- callbacks (on the loop) ---------------------------------------------------------
 

@@ -112,17 +112,18 @@ class Churn(threading.Thread):
         ``_purge_missing_jobs``, 24.11.5:15614-15673), half an hour later on the test bed;
         the limit ends such a job as TIMEOUT within minutes, inside the settle wait. CI saw
         it once: SIGTERM 60 ms after an array's allocation."""
-        args = {"short": ["-t", "2", "--wrap", f"sleep {1 + i % 3}"],
-                "long": ["-t", "2", "--wrap", "sleep 12"],
-                "fail": ["-t", "2", "--wrap", "sleep 1; exit 3"],
-                "multinode": ["-t", "2", "-N2", "-n2", "--wrap", "sleep 2"],
-                "cancel": ["-t", "3", "--wrap", "sleep 60"],
-                "array": ["-t", "2", f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
+        args = {"short": ["--wrap", f"sleep {1 + i % 3}"],
+                "long": ["--wrap", "sleep 12"],
+                "fail": ["--wrap", "sleep 1; exit 3"],
+                "multinode": ["-N2", "-n2", "--wrap", "sleep 2"],
+                "cancel": ["--wrap", "sleep 60"],
+                "array": [f"--array=1-{self.ARRAY_TASKS}", "--wrap", "sleep 1"],
                 # runs long enough to be seen running (GPU indices exist only then),
                 # and says which it got: slurmctld may be down for all of its run
-                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "-t", "5", "--wrap",
+                "gpu": ["-p", "gpu", "--gres=gpu:tesla:1", "--wrap",
                         f"{GPU_REPORT}; sleep 8"],
                 }[kind]
+        args = ["-t", {"cancel": "3", "gpu": "5"}.get(kind, "2"), *args]
         output = f"{self.gpu_dir}/%j" if kind == "gpu" else "/dev/null"
         out = self.cluster.run("sbatch", "--parsable", "-J", f"f{kind}", "-o", output,
                                *args, timeout=30)
