@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -121,6 +122,7 @@ class RecordedSlurm:
         self.calls: Counter[str] = Counter()
         self.argvs: list[list[str]] = []
         self.stdins: list[str] = []
+        self._counting = threading.Lock()  # the fast path asks from several threads at once
 
     # --- the CommandRunner protocol ---------------------------------------------------------
 
@@ -212,8 +214,9 @@ class RecordedSlurm:
         return self.doc["jobs"][0].get("cluster", "cluster") if self.doc["jobs"] else "cluster"
 
     def _count(self, argv: list[str]) -> None:
-        self.calls[argv[0]] += 1
-        self.argvs.append(argv)
+        with self._counting:
+            self.calls[argv[0]] += 1
+            self.argvs.append(argv)
 
     def controller_text(self, env: Mapping[str, str] | None) -> str:
         """The recorded text (wall-clock times, recorded in UTC), with times as epochs when

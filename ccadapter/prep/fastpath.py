@@ -3,10 +3,10 @@ wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its al
 
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
 questions, not 1,000, and a churn one or two per start (the ends that waited, after it),
-put to a long-lived scontrol (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's
+put to long-lived scontrol processes (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's
 batch script is asked with it, an end's is not (the start the outbox holds carries it). A
-batch is asked in parts, its first starts first, so that a start does not wait for every
-question of a burst.
+batch's starts are asked in a few parts at the same time, each of its own long-lived
+scontrol, so that a start does not wait for every question of a burst (the ends after them).
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
 CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
@@ -36,6 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ccadapter.errors import CcAdapterError
@@ -48,18 +49,22 @@ from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
+# questions a fast path puts to slurmctld at once, each to a long-lived scontrol of its own
+# (the daemon's SlurmRunner keeps as many per cluster)
+LANES = 3
+
 
 class FastPath:
     def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
-                 part: int = 2,
+                 lanes: int = LANES,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
         """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
-        daemon's metrics, like PrepServer's ``on_drop``. ``part``: how many starts of a
-        batch are asked and stored first (then twice as many each time, :meth:`_sync`)."""
+        daemon's metrics, like PrepServer's ``on_drop``. ``lanes``: how many questions
+        about a batch's starts are put to slurmctld at once (:meth:`_sync`)."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -69,7 +74,7 @@ class FastPath:
         self.coalesce = coalesce
         self.start_settle = start_settle
         self.burst = burst
-        self.part = max(1, part)
+        self.lanes = max(1, lanes)
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -80,6 +85,7 @@ class FastPath:
         self.name = f"fast path[{cluster}]" if cluster else "fast path"
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"fast-path-{cluster}" if cluster else "fast-path")
+        self._asking = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-ask")
         self.on_received = on_received
         self.on_drop = on_drop
 
@@ -92,6 +98,7 @@ class FastPath:
             self._stopping = True
             self._cond.notify()
         self._thread.join(10)
+        self._asking.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, msg: HookMessage) -> None:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
@@ -158,43 +165,40 @@ class FastPath:
             self._pending[job_id] = (events | {event}, attempts, now)
 
     def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
-        """The batch in parts, each in the outbox before the next is asked: starts first,
-        ``part`` of them, then twice as many each time; the ends last, in one part (nobody
-        waits for them). slurmctld answers a batch's questions in turn, so a start would
-        otherwise wait for every question of its batch, ends that rode along included.
-        Doubling keeps a burst at a handful of questions and transactions; a burst for
-        which a dump of every job is cheaper than single questions
+        """The batch's starts in up to ``lanes`` parts of about equal size, asked at the
+        same time (each of its own long-lived scontrol) and each put into the outbox as
+        soon as its answer is read; then the ends, in one part (nobody waits for them).
+        slurmctld answers one scontrol's questions in turn, each waiting for its locks while
+        it starts the jobs of a burst, so a start would otherwise wait for every question
+        asked before it; it answers several scontrol at once. A burst for which a dump of
+        every job is cheaper than single questions
         (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a 1,000-task array) is asked
-        in one part, so in one dump. A job read whole in one part (a het job's components)
-        is not asked again in a later one."""
-        starts = {job_id for job_id, (kinds, _) in batch.items() if "start" in kinds}
-        left = dict.fromkeys(sorted(batch, key=lambda i: (i not in starts, i)))
-        size = len(starts) if self.collector.costs.prefer_dump(len(starts)) else self.part
-        while left:
-            ids = list(left)
-            if ids[0] in starts:
-                ids = [i for i in ids if i in starts][:size]
-                size *= 2
-            covered = self._sync_part(ids, batch, starts, len(left))
-            if covered is None:  # slurmctld or the outbox failed: the rest would fail too
-                return
-            for job_id in (*ids, *covered):
-                left.pop(job_id, None)
+        in one part, so in one dump. A het job whose components fall into two parts is read
+        whole in both; the outbox keeps its events once."""
+        starts = {i for i, (kinds, _) in batch.items() if "start" in kinds}
+        ordered = sorted(starts)
+        count = 1 if self.collector.costs.prefer_dump(len(ordered)) else self.lanes
+        asked = [self._asking.submit(self._sync_part, ordered[k::count], batch, starts)
+                 for k in range(min(count, len(ordered)))]
+        ends = sorted(set(batch) - starts)
+        # slurmctld or the outbox failed a part: the ends would fail too
+        if all([f.result() for f in asked]) and ends:
+            self._sync_part(ends, batch, starts)
 
     def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
-                   starts: set[int], left: int) -> set[int] | None:
-        """Asks slurmctld about ``ids`` and puts their events into the outbox; returns the
-        ids of every job read (a het job's components too), whose announcements anywhere in
-        ``batch`` count for it, or None when the ``left`` jobs of the batch are left to the
-        poll. ``starts``: the batch's ids announced as starting."""
+                   starts: set[int]) -> bool:
+        """Asks slurmctld about ``ids`` and puts their events into the outbox; False when
+        they are left to the poll. Every job read (a het job's components too) counts the
+        announcements of all its ids in ``batch``; ``starts``: the batch's ids announced as
+        starting."""
         asked = time.monotonic()
         try:
-            # one question to the long-lived scontrol, batch scripts of the starts included
+            # one question to a long-lived scontrol, batch scripts of the starts included
             jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts)
             jobs = self._with_missed_scripts(jobs, starts)
         except CcAdapterError as exc:
-            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, left)
-            return None
+            log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
+            return False
         log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
         events = []
@@ -215,11 +219,11 @@ class FastPath:
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
-            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, left)
-            return None
+            log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
+            return False
         if added:
             self.wake()
-        return {i for job in jobs for i in job.slurm_ids}
+        return True
 
     def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
         """An end is asked without its batch script: the outbox holds the run's start,

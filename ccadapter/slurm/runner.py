@@ -147,9 +147,11 @@ class SlurmRunner:
         env: Mapping[str, str] | None = None,
         on_command: Callable[[str, float, bool], None] | None = None,
         session_age: float = MAX_AGE,
+        sessions: int = 1,
     ) -> None:
         """``on_command(command, seconds, ok)`` hears of every run, retries included
-        (the daemon's metrics)."""
+        (the daemon's metrics). ``sessions``: how many long-lived processes :meth:`ask`
+        keeps per argv, for questions asked at the same time by several threads."""
         self.prefix = list(prefix)
         self.timeout = timeout
         self.retry = retry or RetryPolicies().slurm
@@ -157,8 +159,9 @@ class SlurmRunner:
         self.calls: Counter[str] = Counter()
         self.on_command = on_command
         self.session_age = session_age
+        self.sessions = max(1, sessions)
         self._local = threading.local()
-        self._slots: dict[tuple[str, ...], _Slot] = {}
+        self._slots: dict[tuple[str, ...], list[_Slot]] = {}
         self._slots_lock = threading.Lock()
         # a runner dropped without close() (a cluster leaves the roster) ends its processes
         weakref.finalize(self, _end_sessions, self._slots)
@@ -206,15 +209,20 @@ class SlurmRunner:
     def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
             timeout: float | None = None,
             env: Mapping[str, str] | None = None) -> Completed:
-        """Like :meth:`unchecked`, answered by a long-lived ``argv`` process (one per argv
-        and env) that reads ``stdin`` as its next questions; done when ``complete(stdout)``.
-        While another thread's question occupies it, a process of its own answers instead,
-        so a long question never holds up a short one. A process that ends before it
-        answers gives its exit status, as a one-shot process would."""
+        """Like :meth:`unchecked`, answered by a long-lived ``argv`` process (up to
+        ``sessions`` per argv and env) that reads ``stdin`` as its next questions; done when
+        ``complete(stdout)``. While other threads' questions occupy them all, a process of
+        its own answers instead, so a long question never holds up a short one. A process
+        that ends before it answers gives its exit status, as a one-shot process would."""
         full = (*self.prefix, *_setenv(env), *argv)
         with self._slots_lock:
-            slot = self._slots.setdefault(full, _Slot())
-        if not slot.lock.acquire(blocking=False):
+            slots = self._slots.setdefault(full, [])
+            slot = next((s for s in slots if s.lock.acquire(blocking=False)), None)
+            if slot is None and len(slots) < self.sessions:
+                slot = _Slot()
+                slot.lock.acquire()
+                slots.append(slot)
+        if slot is None:
             return self.unchecked(argv, stdin=stdin, timeout=timeout, env=env)
         try:
             return self._counted(argv, lambda: self._ask(slot, full, argv, stdin, complete,
@@ -346,9 +354,9 @@ class SlurmRunner:
                          proc.returncode)
 
 
-def _end_sessions(slots: dict[tuple[str, ...], _Slot]) -> None:
+def _end_sessions(slots: dict[tuple[str, ...], list[_Slot]]) -> None:
     """End every long-lived process of ``slots`` and forget them."""
-    for slot in list(slots.values()):
+    for slot in [s for pool in list(slots.values()) for s in pool]:
         with slot.lock:
             if slot.session is not None:
                 slot.session.close()

@@ -14,6 +14,7 @@ from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.runner import TransientSlurmError
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
@@ -121,7 +122,7 @@ def test_burst_is_coalesced(env):
     assert wait(lambda: fast._pending == {} and runner.calls["scontrol"] >= 1)
     time.sleep(0.2)
     questions = [a for a in runner.argvs if a[0] == "scontrol" and "config" not in a]
-    # a handful of questions for 1,000 announcements: parts of 2, 4, 8, ... 512 at most
+    # a handful of questions for 1,000 announcements (here one dump: RouteCosts.first_dump)
     assert len(questions) <= 10
     assert fast.counts == {"received": 1000}  # none dropped
 
@@ -196,37 +197,46 @@ def test_an_end_is_asked_after_the_next_start(timed):
     assert f"job {other}" in runner.stdins[1] and "batch_script" not in runner.stdins[1]
 
 
-def test_a_burst_is_asked_in_growing_parts_each_stored_before_the_next(env):
-    """slurmctld answers a batch's questions in turn: the first starts of a burst are in the
-    outbox before the next are asked (parts of 2, then 4, ...), the ends come last."""
+def test_a_burst_is_asked_in_parts_at_once_and_its_ends_after_them(env):
+    """slurmctld answers one scontrol's questions in turn but several scontrol at once: a
+    burst's starts are asked in up to ``lanes`` parts at the same time (here each part waits
+    for the other two to be asked, which it could not do if they were asked in turn); the
+    ends come last, once every start is stored."""
     fast, box, runner, _, _, _ = env
+    together = threading.Barrier(3, timeout=5)
     stored_when_asked = []
     ask = runner.ask
 
-    def asking(*args, **kwargs):
+    def asking(argv, stdin, *args, **kwargs):
+        if "batch_script" in stdin:  # a part of starts
+            together.wait()
         stored_when_asked.append(admin.stats(box.store)["counts"].get("start:pending", 0))
-        return ask(*args, **kwargs)
+        return ask(argv, stdin, *args, **kwargs)
     runner.ask = asking
     with fast._cond:  # one batch: the fast path takes none until all are in
         for job_id in (339, 331, 330, 329, 328):  # completed, running, ...: all started
             fast.submit(HookMessage(job_id, "start", None))
         fast.submit(HookMessage(335, "end", None))  # cancelled while pending
-    assert wait(lambda: len(runner.stdins) == 3 and not fast._pending)
-    shown = [[int(line.split()[2]) for line in text.splitlines() if line.startswith("show job")]
-             for text in runner.stdins]
-    assert shown == [[328, 329], [330, 331, 339], [335]]
-    assert stored_when_asked == [0, 2, 5]
+    assert wait(lambda: len(runner.stdins) == 4 and not fast._pending)
+    shown = [sorted(int(line.split()[2]) for line in text.splitlines()
+                    if line.startswith("show job")) for text in runner.stdins]
+    assert sorted(shown[:3]) == [[328, 331], [329, 339], [330]] and shown[3] == [335]
+    assert stored_when_asked[3] == 5
+    assert wait(lambda: len(box.queue.due()) == 5)  # 339's end is not final in this snapshot
 
 
-def test_a_het_job_read_whole_in_one_part_is_not_asked_again(env):
+def test_a_het_job_whose_components_fall_into_two_parts_is_stored_once(env):
     fast, box, runner, _, _, _ = env
     leader, component = fixture_json("24.11", "testbed/workload.json")["ids"]["hetjob"]
     with fast._cond:
-        for job_id in (331, leader, component):  # parts [331, leader], then [component]
+        for job_id in (331, leader, component):
             fast.submit(HookMessage(job_id, "start", None))
-    assert wait(lambda: {e.job_id for e in box.queue.due()} == {331, leader})
+    # three parts, and the component's own part reads its leader too: the het job is
+    # built twice, stored once
+    assert wait(lambda: len(runner.stdins) == 4)
     time.sleep(0.2)
-    assert len(runner.stdins) == 1 and f"show job {component}" not in runner.stdins[0]
+    assert sum(f"show job {leader}\n" in text for text in runner.stdins) == 2
+    assert sorted(e.job_id for e in box.queue.due()) == [331, leader]
 
 
 def test_a_burst_cheaper_to_dump_is_asked_in_one_part(env):
@@ -241,31 +251,35 @@ def test_a_burst_cheaper_to_dump_is_asked_in_one_part(env):
     assert len(dumps) == 1 and all("show job" not in text for text in runner.stdins)
 
 
-def test_a_part_that_fails_later_keeps_what_was_stored_and_asks_no_more(env, caplog):
+def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored(env, caplog):
     fast, box, runner, _, _, _ = env
     ask = runner.ask
 
-    def failing_second(*args, **kwargs):
-        runner.controller_down = len(runner.stdins) >= 1
-        return ask(*args, **kwargs)
-    runner.ask = failing_second
+    def failing_one(argv, stdin, *args, **kwargs):
+        if "show job 330" in stdin:
+            raise TransientSlurmError(["scontrol"], "no answer within 60 s")
+        return ask(argv, stdin, *args, **kwargs)
+    runner.ask = failing_one
     with fast._cond:
-        for job_id in (328, 329, 330, 331, 339):
+        for job_id in (328, 329, 330, 331, 339):  # parts [328, 331], [329, 339], [330]
             fast.submit(HookMessage(job_id, "start", None))
     assert wait(lambda: "left to the poll" in caplog.text)
-    time.sleep(0.2)
-    assert len(runner.stdins) == 2 and "3 job(s) left to the poll" in caplog.text
-    assert sorted(e.job_id for e in box.queue.due() if e.kind == "start") == [328, 329]
+    assert wait(lambda: len(box.queue.due()) == 4)
+    assert "1 job(s) left to the poll" in caplog.text
+    assert sorted(e.job_id for e in box.queue.due() if e.kind == "start") == [328, 329, 331,
+                                                                              339]
 
 
-def test_a_failed_part_leaves_the_rest_of_the_batch_to_the_poll(env, caplog):
-    """slurmctld unreachable: one question, not one per part, each waiting its timeout."""
+def test_slurmctld_unreachable_leaves_the_batch_to_the_poll_and_skips_its_ends(env, caplog):
+    """The parts' questions wait at the same time, so the batch costs one timeout, not one
+    per part; its ends are not asked at all."""
     fast, box, runner, _, _, _ = env
     runner.controller_down = True
     with fast._cond:
         for job_id in (328, 329, 330, 331):
             fast.submit(HookMessage(job_id, "start", None))
-    assert wait(lambda: "left to the poll" in caplog.text)
+        fast.submit(HookMessage(335, "end", None))
+    assert wait(lambda: caplog.text.count("left to the poll") == 3)
     time.sleep(0.2)
-    assert len(runner.stdins) == 1 and "4 job(s) left to the poll" in caplog.text
+    assert len(runner.stdins) == 3 and "show job 335" not in "".join(runner.stdins)
     assert box.queue.due() == []

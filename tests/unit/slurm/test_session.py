@@ -141,3 +141,26 @@ def test_a_runner_dropped_without_close_ends_its_process(bindir):
     del r
     gc.collect()
     assert not alive(pids(bindir)[0])
+
+
+def test_questions_at_the_same_time_get_up_to_sessions_long_lived_processes(bindir):
+    """The fast path asks slurmctld about a burst in several parts at once: each part gets
+    a long-lived process of its own, up to ``sessions``; one more is answered by a one-shot
+    process, and later questions reuse the long-lived ones."""
+    r = runner_for(bindir, sessions=2)
+    slow = [threading.Thread(target=ask, args=(r, "slow")) for _ in range(3)]
+    for t in slow:
+        t.start()
+    for t in slow:
+        t.join()
+    assert len(pids(bindir)) == 3
+    lasting = [p for p in pids(bindir) if alive(p)]
+    assert len(lasting) == 2  # the third, one-shot, ended with its answer
+    both = [threading.Thread(target=ask, args=(r, "slow")) for _ in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join()
+    assert len(pids(bindir)) == 3 and all(alive(p) for p in lasting)
+    r.close()
+    assert not any(alive(p) for p in lasting)
