@@ -36,7 +36,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from ccadapter.errors import CcAdapterError
@@ -178,12 +178,21 @@ class FastPath:
         starts = {i for i, (kinds, _) in batch.items() if "start" in kinds}
         ordered = sorted(starts)
         count = 1 if self.collector.costs.prefer_dump(len(ordered)) else self.lanes
-        asked = [self._asking.submit(self._sync_part, ordered[k::count], batch, starts)
-                 for k in range(min(count, len(ordered)))]
+        parts = [ordered[k::count] for k in range(min(count, len(ordered)))]
+        asked = [self._asking.submit(self._sync_part, ids, batch, starts) for ids in parts]
         ends = sorted(set(batch) - starts)
         # slurmctld or the outbox failed a part: the ends would fail too
-        if all([f.result() for f in asked]) and ends:
+        if all([self._stored(f, len(ids)) for f, ids in zip(asked, parts, strict=True)]) and ends:
             self._sync_part(ends, batch, starts)
+
+    def _stored(self, part: Future[bool], size: int) -> bool:
+        """Whether a part's jobs are in the outbox; a bug in one part leaves only its own
+        jobs to the poll, and says how many."""
+        try:
+            return part.result()
+        except Exception:
+            log.exception("%s: %d job(s) left to the poll", self.name, size)
+            return False
 
     def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
                    starts: set[int]) -> bool:

@@ -270,6 +270,24 @@ def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored
                                                                               339]
 
 
+def test_a_bug_in_one_part_leaves_only_its_jobs_to_the_poll(env, caplog):
+    fast, box, runner, _, _, _ = env
+    ask = runner.ask
+
+    def broken_one(argv, stdin, *args, **kwargs):
+        if "show job 330" in stdin:
+            raise RuntimeError("a bug")
+        return ask(argv, stdin, *args, **kwargs)
+    runner.ask = broken_one
+    with fast._cond:
+        for job_id in (328, 329, 330, 331, 339):  # parts [328, 331], [329, 339], [330]
+            fast.submit(HookMessage(job_id, "start", None))
+    assert wait(lambda: len(box.queue.due()) == 4)
+    assert wait(lambda: "left to the poll" in caplog.text)
+    assert "fast path: 1 job(s) left to the poll" in caplog.text and "a bug" in caplog.text
+    assert "5 job(s)" not in caplog.text
+
+
 def test_slurmctld_unreachable_leaves_the_batch_to_the_poll_and_skips_its_ends(env, caplog):
     """The parts' questions wait at the same time, so the batch costs one timeout, not one
     per part; its ends are not asked at all."""
