@@ -563,7 +563,8 @@ def test_a_damaged_outbox(env):
 
 
 def fake_slurm(tmp: Path) -> Path:
-    """A Slurm for subprocesses: the recorded 24.11 answers, from a script."""
+    """A Slurm for subprocesses, from a script: the recorded 24.11 sacct window and a cluster
+    name; any other command answers nothing."""
     script = tmp / "slurm"
     script.write_text(f"""#!{sys.executable}
 import sys
@@ -574,8 +575,6 @@ if argv[0] == "sacct":
     sys.stdout.write((base / "sacct-window.json").read_text())
 elif argv[:3] == ["scontrol", "show", "config"]:
     print("ClusterName = {CLUSTER}")
-elif argv[0] == "scontrol" and argv[-3:] == ["show", "job", "-d"]:
-    sys.stdout.write((base / "scontrol-d-final.txt").read_text())
 """)
     script.chmod(0o755)
     return script
