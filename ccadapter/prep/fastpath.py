@@ -180,9 +180,9 @@ class FastPath:
         count = 1 if self.collector.costs.prefer_dump(len(ordered)) else self.lanes
         parts = [ordered[k::count] for k in range(min(count, len(ordered)))]
         asked = [self._asking.submit(self._sync_part, ids, batch, starts) for ids in parts]
+        stored = [self._stored(f, len(ids)) for f, ids in zip(asked, parts, strict=True)]
         ends = sorted(set(batch) - starts)
-        # slurmctld or the outbox failed a part: the ends would fail too
-        if all([self._stored(f, len(ids)) for f, ids in zip(asked, parts, strict=True)]) and ends:
+        if ends and all(stored):  # else slurmctld or the outbox would fail the ends too
             self._sync_part(ends, batch, starts)
 
     def _stored(self, part: Future[bool], size: int) -> bool:

@@ -251,18 +251,25 @@ def test_a_burst_cheaper_to_dump_is_asked_in_one_part(env):
     assert len(dumps) == 1 and all("show job" not in text for text in runner.stdins)
 
 
-def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored(env, caplog):
-    fast, box, runner, _, _, _ = env
+def burst_with_a_failing_part(fast, runner, error: Exception) -> None:
+    """Five starts, asked in parts [328, 331], [329, 339], [330]; asking about 330 raises
+    ``error``."""
     ask = runner.ask
 
     def failing_one(argv, stdin, *args, **kwargs):
         if "show job 330" in stdin:
-            raise TransientSlurmError(["scontrol"], "no answer within 60 s")
+            raise error
         return ask(argv, stdin, *args, **kwargs)
     runner.ask = failing_one
     with fast._cond:
-        for job_id in (328, 329, 330, 331, 339):  # parts [328, 331], [329, 339], [330]
+        for job_id in (328, 329, 330, 331, 339):
             fast.submit(HookMessage(job_id, "start", None))
+
+
+def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored(env, caplog):
+    fast, box, runner, _, _, _ = env
+    burst_with_a_failing_part(fast, runner,
+                              TransientSlurmError(["scontrol"], "no answer within 60 s"))
     assert wait(lambda: "left to the poll" in caplog.text)
     assert wait(lambda: len(box.queue.due()) == 4)
     assert "1 job(s) left to the poll" in caplog.text
@@ -272,16 +279,7 @@ def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored
 
 def test_a_bug_in_one_part_leaves_only_its_jobs_to_the_poll(env, caplog):
     fast, box, runner, _, _, _ = env
-    ask = runner.ask
-
-    def broken_one(argv, stdin, *args, **kwargs):
-        if "show job 330" in stdin:
-            raise RuntimeError("a bug")
-        return ask(argv, stdin, *args, **kwargs)
-    runner.ask = broken_one
-    with fast._cond:
-        for job_id in (328, 329, 330, 331, 339):  # parts [328, 331], [329, 339], [330]
-            fast.submit(HookMessage(job_id, "start", None))
+    burst_with_a_failing_part(fast, runner, RuntimeError("a bug"))
     assert wait(lambda: len(box.queue.due()) == 4)
     assert wait(lambda: "left to the poll" in caplog.text)
     assert "fast path: 1 job(s) left to the poll" in caplog.text and "a bug" in caplog.text

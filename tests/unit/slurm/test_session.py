@@ -148,19 +148,20 @@ def test_questions_at_the_same_time_get_up_to_sessions_long_lived_processes(bind
     a long-lived process of its own, up to ``sessions``; one more is answered by a one-shot
     process, and later questions reuse the long-lived ones."""
     r = runner_for(bindir, sessions=2)
-    slow = [threading.Thread(target=ask, args=(r, "slow")) for _ in range(3)]
-    for t in slow:
-        t.start()
-    for t in slow:
-        t.join()
+    asked_at_once(r, 3)
     assert len(pids(bindir)) == 3
     lasting = [p for p in pids(bindir) if alive(p)]
     assert len(lasting) == 2  # the third, one-shot, ended with its answer
-    both = [threading.Thread(target=ask, args=(r, "slow")) for _ in range(2)]
-    for t in both:
-        t.start()
-    for t in both:
-        t.join()
+    asked_at_once(r, 2)
     assert len(pids(bindir)) == 3 and all(alive(p) for p in lasting)
     r.close()
     assert not any(alive(p) for p in lasting)
+
+
+def asked_at_once(runner, count: int) -> None:
+    """``count`` slow questions from as many threads, all answered."""
+    threads = [threading.Thread(target=ask, args=(runner, "slow")) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
