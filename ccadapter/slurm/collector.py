@@ -44,12 +44,7 @@ from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
 from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
-from ccadapter.slurm.formats.records import (
-    NodeState,
-    ParseContext,
-    SacctRecord,
-    SlurmVersion,
-)
+from ccadapter.slurm.formats.records import NodeState, ParseContext, SacctRecord, SlurmVersion
 from ccadapter.slurm.formats.text import (
     parse_cluster_name,
     parse_energy_plugin,
@@ -63,6 +58,8 @@ from ccadapter.slurm.runner import CommandRunner
 from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from ccadapter.config import Config
 
 log = logging.getLogger(__name__)
@@ -264,9 +261,10 @@ class Collector:
     # --- slurmctld --------------------------------------------------------------------------
 
     def controller_jobs(self, job_ids: Iterable[int], cluster: str | None = None,
-                        scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
+                        scripts_for: Collection[int] = (), beside: Executor | None = None
+                        ) -> tuple[list[Job], list[int]]:
         """Jobs as slurmctld holds them (:meth:`Slurmctld.jobs`)."""
-        return self.slurmctld.jobs(job_ids, cluster, scripts_for)
+        return self.slurmctld.jobs(job_ids, cluster, scripts_for, beside)
 
     @property
     def costs(self) -> RouteCosts:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
@@ -77,11 +78,13 @@ class Slurmctld:
                                   known=config_text)
 
     def jobs(self, job_ids: Iterable[int], cluster: str | None = None,
-             scripts_for: Collection[int] = ()) -> tuple[list[Job], list[int]]:
+             scripts_for: Collection[int] = (), beside: Executor | None = None
+             ) -> tuple[list[Job], list[int]]:
         """Jobs as slurmctld holds them, without slurmdbd (the Prolog/Epilog fast path).
-        Batch scripts are fetched for the ids in ``scripts_for`` (starts). Returns the jobs
-        and the ids it could not build (unknown, or a start time that falls in the repeated
-        hour of a clock change): those are left to the poll.
+        Batch scripts are fetched for the ids in ``scripts_for`` (starts); with ``beside``,
+        in a question of their own asked there while the jobs are asked (:meth:`_singles`).
+        Returns the jobs and the ids it could not build (unknown, or a start time that falls
+        in the repeated hour of a clock change): those are left to the poll.
 
         Each component of a het job has its own prolog and epilog, announcing its own id:
         a component read without its leader is read again with it (a second request, only
@@ -90,12 +93,12 @@ class Slurmctld:
         version = self.version()
         want_scripts = set(scripts_for) if self.fetch_scripts else set()
         held, scripts, errors = self.records(ids, [i for i in ids if i in want_scripts],
-                                                 cluster, version)
+                                             cluster, version, beside)
         leaders = sorted({c.het_job_id for c in held.values() if c.het_job_id} - set(held))
         if leaders:
             scripted = {c.het_job_id for c in held.values() if c.job_id in want_scripts}
             more, more_scripts, more_errors = self.records(
-                leaders, [i for i in leaders if i in scripted], cluster, version)
+                leaders, [i for i in leaders if i in scripted], cluster, version, beside)
             held.update(more)
             scripts.update(more_scripts)
             errors += more_errors
@@ -149,10 +152,12 @@ class Slurmctld:
         return ids
 
     def records(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
-                version: str) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+                version: str, beside: Executor | None = None
+                ) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
         """Allocation details of ``ids`` and batch scripts of ``script_ids`` from slurmctld,
-        by the cheaper route (:class:`RouteCosts`). Records that cannot be read are error
-        strings; raises SlurmCommandError when slurmctld cannot be asked at all."""
+        by the cheaper route (:class:`RouteCosts`); ``beside``: :meth:`_singles`. Records
+        that cannot be read are error strings; raises SlurmCommandError when slurmctld
+        cannot be asked at all."""
         if not ids and not script_ids:
             return {}, {}, []
         ctx = ParseContext(version, "scontrol show job -d")
@@ -165,18 +170,32 @@ class Slurmctld:
             singles = []
         for i in range(0, max(len(singles), len(script_ids)), CONTROLLER_BATCH):
             part, found, errs = self._singles(singles[i:i + CONTROLLER_BATCH],
-                                              script_ids[i:i + CONTROLLER_BATCH], cluster, ctx)
+                                              script_ids[i:i + CONTROLLER_BATCH], cluster, ctx,
+                                              beside)
             held.update(part)
             scripts.update(found)
             errors += errs
         return held, scripts, errors
 
     def _singles(self, ids: Sequence[int], script_ids: Sequence[int], cluster: str | None,
-                 ctx: ParseContext) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+                 ctx: ParseContext, beside: Executor | None = None
+                 ) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
         """``show job ID`` for each id, then ``write batch_script``, asked of the runner's
-        long-lived scontrol (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`)."""
+        long-lived scontrol (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`). With
+        ``beside``, the scripts are asked there, of another scontrol, while this thread asks
+        the jobs: slurmctld answers the two at once, and a start then costs the slower of
+        two requests, not both in turn (each waits for slurmctld's locks while its scheduler
+        walks a long queue). Their Slurm commands count for ``beside``'s thread."""
         if not ids and not script_ids:
             return {}, {}, []
+        if beside is not None and ids and script_ids:
+            asked = beside.submit(self._singles, [], script_ids, cluster, ctx)
+            try:
+                held, _, errors = self._singles(ids, [], cluster, ctx)
+            finally:
+                wait([asked])  # its scontrol is free again when the caller asks next
+            _, scripts, more = asked.result()
+            return held, scripts, errors + more
         batch = Batch.of([*map(show_job, ids), *map(write_script, script_ids)])
         started = time.monotonic()
         done = self.runner.ask(["scontrol", *jobs_scope(cluster or self.scope), "-d"],

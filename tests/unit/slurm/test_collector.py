@@ -2,6 +2,8 @@
 bad records."""
 
 import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -10,6 +12,7 @@ from ccadapter.config import Config
 from ccadapter.errors import SlurmParseError
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import IDS_PER_QUERY, Collector, CollectorSettings, RouteCosts
+from ccadapter.slurm.runner import TransientSlurmError
 from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
@@ -184,7 +187,7 @@ def test_route_by_count_single_requests_or_a_filtered_dump():
     slurm = make_slurm("24.11")
     costs = RouteCosts(per_job=0.005, dump=None, min_dump=64, first_dump=500)
     col = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC, costs=costs)
-    held = [int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / "24.11").glob("scontrol-d-*.txt")]
+    held = held_ids("24.11")
     jobs, missing = col.controller_jobs(held)
     assert not missing and len(slurm.stdins) == 1  # one process (besides `show config`)
     # many jobs: one dump read line by line, the unwanted records skipped unread
@@ -195,6 +198,50 @@ def test_route_by_count_single_requests_or_a_filtered_dump():
     costs.dump, costs.per_job = 10.0, 0.001
     assert not costs.prefer_dump(600)  # 0.6 s of single requests beat a 10 s dump
     assert costs.prefer_dump(20_000)
+
+
+def held_ids(version):
+    return [int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / version).glob("scontrol-d-*.txt")]
+
+
+def test_scripts_asked_beside_the_jobs_at_the_same_time():
+    """The fast path's route: the batch scripts in a question of their own, asked of another
+    scontrol while the jobs are asked (each waits for the other's, which it could not if
+    they were asked in turn), and the jobs built as from one question."""
+    slurm = make_slurm("24.11")
+    col = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC)
+    held = held_ids("24.11")
+    together = threading.Barrier(2, timeout=5)
+    ask = slurm.ask
+
+    def asking(argv, stdin, *args, **kwargs):
+        together.wait()
+        return ask(argv, stdin, *args, **kwargs)
+    one, _ = col.controller_jobs(held, scripts_for=held)
+    slurm.ask = asking
+    with ThreadPoolExecutor(1) as beside:
+        two, missing = col.controller_jobs(held, scripts_for=held, beside=beside)
+    assert not missing and two == one and any(j.job_script for j in two)
+    jobs_asked, scripts_asked = sorted(slurm.stdins[1:], key=lambda t: "batch_script" in t)
+    assert "batch_script" not in jobs_asked and "show job" not in scripts_asked
+    assert jobs_asked.count("show job") == scripts_asked.count("write batch_script") == len(held)
+
+
+def test_scripts_beside_that_cannot_be_asked_fail_the_jobs_too():
+    """A start is never built without the script it was asked with: if the scripts'
+    question finds slurmctld gone, the jobs are left to the caller's retry (the poll)."""
+    slurm = make_slurm("24.11")
+    col = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC)
+    held = held_ids("24.11")
+    ask = slurm.ask
+
+    def no_scripts(argv, stdin, *args, **kwargs):
+        if "batch_script" in stdin:
+            raise TransientSlurmError(["scontrol"], "no answer within 60 s")
+        return ask(argv, stdin, *args, **kwargs)
+    slurm.ask = no_scripts
+    with ThreadPoolExecutor(1) as beside, pytest.raises(TransientSlurmError, match="60 s"):
+        col.controller_jobs(held, scripts_for=held, beside=beside)
 
 
 def test_jobs_by_id_filters_array_siblings():
