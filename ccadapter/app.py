@@ -55,7 +55,7 @@ from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.ops.status import SERVED_KEY
 from ccadapter.outbox import Event, Outbox, Result
-from ccadapter.prep.fastpath import LANES, FastPath
+from ccadapter.prep.fastpath import SESSIONS, FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
@@ -396,5 +396,5 @@ def _runner(config: Config, recorder: Recorder, cluster: str,
             retries: RetryPolicies) -> SlurmRunner:
     """Slurm commands whose metrics count under ``cluster`` ("": of no one cluster)."""
     return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
-                       retry=retries.slurm, sessions=LANES,
+                       retry=retries.slurm, sessions=SESSIONS,
                        on_command=partial(recorder.slurm_command, cluster=cluster))

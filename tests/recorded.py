@@ -9,7 +9,8 @@ one scontrol process answering many commands, ``scontrol -o show node``), nothin
 
 The only thing that differs between two runs of the same questions is the random marker
 that cuts a scontrol process's output into answers; it is stored as ``@MARKER@`` and put
-back on replay.
+back on replay. Recorded questions asked in another grouping (the fast path's scripts,
+asked beside its jobs) are answered line by line from the recording (:meth:`Replay._regrouped`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ccadapter.slurm.formats.scontrol import ECHO
 from ccadapter.slurm.runner import Completed, SlurmRunner
 
 _MARKER = re.compile(r"ccadapter-[0-9a-f]{16}")
@@ -113,10 +115,35 @@ class Replay:
                   env: Mapping[str, str] | None = None) -> Completed:
         marker = _MARKER.search(stdin or "")
         assert marker, stdin
-        entry = self._find(argv, stdin=(stdin or "").replace(marker[0], PLACEHOLDER),
-                           env=dict(env or {}))
+        asked = (stdin or "").replace(marker[0], PLACEHOLDER)
+        try:
+            entry = self._find(argv, stdin=asked, env=dict(env or {}))
+        except AssertionError:
+            entry = self._regrouped(argv, asked, dict(env or {}))
         return Completed(entry["stdout"].replace(PLACEHOLDER, marker[0]), entry["stderr"],
                          entry["returncode"])
+
+    def _regrouped(self, argv: Sequence[str], stdin: str, env: dict[str, str]) -> dict[str, Any]:
+        """Questions that were recorded, asked in another grouping (the fast path asks a
+        part's batch scripts of a second scontrol, beside its jobs): each line answered as
+        the recording has it, in the process's own form (the line's echo, its answer, the
+        next prompt), its marker numbered for this stdin. slurmctld's errors, which scontrol
+        writes to stderr per process, not per line, are left out."""
+        wanted = self._as_recorded(list(argv))
+        answers: dict[str, str] = {}
+        for entry in self.recording["commands"]:
+            if entry["argv"] == wanted and entry.get("stdin") and entry["env"] == env:
+                for line, text in _per_line(entry["stdin"], entry["stdout"]):
+                    answers.setdefault(line, text)
+        out = []
+        for line in stdin.splitlines():
+            if line.startswith("show hostnames "):
+                out.append(f"{line}\n{line.split()[2]}\n{ECHO}")
+            elif line in answers:
+                out.append(answers[line])
+            else:
+                raise AssertionError(f"not recorded: {list(argv)} {line!r}")
+        return {"stdout": "".join(out), "stderr": "", "returncode": 0}
 
     def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
             timeout: float | None = None,
@@ -132,3 +159,19 @@ class Replay:
     def answers(self, program: str) -> list[dict[str, Any]]:
         """The recorded commands of one program (for parser tests on their real text)."""
         return [e for e in self.recording["commands"] if e["argv"][0] == program]
+
+
+def _per_line(stdin: str, stdout: str) -> Iterator[tuple[str, str]]:
+    """A long-lived scontrol's output cut per line of its input: the line's echo, its
+    answer and the prompt for the next line (``ECHO``), as it printed them (a new process
+    prints a prompt first, a long-lived one printed it at the end of its last answer)."""
+    lines = stdin.splitlines()
+    start = len(ECHO) if lines and stdout.startswith(f"{ECHO}{lines[0]}\n") else 0
+    for k, line in enumerate(lines):
+        assert stdout.startswith(f"{line}\n", start), (line, stdout[start:start + 80])
+        if k + 1 < len(lines):
+            end = stdout.index(f"{ECHO}{lines[k + 1]}\n", start + len(line)) + len(ECHO)
+        else:
+            end = len(stdout)
+        yield line, stdout[start:end]
+        start = end

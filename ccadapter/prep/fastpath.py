@@ -2,11 +2,13 @@
 wait): a start is in the outbox as soon as ``scontrol show job -d`` shows its allocation.
 
 Messages are coalesced, so a 1,000-task array starting costs a handful of ``scontrol``
-questions, not 1,000, and a churn one or two per start (the ends that waited, after it),
-put to long-lived scontrol processes (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); a start's
-batch script is asked with it, an end's is not (the start the outbox holds carries it). A
-batch's starts are asked in a few parts at the same time, each of its own long-lived
-scontrol, so that a start does not wait for every question of a burst (the ends after them).
+questions, not 1,000, and a churn two or three per start (its job and its batch script, asked
+at the same time, and the ends that waited), put to long-lived scontrol processes
+(:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); an end's script is not asked (the start
+the outbox holds carries it). Questions go out in up to ``LANES`` lanes at once, each with
+its own scontrol processes; a lane takes the starts that are due (a burst split among the
+free lanes) as soon as its last answer is stored, so a start waits for the questions asked
+before it only while every lane is busy.
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
 CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
@@ -14,12 +16,13 @@ of 5 jobs/s, 60 to 70 ms p50 and 130 to 180 ms p95 after the daemon got the mess
 three runs). Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
 is final and the start is asked and sent at once (:mod:`ccadapter.slurm.nodeboot`); where it
 may boot them, a start waits ``start_settle`` seconds, so that slurmctld is not asked while
-it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked with
-the next start's batch, after its starts (it comes from EpilogSlurmctld: slurmctld has ended
-the job already). A start or end that slurmctld has not finished recording is asked again
-after a short, growing delay (at most ``slurmQueryDelay`` seconds), up to
-``slurmMaxRetries`` times. Whatever the fast path misses, the poll catches: it is an
-accelerator, never the only path, so a full pending set drops messages with a log line.
+it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked when
+the next start is, in a lane left free (it comes from EpilogSlurmctld: slurmctld has ended
+the job already; nobody waits for it); a job is not asked in two lanes at once. A start
+or end that slurmctld has not finished recording is asked again after a short, growing
+delay (at most ``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever
+the fast path misses, the poll catches: it is an accelerator, never the only path, so a
+full pending set drops messages with a log line.
 
 slurmctld runs the hook once per component of a heterogeneous job, each time with that
 component's id (and ``SLURM_HET_JOB_ID``, the leader's). The collector reads every component
@@ -36,7 +39,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ccadapter.errors import CcAdapterError
@@ -49,9 +52,11 @@ from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
-# questions a fast path puts to slurmctld at once, each to a long-lived scontrol of its own
-# (the daemon's SlurmRunner keeps as many per cluster)
+# parts a fast path asks of slurmctld at once
 LANES = 3
+# long-lived scontrol processes the daemon's SlurmRunner keeps per cluster: two per lane, as a
+# part's batch scripts are asked beside its jobs (Slurmctld._singles)
+SESSIONS = 2 * LANES
 
 
 class FastPath:
@@ -63,8 +68,8 @@ class FastPath:
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[str], None] | None = None) -> None:
         """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
-        daemon's metrics, like PrepServer's ``on_drop``. ``lanes``: how many questions
-        about a batch's starts are put to slurmctld at once (:meth:`_sync`)."""
+        daemon's metrics, like PrepServer's ``on_drop``. ``lanes``: how many parts are asked of
+        slurmctld at once (:meth:`_take`)."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -78,6 +83,8 @@ class FastPath:
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
+        self._asked: set[int] = set()  # the ids of the parts being asked
+        self._free = self.lanes  # lanes not asking
         self._cond = threading.Condition()
         self._stopping = False
         # logs (and the thread) name the cluster where one daemon serves several
@@ -86,6 +93,8 @@ class FastPath:
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"fast-path-{cluster}" if cluster else "fast-path")
         self._asking = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-ask")
+        # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
+        self._scripts = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-scripts")
         self.on_received = on_received
         self.on_drop = on_drop
 
@@ -99,6 +108,7 @@ class FastPath:
             self._cond.notify()
         self._thread.join(10)
         self._asking.shutdown(wait=False, cancel_futures=True)
+        self._scripts.shutdown(wait=False, cancel_futures=True)
 
     def submit(self, msg: HookMessage) -> None:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
@@ -131,31 +141,48 @@ class FastPath:
                 while not self._stopping:
                     now = time.monotonic()
                     self._move_due_later(now)
-                    due = min((d for _, _, d in self._pending.values()), default=None)
-                    if due is not None and due <= now:
+                    due = min((d for i, (_, _, d) in self._pending.items()
+                               if i not in self._asked), default=None)
+                    if due is not None and due <= now and self._free:
                         break
+                    if not self._free:
+                        due = None  # until a lane is free (_ask_part notifies)
                     if self._later and (due is None or self._later[0][0] < due):
                         due = self._later[0][0]  # a retry's delay ends first
-                    self._cond.wait(None if due is None else due - now)
+                    self._cond.wait(None if due is None else max(0.0, due - now))
                 if self._stopping:
                     return
-                batch = self._take(time.monotonic())
-            if batch:
-                try:
-                    self._sync(batch)
-                except Exception:  # a bug must not end the fast path: the poll goes on
-                    log.exception("%s: %d job(s) left to the poll", self.name, len(batch))
+                parts = self._take(time.monotonic())
+                self._free -= len(parts)
+                self._asked.update(i for part in parts for i in part)
+            for part in parts:
+                self._asking.submit(self._ask_part, part)
 
-    def _take(self, now: float) -> dict[int, tuple[set[str], int]]:
-        """The jobs due now or within ``burst`` (one batch for a burst), and every end (it
-        can be asked any time); a start announced a moment ago waits for the next query
-        (where its nodes may boot, slurmctld still configures it: :meth:`_settle`)."""
-        batch = {job_id: (events, attempts)
-                 for job_id, (events, attempts, due) in self._pending.items()
-                 if due <= now + self.burst or "start" not in events}
-        for job_id in batch:
-            del self._pending[job_id]
-        return batch
+    def _take(self, now: float) -> list[dict[int, tuple[set[str], int]]]:
+        """Parts for the free lanes: the starts due now or within ``burst`` (a burst in
+        parts of about equal size, one per free lane), and every end, in a part of its own
+        in a lane left over, once one is due or when starts are taken (an end can be asked
+        any time; nobody waits for it). A job being asked waits for its answer: it is never
+        asked in two lanes at once (an end while its start is asked). A start announced a
+        moment ago waits for the next query (where its nodes may boot, slurmctld still
+        configures it: :meth:`_settle`). A burst for which a dump of every job is cheaper
+        than single questions (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a
+        1,000-task array) is one part, so one dump."""
+        ready = {i: entry for i, entry in self._pending.items() if i not in self._asked}
+        starts = sorted(i for i, (kinds, _, due) in ready.items()
+                        if "start" in kinds and due <= now + self.burst)
+        ends = sorted(i for i, (kinds, _, _) in ready.items() if "start" not in kinds)
+        count = 1 if self.collector.costs.prefer_dump(len(starts)) else self._free
+        ids = [starts[k::count] for k in range(min(count, len(starts)))]
+        if ends and len(ids) < self._free and (
+                ids or min(ready[i][2] for i in ends) <= now + self.burst):
+            ids.append(ends)
+        parts = []
+        for part in ids:
+            parts.append({i: self._pending[i][:2] for i in part})
+            for i in part:
+                del self._pending[i]
+        return parts
 
     def _move_due_later(self, now: float) -> None:
         """Retries whose delay is over join the pending jobs, due at once."""
@@ -164,50 +191,39 @@ class FastPath:
             events, _, _ = self._pending.get(job_id, (set(), attempts, now))
             self._pending[job_id] = (events | {event}, attempts, now)
 
-    def _sync(self, batch: dict[int, tuple[set[str], int]]) -> None:
-        """The batch's starts in up to ``lanes`` parts of about equal size, asked at the
-        same time (each of its own long-lived scontrol) and each put into the outbox as
-        soon as its answer is read; then the ends, in one part (nobody waits for them).
-        slurmctld answers one scontrol's questions in turn, each waiting for its locks while
-        it starts the jobs of a burst, so a start would otherwise wait for every question
-        asked before it; it answers several scontrol at once. A burst for which a dump of
-        every job is cheaper than single questions
-        (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a 1,000-task array) is asked
-        in one part, so in one dump. A het job whose components fall into two parts is read
-        whole in both; the outbox keeps its events once."""
-        starts = {i for i, (kinds, _) in batch.items() if "start" in kinds}
-        ordered = sorted(starts)
-        count = 1 if self.collector.costs.prefer_dump(len(ordered)) else self.lanes
-        parts = [ordered[k::count] for k in range(min(count, len(ordered)))]
-        asked = [self._asking.submit(self._sync_part, ids, batch, starts) for ids in parts]
-        stored = [self._stored(f, len(ids)) for f, ids in zip(asked, parts, strict=True)]
-        ends = sorted(set(batch) - starts)
-        if ends and all(stored):  # else slurmctld or the outbox would fail the ends too
-            self._sync_part(ends, batch, starts)
-
-    def _stored(self, part: Future[bool], size: int) -> bool:
-        """Whether a part's jobs are in the outbox; a bug in one part leaves only its own
-        jobs to the poll, and says how many."""
+    def _ask_part(self, part: dict[int, tuple[set[str], int]]) -> None:
+        """One lane: a part asked of its own long-lived scontrol and put into the outbox as
+        soon as its answer is read. slurmctld answers one scontrol's questions in turn, each
+        waiting for its locks while it starts the jobs of a burst, but several scontrol at
+        once: so a start does not wait for the questions asked before it. A het job whose
+        components fall into two parts is read whole in both; the outbox keeps its events
+        once. A bug leaves only this part's jobs to the poll, and says how many."""
         try:
-            return part.result()
-        except Exception:
-            log.exception("%s: %d job(s) left to the poll", self.name, size)
-            return False
+            self._sync_part(sorted(part), part,
+                            {i for i, (kinds, _) in part.items() if "start" in kinds})
+        except Exception:  # a bug must not end the fast path: the poll goes on
+            log.exception("%s: %d job(s) left to the poll", self.name, len(part))
+        finally:
+            with self._cond:
+                self._free += 1
+                self._asked.difference_update(part)
+                self._cond.notify()
 
     def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
-                   starts: set[int]) -> bool:
-        """Asks slurmctld about ``ids`` and puts their events into the outbox; False when
-        they are left to the poll. Every job read (a het job's components too) counts the
+                   starts: set[int]) -> None:
+        """Asks slurmctld about ``ids`` and puts their events into the outbox, or leaves them
+        to the poll. Every job read (a het job's components too) counts the
         announcements of all its ids in ``batch``; ``starts``: the batch's ids announced as
         starting."""
         asked = time.monotonic()
         try:
             # one question to a long-lived scontrol, batch scripts of the starts included
-            jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts)
+            jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts,
+                                                           beside=self._scripts)
             jobs = self._with_missed_scripts(jobs, starts)
         except CcAdapterError as exc:
             log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
-            return False
+            return
         log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
         events = []
@@ -229,10 +245,9 @@ class FastPath:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
             log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
-            return False
+            return
         if added:
             self.wake()
-        return True
 
     def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
         """An end is asked without its batch script: the outbox holds the run's start,

@@ -96,9 +96,10 @@ def test_an_end_is_asked_without_its_script_when_the_outbox_holds_the_start(env)
     state["text"] = final
     fast.submit(HookMessage(job, "end", None))
     assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
-    start_ask, end_ask = runner.stdins
-    assert f"write batch_script {job} -" in start_ask
-    assert end_ask.splitlines()[0] == f"show job {job}" and "batch_script" not in end_ask
+    *start_asks, end_ask = runner.stdins  # the start's job and script, asked at once
+    assert sorted(commands(text) for text in start_asks) == [[f"show job {job}"],
+                                                             [f"write batch_script {job} -"]]
+    assert commands(end_ask) == [f"show job {job}"]
     assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
 
 
@@ -113,6 +114,11 @@ def test_an_end_whose_start_the_outbox_lacks_is_asked_again_with_its_script(env)
     assert f"write batch_script {job} -" in again
     assert stored(box, "start")["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
     assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
+
+
+def commands(stdin: str) -> list[str]:
+    """The questions of one scontrol stdin, without the markers between them."""
+    return [line for line in stdin.splitlines() if not line.startswith("show hostnames")]
 
 
 def test_burst_is_coalesced(env):
@@ -182,47 +188,102 @@ def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(
     assert len(asked) == 1  # once, after its settle time, with its script
 
 
-def test_an_end_is_asked_after_the_next_start(timed):
+def test_an_end_is_asked_with_the_next_start_in_a_lane_of_its_own(timed):
     """A churn costs the fast path one wake-up per start: ends wait for company (up to
-    ``coalesce``) and are asked with the next start's batch, after the start (nobody waits
-    for an end)."""
+    ``coalesce``) and are asked when the next start is, of a free scontrol (nobody waits
+    for an end, and it does not hold up the start)."""
     make, runner, gpu, other = timed
     fast = make(coalesce=5.0, start_settle=0.05)
     fast.submit(HookMessage(other, "end", None))
     time.sleep(0.2)
     assert runner.stdins == []  # an end alone waits
     fast.submit(HookMessage(gpu, "start", None))
-    assert wait(lambda: len(runner.stdins) == 2, timeout=2)  # long before its coalesce
-    assert f"job {gpu}" in runner.stdins[0] and f"job {other}" not in runner.stdins[0]
-    assert f"job {other}" in runner.stdins[1] and "batch_script" not in runner.stdins[1]
+    assert wait(lambda: len(runner.stdins) == 3, timeout=2)  # long before its coalesce
+    assert sorted(map(commands, runner.stdins)) == [
+        [f"show job {gpu}"], [f"show job {other}"], [f"write batch_script {gpu} -"]]
 
 
-def test_a_burst_is_asked_in_parts_at_once_and_its_ends_after_them(env):
+def shown(stdin: str) -> list[int]:
+    return sorted(int(c.split()[2]) for c in commands(stdin) if c.startswith("show job"))
+
+
+def test_a_burst_is_asked_in_parts_at_once_and_its_ends_in_the_next_free_lane(env):
     """slurmctld answers one scontrol's questions in turn but several scontrol at once: a
     burst's starts are asked in up to ``lanes`` parts at the same time (here each part waits
     for the other two to be asked, which it could not do if they were asked in turn); the
-    ends come last, once every start is stored."""
+    ends, for which no lane was left, once a lane is free and they are due."""
     fast, box, runner, _, _, _ = env
     together = threading.Barrier(3, timeout=5)
-    stored_when_asked = []
+    stored_when_asked = {}
     ask = runner.ask
 
     def asking(argv, stdin, *args, **kwargs):
-        if "batch_script" in stdin:  # a part of starts
+        if "show job" in stdin and "show job 335" not in stdin:  # a part of starts
             together.wait()
-        stored_when_asked.append(admin.stats(box.store)["counts"].get("start:pending", 0))
+        stored_when_asked[stdin] = admin.stats(box.store)["counts"].get("start:pending", 0)
         return ask(argv, stdin, *args, **kwargs)
     runner.ask = asking
     with fast._cond:  # one batch: the fast path takes none until all are in
         for job_id in (339, 331, 330, 329, 328):  # completed, running, ...: all started
             fast.submit(HookMessage(job_id, "start", None))
         fast.submit(HookMessage(335, "end", None))  # cancelled while pending
-    assert wait(lambda: len(runner.stdins) == 4 and not fast._pending)
-    shown = [sorted(int(line.split()[2]) for line in text.splitlines()
-                    if line.startswith("show job")) for text in runner.stdins]
-    assert sorted(shown[:3]) == [[328, 331], [329, 339], [330]] and shown[3] == [335]
-    assert stored_when_asked[3] == 5
+    assert wait(lambda: len(runner.stdins) == 7 and not fast._pending)
+    jobs_asked = [text for text in runner.stdins if "show job" in text]
+    assert sorted(map(shown, jobs_asked[:3])) == [[328, 331], [329, 339], [330]]
+    assert shown(jobs_asked[3]) == [335] and stored_when_asked[jobs_asked[3]] == 5
+    scripts = sorted(c for text in runner.stdins for c in commands(text) if "batch_script" in c)
+    assert scripts == [f"write batch_script {i} -" for i in (328, 329, 330, 331, 339)]
     assert wait(lambda: len(box.queue.due()) == 5)  # 339's end is not final in this snapshot
+
+
+def test_a_start_is_asked_at_once_in_a_free_lane_while_another_part_is_asked(env):
+    """A start announced while a part is being asked does not wait for its answer: it goes
+    to a free lane, and is stored first when that part is slow."""
+    fast, box, runner, _, _, _ = env
+    release = threading.Event()
+    ask = runner.ask
+
+    def slow_for_331(argv, stdin, *args, **kwargs):
+        if "show job 331" in stdin:
+            release.wait(5)
+        return ask(argv, stdin, *args, **kwargs)
+    runner.ask = slow_for_331
+    fast.submit(HookMessage(331, "start", None))
+    assert wait(lambda: fast._asked == {331})
+    fast.submit(HookMessage(328, "start", None))
+    assert wait(lambda: [e.job_id for e in box.queue.due()] == [328])
+    release.set()
+    assert wait(lambda: sorted(e.job_id for e in box.queue.due()) == [328, 331])
+
+
+def test_a_job_is_not_asked_in_two_lanes_at_once(env):
+    """An end announced while its start is being asked waits for that answer: asked
+    beside it, it could reach the outbox before its start."""
+    fast, box, runner, state, _, final = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
+    release = threading.Event()
+    questions = []
+    ask = runner.ask
+
+    def slow_start(argv, stdin, *args, **kwargs):
+        questions.append(stdin)
+        if commands(stdin) != [f"show job {job}"] or release.is_set():
+            return ask(argv, stdin, *args, **kwargs)
+        release.wait(5)
+        done = ask(argv, stdin, *args, **kwargs)
+        state["text"] = final  # it ends once its start is read
+        return done
+    runner.ask = slow_start
+    fast.coalesce = 0.0
+    fast.submit(HookMessage(job, "start", None))
+    assert wait(lambda: fast._asked == {job})
+    fast.submit(HookMessage(job, "end", None))
+    time.sleep(0.3)
+    assert sum(f"show job {job}" in text for text in questions) == 1  # the start's alone
+    release.set()
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    assert sum(f"show job {job}" in text for text in questions) == 2
+    assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
 
 
 def test_a_het_job_whose_components_fall_into_two_parts_is_stored_once(env):
@@ -233,7 +294,8 @@ def test_a_het_job_whose_components_fall_into_two_parts_is_stored_once(env):
             fast.submit(HookMessage(job_id, "start", None))
     # three parts, and the component's own part reads its leader too: the het job is
     # built twice, stored once
-    assert wait(lambda: len(runner.stdins) == 4)
+    assert wait(lambda: sorted(e.job_id for e in box.queue.due()) == [331, leader]
+                and fast._free == fast.lanes)
     time.sleep(0.2)
     assert sum(f"show job {leader}\n" in text for text in runner.stdins) == 2
     assert sorted(e.job_id for e in box.queue.due()) == [331, leader]
@@ -286,16 +348,24 @@ def test_a_bug_in_one_part_leaves_only_its_jobs_to_the_poll(env, caplog):
     assert "5 job(s)" not in caplog.text
 
 
-def test_slurmctld_unreachable_leaves_the_batch_to_the_poll_and_skips_its_ends(env, caplog):
-    """The parts' questions wait at the same time, so the batch costs one timeout, not one
-    per part; its ends are not asked at all."""
+def test_slurmctld_unreachable_costs_the_parts_one_wait_at_the_same_time(env, caplog):
+    """The parts' questions (and their scripts') wait at the same time, so a burst costs
+    one timeout, not one per part; each part leaves its jobs to the poll, the ends too."""
     fast, box, runner, _, _, _ = env
     runner.controller_down = True
+    together = threading.Barrier(3, timeout=5)
+    ask = runner.ask
+
+    def asking(argv, stdin, *args, **kwargs):
+        if "show job" in stdin and "show job 335" not in stdin:
+            together.wait()
+        return ask(argv, stdin, *args, **kwargs)
+    runner.ask = asking
     with fast._cond:
         for job_id in (328, 329, 330, 331):
             fast.submit(HookMessage(job_id, "start", None))
         fast.submit(HookMessage(335, "end", None))
-    assert wait(lambda: caplog.text.count("left to the poll") == 3)
-    time.sleep(0.2)
-    assert len(runner.stdins) == 3 and "show job 335" not in "".join(runner.stdins)
-    assert box.queue.due() == []
+    assert wait(lambda: caplog.text.count("left to the poll") == 4)
+    assert caplog.text.count("2 job(s) left to the poll") == 1
+    assert caplog.text.count("1 job(s) left to the poll") == 3
+    assert box.queue.due() == [] and not fast._pending
