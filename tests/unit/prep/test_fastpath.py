@@ -207,22 +207,32 @@ def shown(stdin: str) -> list[int]:
     return sorted(int(c.split()[2]) for c in commands(stdin) if c.startswith("show job"))
 
 
+def starts_asked_together(runner, seen=lambda stdin: None) -> None:
+    """Each question about starts (any ``show job`` but the end 335's) waits until three
+    are asked, which questions asked in turn never are; ``seen(stdin)`` is told of every
+    question as it is asked."""
+    together = threading.Barrier(3, timeout=5)
+    ask = runner.ask
+
+    def asking(argv, stdin, *args, **kwargs):
+        if "show job" in stdin and "show job 335" not in stdin:  # a part of starts
+            together.wait()
+        seen(stdin)
+        return ask(argv, stdin, *args, **kwargs)
+    runner.ask = asking
+
+
 def test_a_burst_is_asked_in_parts_at_once_and_its_ends_in_the_next_free_lane(env):
     """slurmctld answers one scontrol's questions in turn but several scontrol at once: a
     burst's starts are asked in up to ``lanes`` parts at the same time (here each part waits
     for the other two to be asked, which it could not do if they were asked in turn); the
     ends, for which no lane was left, once a lane is free and they are due."""
     fast, box, runner, _, _, _ = env
-    together = threading.Barrier(3, timeout=5)
     stored_when_asked = {}
-    ask = runner.ask
 
-    def asking(argv, stdin, *args, **kwargs):
-        if "show job" in stdin and "show job 335" not in stdin:  # a part of starts
-            together.wait()
+    def seen(stdin):
         stored_when_asked[stdin] = admin.stats(box.store)["counts"].get("start:pending", 0)
-        return ask(argv, stdin, *args, **kwargs)
-    runner.ask = asking
+    starts_asked_together(runner, seen)
     with fast._cond:  # one batch: the fast path takes none until all are in
         for job_id in (339, 331, 330, 329, 328):  # completed, running, ...: all started
             fast.submit(HookMessage(job_id, "start", None))
@@ -353,14 +363,7 @@ def test_slurmctld_unreachable_costs_the_parts_one_wait_at_the_same_time(env, ca
     one timeout, not one per part; each part leaves its jobs to the poll, the ends too."""
     fast, box, runner, _, _, _ = env
     runner.controller_down = True
-    together = threading.Barrier(3, timeout=5)
-    ask = runner.ask
-
-    def asking(argv, stdin, *args, **kwargs):
-        if "show job" in stdin and "show job 335" not in stdin:
-            together.wait()
-        return ask(argv, stdin, *args, **kwargs)
-    runner.ask = asking
+    starts_asked_together(runner)
     with fast._cond:
         for job_id in (328, 329, 330, 331):
             fast.submit(HookMessage(job_id, "start", None))
