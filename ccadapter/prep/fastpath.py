@@ -199,8 +199,7 @@ class FastPath:
         components fall into two parts is read whole in both; the outbox keeps its events
         once. A bug leaves only this part's jobs to the poll, and says how many."""
         try:
-            self._sync_part(sorted(part), part,
-                            {i for i, (kinds, _) in part.items() if "start" in kinds})
+            self._sync_part(part)
         except Exception:  # a bug must not end the fast path: the poll goes on
             log.exception("%s: %d job(s) left to the poll", self.name, len(part))
         finally:
@@ -209,12 +208,12 @@ class FastPath:
                 self._asked.difference_update(part)
                 self._cond.notify()
 
-    def _sync_part(self, ids: list[int], batch: dict[int, tuple[set[str], int]],
-                   starts: set[int]) -> None:
-        """Asks slurmctld about ``ids`` and puts their events into the outbox, or leaves them
-        to the poll. Every job read (a het job's components too) counts the
-        announcements of all its ids in ``batch``; ``starts``: the batch's ids announced as
-        starting."""
+    def _sync_part(self, part: dict[int, tuple[set[str], int]]) -> None:
+        """Asks slurmctld about the part's ids and puts their events into the outbox, or
+        leaves them to the poll. Every job read (a het job's components too) counts the
+        announcements of all its ids in the part."""
+        ids = sorted(part)
+        starts = {i for i, (kinds, _) in part.items() if "start" in kinds}
         asked = time.monotonic()
         try:
             # one question to a long-lived scontrol, batch scripts of the starts included
@@ -228,7 +227,7 @@ class FastPath:
                   time.monotonic() - asked)
         events = []
         for job in jobs:
-            told = [batch[i] for i in job.slurm_ids if i in batch]  # components: several
+            told = [part[i] for i in job.slurm_ids if i in part]  # components: several
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
