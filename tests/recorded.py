@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ccadapter.slurm.formats.scontrol import ECHO
+from ccadapter.slurm.formats.scontrol import ECHO, Batch
 from ccadapter.slurm.runner import Completed, SlurmRunner
 
 _MARKER = re.compile(r"ccadapter-[0-9a-f]{16}")
@@ -125,25 +125,27 @@ class Replay:
 
     def _regrouped(self, argv: Sequence[str], stdin: str, env: dict[str, str]) -> dict[str, Any]:
         """Questions that were recorded, asked in another grouping (the fast path asks a
-        part's batch scripts of a second scontrol, beside its jobs): each line answered as
-        the recording has it, in the process's own form (the line's echo, its answer, the
-        next prompt), its marker numbered for this stdin. slurmctld's errors, which scontrol
-        writes to stderr per process, not per line, are left out."""
+        part's batch scripts of a second scontrol, beside its jobs): each command answered
+        as the recording has it (cut per command by :meth:`Batch.answers`, as the product
+        cuts it), in the process's own form (the command's echo, its answer, the echoed
+        marker and its output). slurmctld's errors, which scontrol writes to stderr per
+        process, not per command, are left out."""
         wanted = self._as_recorded(list(argv))
         answers: dict[str, str] = {}
         for entry in self.recording["commands"]:
             if entry["argv"] == wanted and entry.get("stdin") and entry["env"] == env:
-                for line, text in _per_line(entry["stdin"], entry["stdout"]):
-                    answers.setdefault(line, text)
-        out = []
-        for line in stdin.splitlines():
-            if line.startswith("show hostnames "):
-                out.append(f"{line}\n{line.split()[2]}\n{ECHO}")
-            elif line in answers:
-                out.append(answers[line])
-            else:
-                raise AssertionError(f"not recorded: {list(argv)} {line!r}")
-        return {"stdout": "".join(out), "stderr": "", "returncode": 0}
+                recorded = _batch(entry["stdin"])
+                for command, text in zip(recorded.commands, recorded.answers(entry["stdout"]),
+                                         strict=True):
+                    if text is not None:
+                        answers.setdefault(command, text)
+        asked = _batch(stdin)
+        missing = [c for c in asked.commands if c not in answers]
+        assert not missing, f"not recorded: {list(argv)} {missing}"
+        out = "".join(f"{ECHO}{command}\n{answers[command]}"
+                      f"{ECHO}show hostnames {asked.marker}-{k}\n{asked.marker}-{k}\n"
+                      for k, command in enumerate(asked.commands))
+        return {"stdout": out, "stderr": "", "returncode": 0}
 
     def ask(self, argv: Sequence[str], stdin: str, complete: Callable[[str], bool], *,
             timeout: float | None = None,
@@ -161,17 +163,8 @@ class Replay:
         return [e for e in self.recording["commands"] if e["argv"][0] == program]
 
 
-def _per_line(stdin: str, stdout: str) -> Iterator[tuple[str, str]]:
-    """A long-lived scontrol's output cut per line of its input: the line's echo, its
-    answer and the prompt for the next line (``ECHO``), as it printed them (a new process
-    prints a prompt first, a long-lived one printed it at the end of its last answer)."""
-    lines = stdin.splitlines()
-    start = len(ECHO) if lines and stdout.startswith(f"{ECHO}{lines[0]}\n") else 0
-    for k, line in enumerate(lines):
-        assert stdout.startswith(f"{line}\n", start), (line, stdout[start:start + 80])
-        if k + 1 < len(lines):
-            end = stdout.index(f"{ECHO}{lines[k + 1]}\n", start + len(line)) + len(ECHO)
-        else:
-            end = len(stdout)
-        yield line, stdout[start:end]
-        start = end
+
+def _batch(stdin: str) -> Batch:
+    """The :class:`Batch` whose stdin this is, with the recording's marker: its commands
+    alternate with the markers' ``show hostnames``."""
+    return Batch.of(stdin.splitlines()[::2], PLACEHOLDER)
