@@ -53,12 +53,13 @@ from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, nats_first
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
 from ccadapter.notify.delivery import NatsDelivery, Subjects
-from ccadapter.ops.status import SERVED_KEY
+from ccadapter.ops.status import HOOK_KEY, SERVED_KEY
 from ccadapter.outbox import Event, Outbox, Result
 from ccadapter.prep.fastpath import SESSIONS, FastPath
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.messages import DropReason, HookMessage
 from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
+from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
@@ -90,6 +91,7 @@ class App:
     notifier: Deliverer | None = None  # NATS notifications of what REST delivered
     control: Control | None = None  # slurmctldFailover: whether this daemon works
     router: HookRouter = field(default_factory=HookRouter)
+    hook: HookTally = field(default_factory=HookTally)  # hook messages taken and dropped
     retries: RetryPolicies = field(default_factory=RetryPolicies)
     runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
 
@@ -164,8 +166,15 @@ class App:
                                self.config.slurm_cluster_list_interval, "slurm-clusters",
                                retry=self.config.slurm_poll_interval)
         daemon.add_routine(self.compact, 3600, "compact")
+        daemon.add_routine(self.record_hook, 60, "hook-counts")
         self.record_served()
         return daemon
+
+    def record_hook(self) -> dict[str, Any]:
+        """The hook's counts into the outbox's state, for ``status``."""
+        counts = self.hook.snapshot()
+        self.outbox.store.set_state(HOOK_KEY, json.dumps(counts))
+        return counts
 
     def _add_routines(self, daemon: Daemon, sync: ClusterSync) -> None:
         tally = getattr(sync.collector.runner, "tally", None)
@@ -202,16 +211,17 @@ class App:
         if self.control is not None:
             on_message = self._while_active(self.router.submit, check_control)
         server = PrepServer([cfg.prep_sock_listen_path], main, on_message,
-                            group=cfg.prep_sock_group, on_drop=self.metrics.hook_dropped,
-                            cluster_specs=own)
+                            group=cfg.prep_sock_group, on_drop=self.hook.dropped,
+                            cluster_specs=own, allowed=cfg.allowed_peers())
         return server, self.router
 
     def _fast_path(self, sync: ClusterSync, wake: Callable[[], None]) -> FastPath:
         return FastPath(sync.collector, self.outbox, wake,
                         ignore=self.config.ignore_hosts_pattern(),
                         retry=self.retries.fast_path,
-                        on_received=partial(self.metrics.hook_received, sync.name),
-                        on_drop=self.metrics.hook_dropped)
+                        on_received=partial(self.hook.received, sync.name),
+                        on_drop=self.hook.dropped,
+                        on_unknown=partial(self.hook.unknown, sync.name))
 
     def _while_active(self, submit: Callable[[HookMessage], None],
                       check_control: Callable[[], None] | None
@@ -227,10 +237,8 @@ class App:
             if control.active:
                 submit(msg)
                 return
-            log.info("standby: hook message for job %d %s dropped (the daemon in control "
-                     "finds it); checking which slurmctld is in control", msg.job_id,
-                     msg.event)
-            self.metrics.hook_dropped("standby")
+            self.hook.dropped(DropReason.STANDBY, f"job {msg.job_id} {msg.event} (the daemon "
+                              "in control finds it); checking which slurmctld is in control")
             if check_control:
                 check_control()
 
@@ -366,8 +374,10 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     else:
         roster = Roster(make, config.slurm_clusters)
     control = _control(config, local, outbox, recorder, roster)
+    hook = HookTally(on_received=recorder.hook_received, on_drop=recorder.hook_dropped,
+                     on_unknown=recorder.hook_unknown)
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
-               notifier, control, retries=retries, runners=owned)
+               notifier, control, hook=hook, retries=retries, runners=owned)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,

@@ -187,6 +187,12 @@ class Config(BaseModel):
     # to the socket's cluster. Needs slurmClusters.
     prep_sock_cluster_listen_paths: dict[str, str] = Field(
         default_factory=dict, alias="prepSockClusterListenPaths")
+    # Who may send hook messages to a TCP prepSockListenPath: IP addresses or networks
+    # ("127.0.0.1", "10.1.2.0/24", "::1"); a connection from elsewhere is closed unread.
+    # Empty: any peer that reaches the port (keep it to the controller hosts with a firewall
+    # or a loopback bind address). UNIX sockets are guarded by their mode and prepSockGroup.
+    prep_sock_allowed_peers: list[str] = Field(default_factory=list,
+                                               alias="prepSockAllowedPeers")
     # Controller failover: slurm.conf lists SlurmctldHost more than once and a daemon runs
     # beside each slurmctld. Only the daemon beside the one in control (scontrol ping) finds
     # and sends jobs; the others stand by. Off: this daemon always works, as before. With
@@ -290,6 +296,17 @@ class Config(BaseModel):
             seen.add(spec)
         return value
 
+    @field_validator("prep_sock_allowed_peers")
+    @classmethod
+    def _peers(cls, value: list[str]) -> list[str]:
+        for peer in value:
+            try:
+                ipaddress.ip_network(peer, strict=False)
+            except ValueError:
+                raise ValueError(f"{peer[:80]!r} is not an IP address or network (such as "
+                                 "127.0.0.1, 10.1.2.0/24 or ::1)") from None
+        return value
+
     # --- derived views --------------------------------------------------------------------
     def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
         """Host regexes in file order; the first match wins."""
@@ -324,6 +341,10 @@ class Config(BaseModel):
     def controller_host(self) -> str:
         """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""
         return self.slurmctld_host_name or socket.gethostname()
+
+    def allowed_peers(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """prepSockAllowedPeers as networks (an address is a network of one)."""
+        return [ipaddress.ip_network(peer, strict=False) for peer in self.prep_sock_allowed_peers]
 
     def metrics_address(self) -> tuple[str, int] | None:
         """(host, port) to serve metrics on; None when metrics are off."""

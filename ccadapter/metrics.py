@@ -36,13 +36,11 @@ from prometheus_client.process_collector import ProcessCollector
 from ccadapter.kinds import EventKind
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin
 from ccadapter.outbox.store import Store
+from ccadapter.prep.messages import DropReason
 
 log = logging.getLogger(__name__)
 
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
-# PrepServer's and FastPath's drop reasons (see ccadapter.prep.server and .fastpath), and a
-# standby daemon's (ccadapter.control).
-HOOK_DROP_REASONS = ("invalid", "too_large", "timeout", "fast_path_full", "standby")
 ROLES = ("active", "standby")  # ccadapter.control.Role
 
 # Slurm answers in tens of milliseconds on a quiet cluster and in tens of seconds on a busy
@@ -169,7 +167,12 @@ class Metrics:
         self.hook_drops = _counter(
             registry, "ccadapter_hook_messages_dropped",
             "Hook messages not acted on (the poll catches the job later).", ["reason"],
-            present=[(reason,) for reason in HOOK_DROP_REASONS])
+            present=[(reason.value,) for reason in DropReason])
+        self.hook_unknown_jobs = Counter(
+            "ccadapter_hook_unknown_jobs",
+            "Jobs the hook announced that slurmctld did not show when the fast path asked "
+            "(once per id: a repeat is dropped as unknown_job).",
+            ["cluster"], registry=registry)
 
     # --- callbacks handed to the components --------------------------------------------
 
@@ -202,6 +205,9 @@ class Metrics:
 
     def hook_dropped(self, reason: str) -> None:
         self.hook_drops.labels(reason).inc()
+
+    def hook_unknown(self, cluster: str = "") -> None:
+        self.hook_unknown_jobs.labels(cluster).inc()
 
     def role(self, role: str) -> None:
         for name in ROLES:
@@ -262,6 +268,7 @@ class Recorder(Protocol):
     def cc_request(self, endpoint: str, status: int, seconds: float) -> None: ...
     def hook_received(self, cluster: str = "") -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
+    def hook_unknown(self, cluster: str = "") -> None: ...
     def cluster_served(self, cluster: str, served: bool) -> None: ...
     def role(self, role: str) -> None: ...
     def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]: ...
@@ -291,6 +298,9 @@ class NoMetrics:
         pass
 
     def hook_dropped(self, reason: str) -> None:
+        pass
+
+    def hook_unknown(self, cluster: str = "") -> None:
         pass
 
     def cluster_served(self, cluster: str, served: bool) -> None:

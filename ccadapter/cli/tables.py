@@ -25,6 +25,8 @@ def render_table(doc: dict[str, Any]) -> str:
     lines.append(f"lastRun     {_ago(last['age'])}  ({last['path']})")
     if control := doc.get("control"):
         lines.append(_control_line(control, doc["time"]))
+    if hook := doc.get("hook"):
+        lines.append(_hook_line(hook))
     lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
     lines += _cycle_lines(doc["reconcilers"])
     if not doc["reconcilers"] and not doc.get("clusters"):
@@ -54,6 +56,15 @@ def _daemon_lines(daemon: dict[str, Any]) -> list[str]:
         owners = ", ".join(map(str, daemon["lockPids"]))
         state += f"; lock held by PID {owners}" if owners else "; lock free: not running"
     return [f"daemon      {state}  ({daemon['pidFile']})"]
+
+
+def _hook_line(hook: dict[str, Any]) -> str:
+    """``hook  1,204 received, dropped: invalid 3, unknown_job 12; unknown jobs: 40``."""
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in hook["dropped"].items()) or "none"
+    unknown = sum(hook["unknownJobs"].values())
+    return (f"hook        {hook['received']:,} received, dropped: {dropped}; jobs slurmctld "
+            f"did not show: {unknown:,}  (since the daemon started; recorded "
+            f"{_ago(hook['age'])})")
 
 
 def _control_line(control: dict[str, Any], now: float) -> str:

@@ -37,6 +37,8 @@ CYCLE_PREFIX = "cycle."
 REDACTED = "<redacted>"
 # The outbox's state key listing the clusters the daemon serves now (see ccadapter.app).
 SERVED_KEY = "clusters.served"
+# The outbox's state key of the hook's counts (ccadapter.prep.tally.HookTally.snapshot).
+HOOK_KEY = "hook.counts"
 
 
 class CycleLog:
@@ -75,6 +77,8 @@ def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time
         **_outbox_views(outbox_file, now, rejected_limit),
     }
     cycles, served = doc.pop("cycles"), doc.pop("served")
+    hook = doc.pop("hook")
+    doc["hook"] = None if hook is None else {**hook, "age": _age(now, hook.get("at", now))}
     doc["reconcilers"] = cycles.pop(None, {})
     if config.multi_cluster():
         doc["clusters"] = _cluster_views(config, cycles, served, now)
@@ -126,7 +130,7 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
                             "rejected": 0, "oldestPendingAge": None, "counts": {},
                             "rejectedEvents": []}
     if not view["exists"]:
-        return {"outbox": view, "cycles": {}, "served": None, "control": None}
+        return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None}
     outbox = Outbox(path, clock=lambda: now)
     try:
         stats = admin.stats(outbox.store)
@@ -138,10 +142,11 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         cycles = outbox.store.state_items(CYCLE_PREFIX)
         served = outbox.store.get_state(SERVED_KEY)
         control = outbox.store.get_state(CONTROL_KEY)
+        hook = outbox.store.get_state(HOOK_KEY)
     finally:
         outbox.close()
     return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served),
-            "control": _control(control, now)}
+            "control": _control(control, now), "hook": _record(hook)}
 
 
 def _names(raw: str | None) -> list[str] | None:
@@ -152,13 +157,20 @@ def _names(raw: str | None) -> list[str] | None:
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
 
 
-def _control(raw: str | None, now: float) -> dict[str, Any] | None:
-    """The failover role the daemon recorded last (``null``: no slurmctldFailover)."""
+def _record(raw: str | None) -> dict[str, Any] | None:
+    """A JSON object the daemon recorded; None when absent or not ours to interpret
+    (written by a newer or broken version)."""
     try:
         record = json.loads(raw) if raw else None
     except ValueError:
         return None
-    if not isinstance(record, dict):
+    return record if isinstance(record, dict) else None
+
+
+def _control(raw: str | None, now: float) -> dict[str, Any] | None:
+    """The failover role the daemon recorded last (``null``: no slurmctldFailover)."""
+    record = _record(raw)
+    if record is None:
         return None
     record["age"] = _age(now, record["checkedAt"]) if record.get("checkedAt") else None
     return record

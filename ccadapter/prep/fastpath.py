@@ -22,7 +22,9 @@ the job already; nobody waits for it); a job is not asked in two lanes at once. 
 or end that slurmctld has not finished recording is asked again after a short, growing
 delay (at most ``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever
 the fast path misses, the poll catches: it is an accelerator, never the only path, so a
-full pending set drops messages with a log line.
+full pending set drops messages, and so do the rules that bound what ids slurmctld does not
+know may cost (:mod:`ccadapter.prep.guard`): those are counted and said in a few log lines,
+never one per message (:mod:`ccadapter.prep.tally`).
 
 slurmctld runs the hook once per component of a heterogeneous job, each time with that
 component's id (and ``SLURM_HET_JOB_ID``, the leader's). The collector reads every component
@@ -45,7 +47,8 @@ from dataclasses import replace
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.guard import JobIdGuard
+from ccadapter.prep.messages import DropReason, HookMessage
 from ccadapter.reconcilers.events import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
@@ -64,12 +67,14 @@ class FastPath:
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
-                 lanes: int = LANES,
+                 lanes: int = LANES, guard: JobIdGuard | None = None,
                  on_received: Callable[[], None] | None = None,
-                 on_drop: Callable[[str], None] | None = None) -> None:
-        """``on_received()`` and ``on_drop("fast_path_full")`` count messages for the
-        daemon's metrics, like PrepServer's ``on_drop``. ``lanes``: how many parts are asked of
-        slurmctld at once (:meth:`_take`)."""
+                 on_drop: Callable[[DropReason, str], None] | None = None,
+                 on_unknown: Callable[[list[int]], None] | None = None) -> None:
+        """``on_received()``, ``on_drop(reason, detail)`` and ``on_unknown(ids)`` (ids
+        slurmctld did not show) count messages for the daemon's metrics and log
+        (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does.
+        ``lanes``: how many parts are asked of slurmctld at once (:meth:`_take`)."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -80,6 +85,7 @@ class FastPath:
         self.start_settle = start_settle
         self.burst = burst
         self.lanes = max(1, lanes)
+        self.guard = guard or JobIdGuard()
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
@@ -97,6 +103,7 @@ class FastPath:
         self._scripts = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-scripts")
         self.on_received = on_received
         self.on_drop = on_drop
+        self.on_unknown = on_unknown
 
     def start(self) -> FastPath:
         self._thread.start()
@@ -114,12 +121,14 @@ class FastPath:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
         if self.on_received:
             self.on_received()
+        refused = self.guard.refuse(msg.job_id)
+        if refused is not None:
+            self._drop(refused, f"{self.name}: job {msg.job_id} {msg.event}")
+            return
         with self._cond:
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
-                log.warning("%s full (%d jobs pending): job %d left to the poll", self.name,
-                            self.max_pending, msg.job_id)
-                if self.on_drop:
-                    self.on_drop("fast_path_full")
+                self._drop(DropReason.FAST_PATH_FULL, f"{self.name}: job {msg.job_id} "
+                           f"{msg.event}, {self.max_pending} jobs pending")
                 return
             wait = self._settle() if msg.event == "start" else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
@@ -238,8 +247,12 @@ class FastPath:
                 # start is not final yet (ccadapter.model.PENDING_STATES, .slurm.nodeboot)
                 self._retry(job.job_id, "start", attempts)
             events.extend(events_for(job, self.ignore))
-        for job_id in missing:
-            log.info("%s: slurmctld does not show job %d; left to the poll", self.name, job_id)
+        self.guard.answered((i for job in jobs for i in job.slurm_ids), missing)
+        if missing and self.on_unknown:
+            self.on_unknown(missing)
+        elif missing:
+            log.info("%s: slurmctld does not show job(s) %s; left to the poll", self.name,
+                     ", ".join(map(str, missing[:5])))
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
@@ -265,6 +278,12 @@ class FastPath:
             [j.job_id for j in ends if (j.job_id, j.start_time) not in known])
         return [replace(job, job_script=scripts[job.job_id]) if job.job_id in scripts else job
                 for job in jobs]
+
+    def _drop(self, reason: DropReason, detail: str) -> None:
+        if self.on_drop:
+            self.on_drop(reason, detail)
+        else:
+            log.warning("hook message dropped (%s): %s", reason, detail)
 
     def _retry(self, job_id: int, event: str, attempts: int) -> None:
         if self.retry.exhausted(attempts + 1):

@@ -11,9 +11,24 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 MAX_MESSAGE = 64 * 1024
 CONTEXTS = {"prolog_slurmctld": "start", "epilog_slurmctld": "end"}
+
+
+class DropReason(StrEnum):
+    """Why a hook message was not acted on: the metrics' ``reason`` label, ``status``'s
+    keys and the log's words (:mod:`ccadapter.prep.tally`). The poll picks the job up."""
+
+    INVALID = "invalid"  # not a hook message, or a cluster this daemon does not serve
+    TOO_LARGE = "too_large"  # over MAX_MESSAGE
+    TIMEOUT = "timeout"  # not complete within a second
+    FAST_PATH_FULL = "fast_path_full"  # the fast path holds its maximum of jobs
+    STANDBY = "standby"  # the daemon stands by (slurmctldFailover)
+    UNKNOWN_JOB = "unknown_job"  # slurmctld did not show that job when asked before
+    FLOOD = "flood"  # many unknown jobs lately, and this id is unlike slurmctld's
+    PEER = "peer"  # a TCP connection from outside prepSockAllowedPeers
 
 
 class BadMessage(ValueError):

@@ -2,10 +2,16 @@
 
 Each connection carries one message (the hook shuts its side after sending). A connection
 gets a second to deliver at most 64 KiB; what is too large, too slow or not a valid message
-is logged and dropped, and the server goes on. Valid messages go to ``on_message``, which
-may refuse one by raising :class:`BadMessage` (a cluster it does not serve); drops are told
-to ``on_drop`` with a short reason code (``invalid``, ``too_large``, ``timeout``), a fixed
-set fit for a metrics label, while the log line keeps the details.
+is dropped, and the server goes on. Valid messages go to ``on_message``, which may refuse
+one by raising :class:`BadMessage` (a cluster it does not serve); drops are told to
+``on_drop`` with their :class:`DropReason` and a detail for the log
+(:class:`~ccadapter.prep.tally.HookTally` counts them and says them in a few lines).
+
+Whoever reaches a TCP socket may send anything, so what one flood can cost is bounded: with
+``allowed`` networks (``prepSockAllowedPeers``) a connection from elsewhere is closed unread;
+at most :data:`MAX_CONNECTIONS` connections are read at once (beyond that, new ones wait in
+the kernel's listen queue, as a slow daemon's would), so the buffers of half-sent messages
+take at most 16 MiB.
 
 Every socket has the cluster its messages belong to when they do not name one: ``cluster``
 for the ``specs``, and each of ``cluster_specs`` its own (one daemon serving the hooks of
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import ipaddress
 import logging
 import os
 import selectors
@@ -23,23 +30,33 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ccadapter.prep.hook import parse_spec
-from ccadapter.prep.messages import MAX_MESSAGE, BadMessage, HookMessage, parse_message
+from ccadapter.prep.messages import (
+    MAX_MESSAGE,
+    BadMessage,
+    DropReason,
+    HookMessage,
+    parse_message,
+)
 
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT = 1.0
+MAX_CONNECTIONS = 256  # read at once; 256 x 64 KiB of buffers at most
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class PrepServer:
     def __init__(self, specs: list[str], cluster: str | None,
                  on_message: Callable[[HookMessage], None], group: str | None = None,
-                 on_drop: Callable[[str], None] | None = None,
-                 cluster_specs: Mapping[str, str] | None = None) -> None:
-        """``cluster_specs``: socket spec -> the cluster whose hook sends there."""
+                 on_drop: Callable[[DropReason, str], None] | None = None,
+                 cluster_specs: Mapping[str, str] | None = None,
+                 allowed: Sequence[Network] = ()) -> None:
+        """``cluster_specs``: socket spec -> the cluster whose hook sends there.
+        ``allowed``: the networks TCP peers must be in (empty: any peer)."""
         # every socket spec -> the cluster of its messages that name none
         self._spec_clusters = {**dict.fromkeys(specs, cluster), **(cluster_specs or {})}
         self.specs = list(self._spec_clusters)
@@ -47,6 +64,8 @@ class PrepServer:
         self.on_message = on_message
         self.on_drop = on_drop
         self.group = group
+        self.allowed = tuple(allowed)
+        self._paused = False  # listeners out of the selector: MAX_CONNECTIONS being read
         self._sel = selectors.DefaultSelector()
         self._listeners: dict[socket.socket, str | None] = {}  # -> the socket's cluster
         self._paths: list[Path] = []
@@ -117,12 +136,36 @@ class PrepServer:
 
     def _accept(self, listener: socket.socket) -> None:
         try:
-            conn, _ = listener.accept()
+            conn, peer = listener.accept()
         except OSError:
+            return
+        if self.allowed and conn.family != socket.AF_UNIX and not self._allowed(peer[0]):
+            self._drop(DropReason.PEER, f"connection from {peer[0]}")
+            conn.close()
             return
         conn.setblocking(False)
         self._conns[conn] = (bytearray(), time.monotonic(), self._listeners.get(listener))
         self._sel.register(conn, selectors.EVENT_READ, "conn")
+        if len(self._conns) >= MAX_CONNECTIONS:
+            self._pause(True)
+
+    def _allowed(self, host: str) -> bool:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        return any(address in net for net in self.allowed)
+
+    def _pause(self, paused: bool) -> None:
+        """Stop (or resume) accepting: connections beyond MAX_CONNECTIONS wait in the
+        listen queue, whose hooks give up after their second as for a busy daemon."""
+        if paused == self._paused:
+            return
+        self._paused = paused
+        for sock in self._listeners:
+            if paused:
+                self._sel.unregister(sock)
+            else:
+                self._sel.register(sock, selectors.EVENT_READ, "listener")
 
     def _read(self, conn: socket.socket) -> None:
         buf, _, cluster = self._conns[conn]
@@ -137,7 +180,7 @@ class PrepServer:
             buf.extend(chunk)
             if len(buf) <= MAX_MESSAGE:
                 return
-            self._drop("too_large", f"message over {MAX_MESSAGE} bytes")
+            self._drop(DropReason.TOO_LARGE, f"message over {MAX_MESSAGE} bytes")
             self._close(conn)
             return
         self._handle(conn, bytes(buf), cluster)
@@ -147,7 +190,7 @@ class PrepServer:
             msg = parse_message(data, cluster)
             self.on_message(msg)
         except BadMessage as exc:
-            self._drop("invalid", str(exc))
+            self._drop(DropReason.INVALID, str(exc))
         else:
             with contextlib.suppress(OSError):
                 conn.sendall(b"ok\n")
@@ -157,16 +200,19 @@ class PrepServer:
         now = time.monotonic()
         for conn, (_, opened, _) in list(self._conns.items()):
             if now - opened > _READ_TIMEOUT:
-                self._drop("timeout", "no complete message within 1 s")
+                self._drop(DropReason.TIMEOUT, "no complete message within 1 s")
                 self._close(conn)
 
-    def _drop(self, reason: str, detail: str) -> None:
-        log.warning("hook message dropped: %s", detail)
+    def _drop(self, reason: DropReason, detail: str) -> None:
         if self.on_drop:
-            self.on_drop(reason)
+            self.on_drop(reason, detail)
+        else:
+            log.warning("hook message dropped (%s): %s", reason, detail)
 
     def _close(self, conn: socket.socket) -> None:
         self._conns.pop(conn, None)
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(conn)
         conn.close()
+        if len(self._conns) < MAX_CONNECTIONS:
+            self._pause(False)

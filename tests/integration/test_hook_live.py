@@ -31,11 +31,11 @@ def hook_socket(cluster: Cluster) -> str:
 
 
 def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path,
-                 poll: int = 60) -> DaemonProc:
+                 poll: int = 60, **extra) -> DaemonProc:
     """A daemon listening for the hook, its first poll cycle passed; ``poll`` seconds to the
-    next (600: what arrives later came through the hook)."""
+    next (600: what arrives later came through the hook). ``extra``: more config keys."""
     cfg = write_config(cluster, standin, tmp, slurmPollInterval=poll, ccPollInterval=3600,
-                       prepSockListenPath=hook_socket(cluster))
+                       prepSockListenPath=hook_socket(cluster), **extra)
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
     daemon.start()

@@ -336,6 +336,11 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
         assert app.outbox.store.get_state("slurm-window.origin") is None
         server.on_message(HookMessage(43, "start", None, "c"))
         assert received() == 1 and checks == [1]
+        # the same counts for `status`, written by the daemon's hook-counts routine
+        assert "hook-counts" in [r.name for r in daemon.routines]
+        counts = app.record_hook()
+        assert (counts["received"], counts["dropped"]) == (1, {"standby": 1})
+        assert json.loads(app.outbox.store.get_state("hook.counts")) == counts
     finally:
         app.close()
 

@@ -145,7 +145,8 @@ def test_status_json_with_the_daemon_running_and_stopped(env):
     assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
     assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
     assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers",
-                            "control"}
+                            "control", "hook"}
+    assert stopped["hook"] is None  # no daemon has recorded the hook's counts
 
 
 def test_status_never_prints_the_secret(env):

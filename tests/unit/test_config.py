@@ -66,12 +66,23 @@ def test_unknown_key_is_a_warning(caplog):
     ({"natsNodeStateSubject": "cc node"}, "natsNodeStateSubject"),
     ({"natsNodeStateSubject": "cc..state"}, "natsNodeStateSubject"),
     ({"natsNodeStateSubject": ".cc"}, "natsNodeStateSubject"),
+    ({"prepSockAllowedPeers": ["ctld1"]}, "prepSockAllowedPeers"),
+    ({"prepSockAllowedPeers": ["10.0.0.0/33"]}, "prepSockAllowedPeers"),
 ])
 def test_bad_values_name_the_key(raw, key):
     with pytest.raises(ConfigError) as err:
         parse_config(raw)
     assert err.value.key.split(".")[0] == key
     assert key in str(err.value)
+
+
+def test_allowed_peers_are_networks():
+    import ipaddress
+
+    cfg = parse_config({"prepSockAllowedPeers": ["10.1.2.3", "10.2.0.0/16", "::1"]})
+    assert cfg.allowed_peers() == [ipaddress.ip_network(n) for n in
+                                   ("10.1.2.3/32", "10.2.0.0/16", "::1/128")]
+    assert parse_config({}).allowed_peers() == []
 
 
 @pytest.mark.parametrize(("text", "address"), [

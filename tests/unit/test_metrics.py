@@ -33,6 +33,7 @@ from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.prep.server import PrepServer
+from ccadapter.prep.tally import HookTally
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
@@ -296,7 +297,8 @@ def test_hook_drops_have_a_reason(tmp_path, metrics):
         metrics.hook_received()
         got.append(msg)
 
-    server = PrepServer([spec], "c1", received, on_drop=metrics.hook_dropped).start()
+    tally = HookTally(on_drop=metrics.hook_dropped)  # as the daemon wires it (app.build)
+    server = PrepServer([spec], "c1", received, on_drop=tally.dropped).start()
     try:
         for data in (b"garbage", b"x" * 70_000):
             _send(spec, data)
@@ -337,8 +339,9 @@ def test_full_fast_path_counts_received_and_dropped(tmp_path, metrics):
     box = Outbox(tmp_path / "o.sqlite")
     # Not started: nothing drains the pending set, so the second job finds it full.
     collector = Collector(RecordedSlurm("24.11", {"jobs": []}))
+    tally = HookTally(on_received=metrics.hook_received, on_drop=metrics.hook_dropped)
     fast = FastPath(collector, box, lambda: None, max_pending=1,
-                    on_received=metrics.hook_received, on_drop=metrics.hook_dropped)
+                    on_received=tally.received, on_drop=tally.dropped)
     fast.submit(HookMessage(1, "start", None))
     fast.submit(HookMessage(1, "end", None))  # the same job joins its pending entry
     fast.submit(HookMessage(2, "start", None))

@@ -190,3 +190,29 @@ def test_failover_role_is_shown_and_absent_without_failover(config, outbox_file)
                               "age": 40.0}
     assert ("role        standby since 40s ago  (this host ctld2; in control: ctld1; "
             "checked 40s ago)") in render_table(doc)
+
+
+def test_the_hook_counts_the_daemon_recorded_are_shown(config, outbox_file):
+    """What the hook socket took and dropped, as the daemon's hook-counts routine records
+    it (App.record_hook), for an operator who suspects a flood."""
+    from ccadapter.ops.status import HOOK_KEY
+    from ccadapter.prep.messages import DropReason
+    from ccadapter.prep.tally import HookTally
+
+    now = 3_000_000.0
+    tally = HookTally(wall=lambda: now - 15, started=now - 600)
+    tally.received("c1")
+    for _ in range(3):
+        tally.dropped(DropReason.INVALID, "not JSON")
+    tally.dropped(DropReason.FLOOD, "job 4000000000 start")
+    tally.unknown("c1", [7, 8])
+    box = Outbox(outbox_file)
+    assert collect(config, outbox_file, clock=lambda: now)["hook"] is None
+    box.store.set_state(HOOK_KEY, json.dumps(tally.snapshot()))
+    box.close()
+    doc = collect(config, outbox_file, clock=lambda: now)
+    assert doc["hook"] == {"since": now - 600, "at": now - 15, "received": 1,
+                           "dropped": {"flood": 1, "invalid": 3}, "unknownJobs": {"c1": 2},
+                           "age": 15.0}
+    assert ("hook        1 received, dropped: flood 1, invalid 3; jobs slurmctld did not show: "
+            "2  (since the daemon started; recorded 15s ago)") in render_table(doc)

@@ -269,7 +269,8 @@ def case(draw: st.DrawFn) -> Case:
 
 
 class Recorder(logging.Handler):
-    """What the server did: accepted messages, drop reasons, and its drop log lines."""
+    """What the server did: accepted messages, drop reasons and details (``on_drop``, which
+    the daemon's HookTally counts and logs), and the server's own errors (its log)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -279,9 +280,12 @@ class Recorder(logging.Handler):
         self.errors: list[str] = []  # the server's own failures, not a message's
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
         if record.levelno >= logging.ERROR:
             self.errors.append(record.getMessage())
+
+    def drop(self, reason: str, detail: str) -> None:
+        self.dropped.append(reason)
+        self.lines.append(f"hook message dropped: {detail}")
 
     def total(self) -> int:
         return len(self.got) + len(self.dropped)
@@ -366,7 +370,7 @@ def serving(tmp: Path) -> Iterator[tuple[PrepServer, Recorder]]:
     # the real router behind it, serving CLUSTER alone: it refuses every other cluster
     router = HookRouter()
     router.add(CLUSTER, _Lane(rec.got.append))
-    srv = PrepServer(specs, CLUSTER, router.submit, on_drop=rec.dropped.append).start()
+    srv = PrepServer(specs, CLUSTER, router.submit, on_drop=rec.drop).start()
     try:
         yield srv, rec
     finally:

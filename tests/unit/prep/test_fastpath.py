@@ -41,7 +41,8 @@ def env(tmp_path):
     counts = Counter()
     fast = FastPath(collector, box, woken.set, retry=RetryPolicy(0.05, 0.05, 3),
                     on_received=lambda: counts.update(["received"]),
-                    on_drop=lambda reason: counts.update([reason])).start()
+                    on_drop=lambda reason, _: counts.update([reason]),
+                    on_unknown=lambda ids: counts.update(["unknown"] * len(ids))).start()
     fast.counts = counts  # what the daemon's metrics hear
     yield fast, box, runner, Controller(runner), woken, final
     fast.stop()
@@ -130,7 +131,15 @@ def test_burst_is_coalesced(env):
     questions = [a for a in runner.argvs if a[0] == "scontrol" and "config" not in a]
     # a handful of questions for 1,000 announcements (here one dump: RouteCosts.first_dump)
     assert len(questions) <= 10
-    assert fast.counts == {"received": 1000}  # none dropped
+    # none dropped; the ids the recording does not hold are unknown to slurmctld, each once
+    assert fast.counts["received"] == 1000 and set(fast.counts) == {"received", "unknown"}
+    assert fast.counts["unknown"] == 1000 - len(known_ids(runner))
+
+
+def known_ids(runner) -> set[int]:
+    """The job ids of the recorded slurmctld's answer."""
+    return {int(line.split()[0][6:]) for line in runner.controller.splitlines()
+            if line.startswith("JobId=")}
 
 
 def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, monkeypatch):
@@ -372,3 +381,19 @@ def test_slurmctld_unreachable_costs_the_parts_one_wait_at_the_same_time(env, ca
     assert caplog.text.count("2 job(s) left to the poll") == 1
     assert caplog.text.count("1 job(s) left to the poll") == 3
     assert box.queue.due() == [] and not fast._pending
+
+
+def test_a_job_slurmctld_does_not_show_is_asked_once(env):
+    """A hook socket that anyone reaches may name ids slurmctld never heard of: each is
+    asked once, counted, and a message naming it again is dropped unasked."""
+    fast, _, runner, _, woken, _ = env
+    fast.submit(HookMessage(999_999, "start", None))
+    assert wait(lambda: fast.counts["unknown"] == 1)
+    asked = len(runner.stdins)
+    for _ in range(5):
+        fast.submit(HookMessage(999_999, "end", None))
+    time.sleep(0.3)
+    assert len(runner.stdins) == asked and fast.counts["unknown_job"] == 5
+    gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    fast.submit(HookMessage(gpu, "start", None))  # a real job is still served
+    assert wait(woken.is_set)

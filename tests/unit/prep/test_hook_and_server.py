@@ -1,5 +1,6 @@
 """The hook and the daemon's listener, talking over real sockets on this machine."""
 
+import ipaddress
 import json
 import os
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import ccadapter.prep.hook as hook
+import ccadapter.prep.server as server_module
 from ccadapter.prep.messages import BadMessage, parse_message
 from ccadapter.prep.server import PrepServer
 
@@ -95,10 +97,11 @@ def test_a_message_names_its_cluster_else_the_socket_does():
 
 
 class Listener:
-    def __init__(self, specs, group=None):
+    def __init__(self, specs, group=None, **kwargs):
         self.got, self.dropped = [], []
         self.server = PrepServer(specs, "c1", self.got.append, group=group,
-                                 on_drop=self.dropped.append).start()
+                                 on_drop=lambda reason, _: self.dropped.append(reason),
+                                 **kwargs).start()
 
     def wait(self, n, what="got", timeout=5):
         until = time.time() + timeout
@@ -192,7 +195,7 @@ def test_each_cluster_socket_gives_its_cluster_to_nameless_messages(tmp_path):
             raise BadMessage(f"cluster {msg.cluster!r} is not ours ('c1', 'c2')")
         got.append((msg.job_id, msg.cluster))
 
-    server = PrepServer([shared], None, route, on_drop=dropped.append,
+    server = PrepServer([shared], None, route, on_drop=lambda reason, _: dropped.append(reason),
                         cluster_specs={own: "c2"}).start()
     nameless = {k: v for k, v in ENV.items() if k != "SLURM_CLUSTER_NAME"}
     try:
@@ -321,3 +324,39 @@ def test_hook_imports_nothing_beyond_builtins(tmp_path):
     imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines()
                 if line.startswith("import time:") and "|" in line}
     assert imported and not imported & {"json", "re", "socket", "enum", "selectors"}, imported
+
+
+def test_tcp_peers_outside_the_allowed_networks_are_closed_unread():
+    port = free_port()
+    spec = f"tcp:127.0.0.1:{port}"
+    lst = Listener([spec], allowed=[ipaddress.ip_network("10.0.0.0/8")])
+    try:
+        assert hook.main(["--socket", spec], env=ENV) == 0  # said on stderr, exits 0
+        assert lst.wait(1, "dropped") == ["peer"] and lst.got == []
+    finally:
+        lst.server.stop()
+    lst = Listener([spec], allowed=[ipaddress.ip_network("127.0.0.1")])
+    try:
+        assert hook.main(["--socket", spec], env=ENV) == 0
+        assert [m.job_id for m in lst.wait(1)] == [42] and lst.dropped == []
+    finally:
+        lst.server.stop()
+
+
+def test_half_sent_connections_beyond_the_cap_wait_in_the_listen_queue(monkeypatch):
+    """A flood of connections that never finish costs at most MAX_CONNECTIONS buffers; the
+    others wait in the kernel's queue and are read once the first expire."""
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 4)
+    spec = f"tcp:127.0.0.1:{free_port()}"
+    lst = Listener([spec])
+    try:
+        slow = [raw_send(spec, b'{"SLURM_', close=False) for _ in range(10)]
+        time.sleep(0.3)
+        assert len(lst.server._conns) == 4  # the other 6 are not accepted yet
+        assert lst.wait(10, "dropped", timeout=5) == ["timeout"] * 10  # 4, 4, then 2
+        for s in slow:
+            s.close()
+        assert hook.main(["--socket", spec], env={**ENV, "SLURM_JOB_ID": "43"}) == 0
+        assert 43 in [m.job_id for m in lst.wait(2)]
+    finally:
+        lst.server.stop()
