@@ -28,6 +28,7 @@ from tests.integration.workload import (
     controller_allocations,
     het_allocations,
     het_merged,
+    listed_ended,
     sacct_truth,
     submitted_allocations,
 )
@@ -210,10 +211,10 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
         cfg = write_config(cluster, standin, tmp_path, ccRestSubmitJobs=False,
                            natsSubject="cc.job.event", natsNodeStateSubject="cc.node.state",
                            **nats_config(server, natsPublishTimeout=1))
-        LastRun(tmp_path / "lastrun").set(time.time() - 5)
+        since = time.time() - 5
+        LastRun(tmp_path / "lastrun").set(since)
         ids = submit_batch(cluster, "nodestate", 2)
-        wait_for(lambda: all(r["end"] for r in sacct_truth(cluster, ids).values())
-                 and len(sacct_truth(cluster, ids)) == len(ids), 90, "jobs did not end")
+        wait_for(lambda: listed_ended(cluster, ids, since) == set(ids), 90, "jobs did not end")
         down = ccadapter("sync", "--once", "--config", str(cfg))
         assert down.returncode == 1 and "event(s) wait in the outbox" in down.stderr
         server.start()

@@ -19,6 +19,7 @@ from pathlib import Path
 import hostlist
 
 from ccadapter.reconcilers.activity import ran_during
+from ccadapter.slurm.formats.listing import ENDED
 
 TESTBED = Path(__file__).resolve().parents[1] / "testbed" / "slurm"
 
@@ -396,6 +397,20 @@ def sacct_truth(cluster: Cluster, ids: list[int], expand_arrays: bool = False) -
             "het_offset": int(offset) if plus else None,
         }
     return rows
+
+
+def listed_ended(cluster: Cluster, ids: list[int], since: float) -> set[int]:
+    """Which of ``ids`` a poll's listing of ended runs names now: the product's own filter
+    (``ENDED``: end states, runs that got nodes) over [since, now], read by the test. On
+    22.05 slurmdbd can hold a just-ended job with no nodes for a few seconds (its start
+    record comes with slurmctld's database-index pass, every 5 s, when the job started
+    before it had an index), so ``sacct -j`` shows it ended while the filter leaves it out;
+    a daemon lists it a poll later, a single ``sync --once`` must wait for it."""
+    out = cluster.run("sacct", "-X", "-n", "-P", "--allusers", "--duplicates", *ENDED,
+                      "--starttime", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
+                      "--endtime", "now", "-o", "JobIDRaw")
+    listed = {int(line) for line in out.split() if line.isdigit()}
+    return listed & set(ids)
 
 
 def _tres_count(tres: str, name: str) -> int:
