@@ -36,13 +36,16 @@ class SlurmCommandError(CcAdapterError):
 
 
 class SlurmParseError(CcAdapterError):
-    """Slurm answered something we cannot read; names the version and the command."""
+    """Slurm answered something we cannot read; names the version and the command, and the
+    job (``job_id``) when the record that failed names one (it is then asked again later)."""
 
-    def __init__(self, version: str, command: str, detail: str) -> None:
+    def __init__(self, version: str, command: str, detail: str,
+                 job_id: int | None = None) -> None:
         super().__init__(f"Slurm {version}, `{command}`: {detail}")
         self.version = version
         self.command = command
         self.detail = detail
+        self.job_id = job_id
 
 
 class UnsupportedSlurmVersion(SlurmParseError):

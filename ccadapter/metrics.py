@@ -34,7 +34,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
 from ccadapter.kinds import EventKind
-from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin
+from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin, unparsed
 from ccadapter.outbox.store import Store
 from ccadapter.prep.messages import DropReason
 
@@ -323,18 +323,20 @@ class OutboxCollector:
         self.outbox = outbox
 
     def describe(self) -> Iterable[Metric]:
-        return self._families({})
+        return self._families({}, {})
 
     def collect(self) -> Iterator[Metric]:
         try:
             stats = admin.stats(self.outbox.store)
+            records = unparsed.views(self.outbox.store)
         except sqlite3.Error as exc:  # a scrape must not fail with the outbox's trouble
             log.warning("metrics: outbox not readable: %s", exc)
             return iter(())
-        return iter(self._families(stats))
+        return iter(self._families(stats, records))
 
     @staticmethod
-    def _families(stats: dict[str, Any]) -> list[Metric]:
+    def _families(stats: dict[str, Any], records: dict[str | None, dict[str, Any]]
+                  ) -> list[Metric]:
         counts = stats.get("counts", {})
         pending = GaugeMetricFamily(
             "ccadapter_outbox_pending_events",
@@ -351,4 +353,11 @@ class OutboxCollector:
             "ccadapter_outbox_oldest_pending_age_seconds",
             "Age of the oldest event not delivered yet; 0 when none waits.",
             value=stats.get("oldest_pending_age", 0.0))
-        return [pending, rejected, age]
+        unreadable = GaugeMetricFamily(
+            "ccadapter_slurm_unreadable_records",
+            "Slurm records that could not be read (the log names the version, command and "
+            "field), asked again every cycle until they are, by cluster.",
+            labels=["cluster"])
+        for record in records.values():
+            unreadable.add_metric([str(record["cluster"] or "")], record["count"])
+        return [pending, rejected, age, unreadable]

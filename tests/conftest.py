@@ -15,18 +15,38 @@ from ccadapter.config import Config
 from ccadapter.slurm.collector import CollectorSettings
 
 FIXTURES = Path(__file__).parent / "fixtures"
-VERSIONS = ("22.05", "24.11", "26.05")
+# Every Slurm generation ccadapter reads; each has a real cluster in the test bed and a
+# folder of recordings in tests/fixtures/.
+VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
+# The generations the heavy live suites run on (fault matrix, resilience, NATS, job cache,
+# metrics...): the oldest, the most common and the newest, one per layout of sacct's JSON
+# (22.05's, 23.11's to 25.11's, 26.05's). The README's table of releases says which suites
+# run where.
+HEAVY_VERSIONS = ("22.05", "24.11", "26.05")
 
 # The first workload recorded in tests/fixtures/<version>/ (see tests/fixtures/README.md):
-# job name -> job id, per version.
-WORKLOAD_IDS = {
-    "22.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,
+# job name -> job id. "cancelled_pending": a job cancelled before it started.
+_REFERENCE_IDS = {  # 22.05, 24.11, 26.05: the table of ../shared/reference/README.md
+    "22.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelled_pending": 7,
               "timeout": 9, "excl": 10},
-    "24.11": {"complete": 1, "fail": 2, "multinode": 3, "gpujob": 4, "cancelrun": 6,
+    "24.11": {"complete": 1, "fail": 2, "multinode": 3, "gpujob": 4, "cancelled_pending": 6,
               "timeout": 8, "excl": 9},
-    "26.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelrun": 7,
+    "26.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelled_pending": 7,
               "timeout": 9, "excl": 10},
 }
+
+
+def _workload_ids(version: str) -> dict[str, int]:
+    """The other versions' single commands come from their test-bed recording's workload
+    (tests/testbed/record_fixtures.py), whose ``cancelqueued`` was cancelled while pending."""
+    if version in _REFERENCE_IDS:
+        return _REFERENCE_IDS[version]
+    meta = json.loads((FIXTURES / version / "testbed" / "workload.json").read_text())
+    ids = {name: found[0] for name, found in meta["ids"].items()}
+    return {**ids, "cancelled_pending": ids["cancelqueued"]}
+
+
+WORKLOAD_IDS = {version: _workload_ids(version) for version in VERSIONS}
 
 
 def collector_settings(**config: Any) -> CollectorSettings:

@@ -3,15 +3,11 @@
 The test bed has no energy plugin (``AcctGatherEnergyType`` is unset), so none of its
 recordings carries consumed energy. Every recorded job record has the ``energy`` TRES in
 its ``tres.allocated`` all the same, unset: ``{"type": "energy", "name": null, "id": 3,
-"count": null}`` on 22.05, ``{"type": "energy", "name": "", "id": 3, "count": -2}`` on 24.11
-and 26.05. :func:`with_energy` takes such a real recorded document and gives that entry a
-count, the only thing a cluster with an energy plugin writes differently there: the joules
-slurmctld summed over the job's steps (see ``ccadapter.slurm.formats.values.
-consumed_energy``). Layout as each version's parser writes it: 22.05
-src/plugins/openapi/dbv0.0.38/parse.c:359 and :432-439 (schema ``dbv0.0.38_tres_list`` of
-its openapi.json: ``count`` an integer), 24.11 src/plugins/data_parser/v0.0.42/parsers.c:7006
-and :7137-7145, 26.05 data_parser/v0.0.45 parsers.c:9062 and :9287-9295 (``count`` an
-int64).
+"count": null}`` on 22.05, ``{"type": "energy", "name": "", "id": 3, "count": -2}`` from 23.02
+on (the recordings of every version say so: test_recorded_records_carry_unset_energy).
+:func:`with_energy` takes such a real recorded document and gives that entry a count, the
+only thing a cluster with an energy plugin writes differently there: the joules slurmctld
+summed over the job's steps (see ``ccadapter.slurm.formats.values.consumed_energy``).
 """
 
 from __future__ import annotations
@@ -20,7 +16,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-UNSET = {"22.05": None, "24.11": -2, "26.05": -2}  # how each version writes NO_VAL64
+# how each version writes NO_VAL64: null by 22.05's openapi/dbv0.0.38, -2 (the int64 of the
+# same bits) by every data_parser since
+UNSET = {"22.05": None, **dict.fromkeys(("23.02", "23.11", "24.05", "24.11", "25.05", "25.11",
+                                         "26.05"), -2)}
 
 
 def with_energy(doc: Mapping[str, Any], joules: Mapping[int, int]) -> dict[str, Any]:

@@ -41,7 +41,8 @@ from typing import Any
 
 from ccadapter.slurm.runner import Completed, TransientSlurmError
 
-RELEASE = {"22.05": "22.05.8", "24.11": "24.11.5", "26.05": "26.05.5"}
+RELEASE = {"22.05": "22.05.8", "23.02": "23.02.8", "23.11": "23.11.11", "24.05": "24.05.8",
+           "24.11": "24.11.5", "25.05": "25.05.8", "25.11": "25.11.7", "26.05": "26.05.5"}
 _WALL = re.compile(r"(?<==)(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\b")
 _NO_VAL = 0xFFFFFFFE
 # sacct's state names and the short forms `sacct -s` takes (ccadapter.slurm.formats.listing.ENDED)
@@ -136,7 +137,7 @@ class RecordedSlurm:
                                           "sacct: error: Problem talking to the database: "
                                           "Connection refused")
             if argv[1:] == ["-V"]:
-                return f"slurm {RELEASE[self.version]}\n"
+                return f"slurm {RELEASE.get(self.version, self.version)}\n"
             if "-P" in argv:
                 assert env == {"SLURM_TIME_FORMAT": "%s"}, env
                 return self._listing(argv)

@@ -33,8 +33,9 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
          cluster: str | None, fmt: str) -> None:
     """Show the jobs of a time window as the cc-backend requests they would become.
 
-    A dry run: nothing is sent anywhere. A cluster whose Slurm fails is said on stderr and
-    the others are shown; the exit code is then 1.
+    A dry run: nothing is sent anywhere. Any error (a cluster whose Slurm fails, a record
+    that cannot be read) is said on stderr, naming the cluster, and nothing is printed on
+    stdout: a partial list would read as complete. The exit code is then 1.
     """
     config = load(config_path)
     now = time.time()
@@ -45,26 +46,30 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
         raise click.BadParameter(str(exc)) from None
     runner = deps.runner(config)
     settings = CollectorSettings.from_config(config)
-    found, skipped, failed = [], 0, False
+    found, failed = [], False
     for name in [cluster] if cluster else served_names(config, runner):
+        collector = Collector(runner, settings)
+        label = name or "the local cluster (scontrol show config)"
         try:
-            result = Collector(runner, settings).window(start, end, name)
+            label = name or collector.cluster_name_cached()  # the local cluster's own name
+            result = collector.window(start, end, name)
         except CcAdapterError as exc:
-            click.echo(f"error: cluster {name}: {describe(exc, config)}", err=True)
+            click.echo(f"error: cluster {label}: {describe(exc, config)}", err=True)
             failed = True
             continue
+        if result.errors:
+            click.echo(f"error: cluster {label}: {len(result.errors)} record(s) could not be "
+                       f"read (said above)", err=True)
+            failed = True
         found += result.jobs
-        skipped += len(result.errors)
+    if failed:  # nothing on stdout: the list would be incomplete
+        raise CommandExit()
     ignore = config.ignore_hosts_pattern()
     views = [_job_view(job, ignore) for job in found]
     if fmt == "json":
         click.echo(json.dumps(views, indent=2, ensure_ascii=False))
     else:
         click.echo(jobs_table(found, views))
-    if skipped:
-        click.echo(f"{skipped} record(s) skipped, see messages above", err=True)
-    if failed:
-        raise CommandExit()
 
 
 def _job_view(job: Job, ignore: Any) -> dict[str, Any]:

@@ -27,7 +27,9 @@ def render_table(doc: dict[str, Any]) -> str:
         lines.append(_control_line(control, doc["time"]))
     if hook := doc.get("hook"):
         lines.append(_hook_line(hook))
-    lines += ["", *_outbox_lines(doc["outbox"]), "", "RECONCILER      LAST CYCLE   RESULT"]
+    lines += ["", *_outbox_lines(doc["outbox"])]
+    lines += _unparsed_lines(doc.get("unparsedRecords"), doc["time"])
+    lines += ["", "RECONCILER      LAST CYCLE   RESULT"]
     lines += _cycle_lines(doc["reconcilers"])
     if not doc["reconcilers"] and not doc.get("clusters"):
         lines.append("(no cycle recorded yet)")
@@ -36,7 +38,16 @@ def render_table(doc: dict[str, Any]) -> str:
         lines += ["", f"cluster {name}: {served[cluster['served']]}, lastRun "
                       f"{_ago(cluster['lastRun']['age'])}  ({cluster['lastRun']['path']})"]
         lines += _cycle_lines(cluster["reconcilers"]) or ["  (no cycle recorded yet)"]
+        lines += _unparsed_lines(cluster.get("unparsedRecords"), doc["time"])
     return "\n".join(lines)
+
+
+def _unparsed_lines(record: dict[str, Any] | None, now: float) -> list[str]:
+    """Slurm records that could not be read, asked again every cycle."""
+    if not record or not record["count"]:
+        return []
+    return [f"unreadable  {record['count']} Slurm record(s) asked again every cycle, the "
+            f"first {_ago(now - record['since'])} ago; latest: {record['lastError']}"]
 
 
 def _cycle_lines(cycles: dict[str, dict[str, Any]]) -> list[str]:

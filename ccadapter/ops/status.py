@@ -27,7 +27,7 @@ from ccadapter.config import SECRET_KEYS, Config
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
-from ccadapter.outbox import Outbox, admin
+from ccadapter.outbox import Outbox, admin, unparsed
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
 
@@ -77,11 +77,15 @@ def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time
         **_outbox_views(outbox_file, now, rejected_limit),
     }
     cycles, served = doc.pop("cycles"), doc.pop("served")
+    records = doc.pop("unparsed")
+    doc["unparsedRecords"] = records.pop(None, None)
     hook = doc.pop("hook")
     doc["hook"] = None if hook is None else {**hook, "age": _age(now, hook.get("at", now))}
     doc["reconcilers"] = cycles.pop(None, {})
     if config.multi_cluster():
         doc["clusters"] = _cluster_views(config, cycles, served, now)
+        for name, view in doc["clusters"].items():
+            view["unparsedRecords"] = records.get(name)
     return scrub(doc, secret_values(config))
 
 
@@ -130,7 +134,8 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
                             "rejected": 0, "oldestPendingAge": None, "counts": {},
                             "rejectedEvents": []}
     if not view["exists"]:
-        return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None}
+        return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None,
+                "unparsed": {}}
     outbox = Outbox(path, clock=lambda: now)
     try:
         stats = admin.stats(outbox.store)
@@ -143,10 +148,11 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         served = outbox.store.get_state(SERVED_KEY)
         control = outbox.store.get_state(CONTROL_KEY)
         hook = outbox.store.get_state(HOOK_KEY)
+        records = unparsed.views(outbox.store)
     finally:
         outbox.close()
     return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served),
-            "control": _control(control, now), "hook": _record(hook)}
+            "control": _control(control, now), "hook": _record(hook), "unparsed": records}
 
 
 def _names(raw: str | None) -> list[str] | None:

@@ -28,6 +28,11 @@ part of ``lookback_part`` seconds per cycle, oldest first, and starts over once 
 now: a cycle's cost follows the runs that ended in a part (3,000 at 5 jobs/s and 10 minutes),
 not in the whole span (18,000 in an hour, 0.8-1.8 s a cycle at the scale benchmark's churn).
 
+A record that cannot be read (a Slurm release newer than the newest verified one whose
+layout changed) is reported and skipped, so that the rest is read; its job id is kept in the
+outbox (:mod:`ccadapter.outbox.unparsed`) and asked again at the end of every cycle of the
+window until it reads, however far the window has moved on.
+
 Where one daemon serves several clusters, each has its own window (its own lastRun, its own
 outage and origin in the outbox's state, :func:`ccadapter.clustername.scoped`): a cluster
 whose Slurm fails holds back its own window only.
@@ -46,6 +51,7 @@ from typing import Any
 from ccadapter import clustername
 from ccadapter.errors import CcAdapterError
 from ccadapter.outbox import Outbox
+from ccadapter.outbox.unparsed import Unparsed
 from ccadapter.reconcilers.activity import ran_during
 from ccadapter.reconcilers.events import events_for, hosts_ignored
 from ccadapter.runtime.lastrun import LastRun
@@ -113,6 +119,7 @@ class SlurmWindow:
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
         scope = settings.cluster if settings.scoped else None
+        self.unparsed = Unparsed(outbox.store, settings.cluster, settings.scoped, clock)
         self._outage, self._recovered, self._origin = (
             clustername.scoped(key, scope) for key in (_OUTAGE, _RECOVERED, _ORIGIN))
 
@@ -175,10 +182,11 @@ class SlurmWindow:
                          time.ctime(hi), tally.listed, tally.read, tally.new)
         if not self.lookback:
             self._after_outage(now)
+            self._read_unparsed(tally)
         return {"since": spans[0][0], "until": spans[-1][1], "slices": len(spans),
                 "runs": tally.listed,
                 "read": tally.read, "events": tally.events, "new_events": tally.new,
-                "skipped_records": tally.skipped}
+                "skipped_records": tally.skipped, "unparsed": len(self.unparsed.ids())}
 
     def _next_part(self, since: float, now: float) -> tuple[float, float]:
         """The lookback's part this cycle: from where the last part ended (or from the span's
@@ -195,6 +203,7 @@ class SlurmWindow:
                              partial(self.outbox.open_runs, cfg.cluster))
         tally.listed += sum(s.started for s in listing.stamps)
         tally.skipped += len(listing.errors)
+        self._keep_unparsed(listing.unparsed, listing.errors)
         runs = [(s.job_id, s.start_time, s.finished) for s in listing.stamps
                 if s.started and not hosts_ignored(s.nodes, cfg.ignore)]
         recent = self.clock() - ENERGY_WAIT
@@ -210,6 +219,33 @@ class SlurmWindow:
             tally.events += len(events)
             tally.skipped += len(result.errors)
             tally.new += self.outbox.enqueue(events)  # one transaction per batch
+            self._keep_unparsed(result.unparsed, result.errors)
+
+    def _keep_unparsed(self, job_ids: list[int], errors: list[str]) -> None:
+        if job_ids:
+            self.unparsed.add(job_ids, errors[-1] if errors else "")
+
+    def _read_unparsed(self, tally: _Tally) -> None:
+        """The records that could not be read before, asked again; those that read now
+        are enqueued like any other and leave the list."""
+        ids = self.unparsed.ids()
+        if not ids:
+            return
+        cfg = self.settings
+        known = partial(self.outbox.known_starts, cluster=cfg.cluster)
+        still: list[int] = []
+        errors: list[str] = []
+        for result in self.collector.iter_jobs(ids, known=known):
+            events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
+            tally.read += len(result.jobs)
+            tally.events += len(events)
+            tally.new += self.outbox.enqueue(events)
+            still += result.unparsed
+            errors += result.errors
+        self._keep_unparsed(still, errors)  # the latest failure
+        if done := self.unparsed.settle(ids, still):
+            log.info("%s: %d Slurm record(s) that could not be read before are read now: "
+                     "jobs %s", self.name, len(done), ", ".join(map(str, done[:10])))
 
     def _after_outage(self, now: float) -> None:
         if self.outbox.store.get_state(self._outage) is None:

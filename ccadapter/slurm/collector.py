@@ -23,7 +23,9 @@ are asked for the leader (sacct and scontrol answer with every component), and t
 read become one Job (:mod:`.hetjob`).
 
 A record that cannot be read is reported with its job id and skipped; it never costs the rest
-of the answer.
+of the answer, and its id is handed back (``unparsed``) so that the caller asks it again
+later (:mod:`ccadapter.reconcilers.unparsed`). A listing line without a readable job id fails
+the listing: the run it names could not be asked again by id.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING
 from ccadapter.errors import SlurmCommandError, SlurmParseError
 from ccadapter.model import Job
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
-from ccadapter.slurm.formats import format_for
+from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
 from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
 from ccadapter.slurm.formats.records import NodeState, ParseContext, SacctRecord, SlurmVersion
@@ -83,12 +85,14 @@ class QueryResult:
     jobs: list[Job]
     version: SlurmVersion | None
     errors: list[str] = field(default_factory=list)
+    unparsed: list[int] = field(default_factory=list)  # ids whose record could not be read
 
 
 @dataclass
 class Listing:
     stamps: list[RunStamp]
     errors: list[str] = field(default_factory=list)
+    unparsed: list[int] = field(default_factory=list)  # ids whose line could not be read
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Collector:
         self.clock = clock
         self.tz = tz or local_zone()
         self._known_version: str | None = None  # for error messages only
+        self._warned_newer = False  # said once that this release is newer than verified
         self.cluster = cluster
         self._cluster: str | None = cluster  # the name jobs carry, once known
         self._config_text = config_text  # `scontrol show config`, once read
@@ -160,6 +165,7 @@ class Collector:
                                  cluster)
             out.stamps += part.stamps
             out.errors += part.errors
+            out.unparsed += part.unparsed
         return out
 
     def _listing(self, args: list[str], cluster: str | None) -> Listing:
@@ -169,9 +175,13 @@ class Collector:
         stamps, errors = parse_listing(out, ParseContext(self._known_version or "", "sacct -P"))
         if errors and not self._known_version:  # errors name the version: ask it now
             stamps, errors = parse_listing(out, ParseContext(self._version_text(), "sacct -P"))
+        anonymous = [e for e in errors if e.job_id is None]
+        if anonymous:  # a run that cannot be named cannot be asked again: fail the listing
+            raise anonymous[0]
         for err in errors:
             log.error("skipped: %s", err)
-        return Listing(merge_stamps(stamps), errors)
+        return Listing(merge_stamps(stamps), [str(e) for e in errors],
+                       [e.job_id for e in errors if e.job_id is not None])
 
     # --- details of named runs ------------------------------------------------------------
 
@@ -226,8 +236,9 @@ class Collector:
             version = version_from_meta(doc, command)
             self._known_version = str(version)
             parser = format_for(version, command)
-            records, errors = _parse_records(doc, parser, ParseContext(str(version), command),
-                                             set(ids))
+            self._say_if_newer(version)
+            records, unparsed, errors = _parse_records(
+                doc, parser, ParseContext(str(version), command), set(ids))
             del doc
         # A het job's components follow their leader: it alone is compared with the outbox
         # and asked of slurmctld (whose answer carries every component).
@@ -256,7 +267,18 @@ class Collector:
             jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
             log.error("skipped: %s", err)
-        return QueryResult(merge_jobs(jobs), version, errors)
+        return QueryResult(merge_jobs(jobs), version, errors, unparsed)
+
+    def _say_if_newer(self, version: SlurmVersion) -> None:
+        """Once per collector: the release is newer than the newest verified one."""
+        if self._warned_newer or not newer_than_verified(version):
+            return
+        self._warned_newer = True
+        log.warning("Slurm %s is newer than the newest release this ccadapter verified (%s): "
+                    "its answers are read as %s's and every record is checked; a record that "
+                    "does not fit is reported with the command and asked again until it does. "
+                    "Upgrade ccadapter to one that verified Slurm %d.%02d", version,
+                    SUPPORTED[-1], SUPPORTED[-1], version.major, version.minor)
 
     # --- slurmctld --------------------------------------------------------------------------
 
@@ -369,6 +391,7 @@ def _merged(results: Iterable[QueryResult]) -> QueryResult:
     for result in results:
         out.jobs += result.jobs
         out.errors += result.errors
+        out.unparsed += result.unparsed
         out.version = out.version or result.version
     return out
 
@@ -379,19 +402,23 @@ def _known_runs(records: Sequence[SacctRecord], known: KnownRuns | None
     return known(started) if known and started else set()
 
 
-def _parse_records(doc: dict, parser, ctx: ParseContext,
-                   wanted: set[int] | None) -> tuple[list[SacctRecord], list[str]]:
+def _parse_records(doc: dict, parser, ctx: ParseContext, wanted: set[int] | None
+                   ) -> tuple[list[SacctRecord], list[int], list[str]]:
+    """The records read, the job ids of those that could not be read, and the errors."""
     raw = doc.get("jobs")
     if not isinstance(raw, list):
         raise ctx.error("output has no 'jobs' list")
     records: list[SacctRecord] = []
+    unparsed: list[int] = []
     errors: list[str] = []
     for item in raw:
         try:
             rec = parser.parse_sacct_job(item, ctx)
         except SlurmParseError as exc:
             errors.append(str(exc))
+            if exc.job_id is not None:
+                unparsed.append(exc.job_id)
             continue
         if wanted is None or rec.job_id in wanted or rec.het_job_id in wanted:
             records.append(rec)  # `sacct -j LEADER` lists every component
-    return records, errors
+    return records, unparsed, errors

@@ -206,7 +206,7 @@ class Slurmctld:
             raise TransientSlurmError(["scontrol", "-d"], "slurmctld could not be reached",
                                       done.stderr)
         held, errors = parse_scontrol_jobs(
-            (line for a in answers[:len(ids)] if a for line in a.splitlines()), ctx, set(ids))
+            (line for a in answers[:len(ids)] if a for line in a.split("\n")), ctx, set(ids))
         scripts = {job_id: text for job_id, text in zip(script_ids, answers[len(ids):],
                                                         strict=True) if text}
         return held, scripts, errors

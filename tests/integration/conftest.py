@@ -113,19 +113,27 @@ def workloads(testbed, tmp_path_factory) -> dict[str, WorkloadRun]:
 
 @pytest.fixture(params=VERSIONS)
 def workload(request, workloads):
+    """Each version's workload run; a heavy suite keeps to HEAVY_VERSIONS with
+    ``@pytest.mark.parametrize("workload", HEAVY_VERSIONS, indirect=True)``."""
     return workloads[request.param]
 
 
 def hook_configured(cluster: Cluster) -> bool:
-    conf = Path(cluster.prefix[1] if cluster.prefix else "/", "etc/slurm/slurm.conf")
-    return "PrologSlurmctld=/usr/local/sbin/ccadapter-testbed-hook" in conf.read_text()
+    return "PrologSlurmctld=/usr/local/sbin/ccadapter-testbed-hook" in Path(
+        cluster.slurm_conf).read_text()
 
 
-@pytest.fixture(params=["22.05", "24.11", "26.05"])
-def cluster(request, testbed) -> Cluster:
-    """Each cluster, with the hook configured (tests that start the daemon on its port)."""
-    c = testbed[request.param]
+def _hooked(testbed: dict[str, Cluster], version: str) -> Cluster:
+    c = testbed[version]
     if not hook_configured(c):
         pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
                     "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
     return c
+
+
+@pytest.fixture(params=VERSIONS)
+def cluster(request, testbed) -> Cluster:
+    """Each cluster, with the hook configured (tests that start the daemon on its port); a
+    heavy suite keeps to HEAVY_VERSIONS with ``@pytest.mark.parametrize("cluster",
+    HEAVY_VERSIONS, indirect=True)``."""
+    return _hooked(testbed, request.param)

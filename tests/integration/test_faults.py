@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HEAVY_VERSIONS
 from tests.integration.faults import NATS_PASSWORD, RunResult, run_faults
 from tests.integration.sync_scenario import TOKEN
 from tests.natsserver import require_nats_server
@@ -102,7 +103,7 @@ def fault_runs(testbed, tmp_path_factory):
 
 
 @pytest.mark.timeout(3600)  # the fixture runs the whole matrix (the 503 alone is 10 min)
-@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+@pytest.mark.parametrize("version", HEAVY_VERSIONS)
 def test_no_job_lost_duplicated_or_wrong(fault_runs, version):
     run = fault_runs[version]
     assert run.jobs_submitted >= MIN_JOBS

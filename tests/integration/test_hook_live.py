@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.conftest import HEAVY_VERSIONS
 from tests.integration.sync_scenario import (
     TOKEN,
     DaemonProc,
@@ -63,6 +64,7 @@ def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):
         assert "Traceback" not in log and TOKEN not in log
 
 
+@pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_hook_without_daemon_exits_0_and_the_poll_delivers_later(cluster, tmp_path):
     root = cluster.prefix[1] if cluster.prefix else ""
     started = time.monotonic()

@@ -17,6 +17,7 @@ import pytest
 
 from ccadapter.outbox import Outbox, admin
 from ccadapter.runtime.lastrun import LastRun
+from tests.conftest import HEAVY_VERSIONS
 from tests.integration.sync_scenario import (
     START,
     TOKEN,
@@ -47,6 +48,7 @@ def started(standin: CcBackendStandin, ids: list[int]) -> set[int]:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_restarts_within_a_commit_interval(cluster, tmp_path):
     with CcBackendStandin(TOKEN, clusters=[cluster.name], commit_interval=COMMIT) as standin:
         cfg = write_config(cluster, standin, tmp_path, prepSockListenPath=hook_socket(cluster))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.conftest import HEAVY_VERSIONS
 from tests.integration.expect import delivery_problems
 from tests.integration.sync_scenario import (
     TOKEN,
@@ -101,6 +102,7 @@ def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
     return problems
 
 
+@pytest.mark.parametrize("workload", HEAVY_VERSIONS, indirect=True)
 def test_workload_reaches_nats_once_with_rest_bodies(workload, tmp_path):
     cluster, sub = workload.sub.cluster, workload.sub
     with NatsServer(tmp_path / "nats") as server, \
@@ -128,6 +130,7 @@ def submit_script_job(cluster: Cluster, tmp: Path) -> int:
     return int(out.strip().split(";")[0])
 
 
+@pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp_path):
     server = NatsServer(tmp_path / "nats")  # not started: unreachable at first
     with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
@@ -165,6 +168,7 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
         assert TOKEN not in log and NATS_PASSWORD not in log
 
 
+@pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
     with NatsServer(tmp_path / "nats") as server, \
             CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
@@ -198,6 +202,7 @@ def slurm_nodes(cluster: Cluster) -> set[str]:
     return {line.split()[0].removeprefix("NodeName=") for line in out.splitlines() if line}
 
 
+@pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp_path):
     """Item 3 of issue 14: a NATS-only cc-backend 1.5.4 (``api-subjects``) reads job events
     on ``subject-job-event`` and node states on ``subject-node-state``

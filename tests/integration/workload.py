@@ -52,6 +52,7 @@ class Cluster:
     nodes: tuple[str, ...]
     gpu_node: str
     hook_socket: str = ""  # where slurmctld's Prolog/Epilog hook sends (tcp:HOST:PORT)
+    slurm_conf: str = ""  # the host path of its slurm.conf
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run([*self.prefix, *argv], capture_output=True, timeout=timeout,
@@ -73,7 +74,8 @@ def testbed_clusters() -> list[Cluster]:
     if out.returncode != 0:
         return []
     return [Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
-                    c["gpu_node"], c.get("hook_socket", "")) for c in json.loads(out.stdout)]
+                    c["gpu_node"], c.get("hook_socket", ""), c.get("slurm_conf", ""))
+            for c in json.loads(out.stdout)]
 
 
 @dataclass

@@ -3,7 +3,12 @@
 Run as root with the test bed up:  .venv/bin/python -m tests.testbed.record_fixtures
 (``--cluster-lists``: only the cluster lists below, without the workload; ``--steps``: only
 tests/fixtures/<version>/steps-busy.json, slurmctld's step list and its job list of running
-jobs at one moment of the workload).
+jobs at one moment of the workload; ``--versions 23.02,25.11``: only those clusters).
+For a version without the shared reference recordings of 22.05, 24.11 and 26.05, the same
+workload also gives the single commands those recordings hold, in tests/fixtures/<version>/:
+  sacct-window.json    sacct --allusers --starttime START --endtime now --json, after all ended
+  scontrol-d-N.txt     scontrol show job -d N of the multi-node job and the GPU job, while each
+                       runs
 Writes tests/fixtures/<version>/sacctmgr-clusters.txt (22.05: parsable text) or .json (24.11
 and later): the cluster list as the generation's parser reads it (every cluster of that
 slurmdbd: on 22.05 cluster22 and clusterscale, once the scale profile has been up), and
@@ -48,6 +53,7 @@ from tests.integration.workload import (
     running_leaders,
     submit,
     testbed_clusters,
+    wait_running,
 )
 from tests.recorded import RecordingRunner
 
@@ -124,17 +130,31 @@ class HookListener:
         self.sock.close()
 
 
+# the versions whose single commands come from the shared reference recordings
+REFERENCE_VERSIONS = ("22.05", "24.11", "26.05")
+
+
 def record(cluster: Cluster) -> Path:
     out = FIXTURES / cluster.short / "testbed"
     out.mkdir(parents=True, exist_ok=True)
+    singles = cluster.short not in REFERENCE_VERSIONS
     hook = HookListener(cluster.hook_socket)
+
+    def single(job_id: int) -> None:
+        (out.parent / f"scontrol-d-{job_id}.txt").write_text(
+            cluster.run("scontrol", "show", "job", "-d", str(job_id)))
 
     def snapshot(sub: Submitted) -> None:
         (out / "squeue-busy.json").write_text(cluster.run("squeue", "--json"))
         (out / "scontrol-d-busy.txt").write_text(cluster.run("scontrol", "show", "job", "-d"))
+        if singles:
+            single(sub.ids["gpujob"][0])
         record_commands(cluster, sub, out / "commands-busy.json")
 
     sub = submit(cluster)
+    if singles:  # the multi-node job runs 8 s, ended before the busy snapshot
+        wait_running(cluster, sub.ids["multinode"][0])
+        single(sub.ids["multinode"][0])
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(sub.submitted_at - 5))
     try:
         drive(sub, while_busy=snapshot)
@@ -146,6 +166,9 @@ def record(cluster: Cluster) -> Path:
         [m for m in hook.messages if m.get("SLURM_JOB_ID") in het], indent=1) + "\n")
     (out / "sacct-window.json").write_text(cluster.run(
         "sacct", "--json", "--allusers", "--duplicates", "--starttime", start, "--endtime", "now"))
+    if singles:
+        (out.parent / "sacct-window.json").write_text(cluster.run(
+            "sacct", "--allusers", "--starttime", start, "--endtime", "now", "--json"))
     if cluster.short != "22.05":
         ids = ",".join(map(str, sub.all_ids()))
         (out / "sacct-scripts.json").write_text(cluster.run(
@@ -183,14 +206,21 @@ def record_steps(cluster: Cluster) -> Path:
 
 
 def main() -> None:
+    args = sys.argv[1:]
     clusters = testbed_clusters()
+    if "--versions" in args:
+        at = args.index("--versions")
+        wanted = set(args[at + 1].split(","))
+        clusters = [c for c in clusters if c.short in wanted]
+        del args[at:at + 2]
     if not clusters:
-        raise SystemExit("no test-bed cluster is up: run tests/testbed/slurm up")
-    if sys.argv[1:] == ["--cluster-lists"]:
+        raise SystemExit("no test-bed cluster (of those asked for) is up: run "
+                         "tests/testbed/slurm up")
+    if args == ["--cluster-lists"]:
         for cluster in clusters:
             print(f"recorded {record_cluster_list(cluster)}")
         return
-    if sys.argv[1:] == ["--steps"]:
+    if args == ["--steps"]:
         with ThreadPoolExecutor(len(clusters)) as pool:
             for path in pool.map(record_steps, clusters):
                 print(f"recorded {path}")

@@ -1,12 +1,12 @@
 """Record ``scontrol ping`` as each Slurm version prints it, into tests/fixtures/<version>/.
 
 Run as root with the test bed up (the failover profile too: ``tests/testbed/slurm up
-failover``):  .venv/bin/python -m tests.testbed.record_ping [SCENARIO]
+failover``):  .venv/bin/python -m tests.testbed.record_ping [--versions 23.02,...] [SCENARIO]
 
-  scontrol-ping-single.txt       each standard cluster: one SlurmctldHost (22.05, 24.11, 26.05)
-  scontrol-ping-backup-down.txt  24.11 and 26.05: their own cluster read with a copy of its
-                                 slurm.conf naming a second SlurmctldHost where none answers
-                                 (the two-controller layout of those versions' output)
+  scontrol-ping-single.txt       each standard cluster: one SlurmctldHost (every version)
+  scontrol-ping-backup-down.txt  every version but 22.05: its own cluster read with a copy of
+                                 its slurm.conf naming a second SlurmctldHost where none
+                                 answers (the two-controller layout of that version's output)
   22.05 on clusterha (the failover profile), in the state the cluster is in when called:
   scontrol-ping-SCENARIO.txt     e.g. "primary" (both up, the primary in control),
                                  "takeover" (after `scontrol takeover`: primary down),
@@ -38,19 +38,22 @@ def record_standard(cluster: Cluster) -> list[Path]:
     out = FIXTURES / cluster.short
     paths = [out / "scontrol-ping-single.txt"]
     paths[0].write_text(ping(cluster.prefix))
-    if cluster.prefix[:1] == ("chroot",):
-        root = Path(cluster.prefix[1])
-        conf = (root / "etc/slurm/slurm.conf").read_text()
-        lines = conf.splitlines()
-        at = max(i for i, line in enumerate(lines) if line.startswith("SlurmctldHost="))
-        copy = root / "tmp/ccadapter-ping-two-controllers.conf"
-        copy.write_text("\n".join([*lines[:at + 1], GHOST, *lines[at + 1:]]) + "\n")
-        try:
-            text = ping([*cluster.prefix, "env", f"SLURM_CONF=/{copy.relative_to(root)}"])
-        finally:
-            copy.unlink()
-        paths.append(out / "scontrol-ping-backup-down.txt")
-        paths[-1].write_text(text)
+    if cluster.short == "22.05":  # its two-controller layout is clusterha's (record_failover)
+        return paths
+    # its own slurm.conf beside it (gres.conf, cgroup.conf are read from there), with a
+    # second SlurmctldHost where none answers
+    conf = Path(cluster.slurm_conf)
+    lines = conf.read_text().splitlines()
+    at = max(i for i, line in enumerate(lines) if line.startswith("SlurmctldHost="))
+    copy = conf.with_name("ccadapter-ping-two-controllers.conf")
+    copy.write_text("\n".join([*lines[:at + 1], GHOST, *lines[at + 1:]]) + "\n")
+    root = Path(cluster.prefix[1]) if cluster.prefix[:1] == ("chroot",) else Path("/")
+    try:
+        text = ping([*cluster.prefix, "env", f"SLURM_CONF=/{copy.relative_to(root)}"])
+    finally:
+        copy.unlink()
+    paths.append(out / "scontrol-ping-backup-down.txt")
+    paths[-1].write_text(text)
     return paths
 
 
@@ -65,10 +68,16 @@ def record_failover(scenario: str) -> Path:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        print(f"recorded {record_failover(sys.argv[1])}")
+    args = sys.argv[1:]
+    wanted = None
+    if args[:1] == ["--versions"]:
+        wanted, args = set(args[1].split(",")), args[2:]
+    if args:
+        print(f"recorded {record_failover(args[0])}")
         return
     for cluster in testbed_clusters():
+        if wanted is not None and cluster.short not in wanted:
+            continue
         for path in record_standard(cluster):
             print(f"recorded {path}")
 

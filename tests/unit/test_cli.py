@@ -145,7 +145,8 @@ def test_status_json_with_the_daemon_running_and_stopped(env):
     assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
     assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
     assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers",
-                            "control", "hook"}
+                            "control", "hook", "unparsedRecords"}
+    assert stopped["unparsedRecords"] is None  # no record the daemon could not read
     assert stopped["hook"] is None  # no daemon has recorded the hook's counts
 
 
@@ -659,3 +660,68 @@ def test_jobs_shows_the_energy_edit(env):
     assert sum("editMeta" in v for v in views.values()) == len(joules)
     table = run(env, "jobs", "--since", f"@{SINCE - 60:.0f}", "--format", "table").output
     assert table.count("start+stop+energy") == len(joules)
+
+
+def release_of(doc: dict, version: str) -> dict:
+    """A recorded sacct document as a later Slurm release would write it: the same records
+    under another version (a faked release: ccadapter has not verified it)."""
+    major, minor, micro = version.split(".")
+    out = json.loads(json.dumps(doc))
+    out["meta"]["slurm"]["version"] = {"major": major, "minor": minor, "micro": micro}
+    out["meta"]["slurm"]["release"] = version
+    return out
+
+
+def test_jobs_prints_nothing_on_an_error_and_names_the_real_cluster(env):
+    """An unreadable record, or a release older than verified: stderr names the cluster
+    (the local one's own name, not None) and the version; stdout stays empty, since a
+    partial list would read as complete."""
+    doc = fixture_json("24.11", "testbed/sacct-window.json")
+    doc["jobs"][0]["state"]["current"] = 7
+    env[2].runner = RecordedSlurm("24.11", doc, listing=fixture_json(
+        "24.11", "testbed/sacct-window.json"))
+    res = run(env, "jobs", "--since", f"@{SINCE}")
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "error: cluster cluster24: 1 record(s) could not be read" in res.stderr
+    old = release_of(fixture_json("24.11", "testbed/sacct-window.json"), "21.08.8")
+    env[2].runner = RecordedSlurm("21.08.8", old)
+    res = run(env, "jobs", "--since", f"@{SINCE}")
+    assert res.exit_code == 1 and res.stdout == ""
+    (line,) = errors_of(res)
+    assert line.startswith("error: cluster cluster24: Slurm 21.08.8, `sacct --json`: "
+                           "unsupported Slurm generation")
+
+
+def test_a_release_newer_than_verified_is_read_and_a_record_that_does_not_fit_waits(env,
+                                                                                   caplog):
+    """Issue 28, item 5, with a faked 26.11: read as 26.05, every record checked. A record
+    whose layout changed is reported (version, command, field) and asked again at every
+    cycle; the others go out. Once a ccadapter reads it, it goes out too: nothing lost."""
+    recorded = fixture_json("26.05", "testbed/sacct-window.json")
+    ids = fixture_json("26.05", "testbed/workload.json")["ids"]
+    newer = release_of(recorded, "26.11.0")
+    (changed,) = [r for r in newer["jobs"] if r["job_id"] == ids["complete"][0]]
+    changed["exclusive"] = {"value": "NO"}  # a layout 26.05 does not write
+    since = fixture_json("26.05", "testbed/workload.json")["since"]
+    final = fixture_text("26.05", "testbed/scontrol-d-final.txt")
+    with CcBackendStandin(TOKEN, clusters=["cluster26"]) as standin:
+        with_config(env, ccRestUrl=standin.url)
+        env[2].runner = RecordedSlurm("26.11.0", newer, final, listing=recorded)
+        LastRun(env[0].parent / "lastrun").set(since - 60)
+        res = run(env, "sync", "--once")
+        assert res.exit_code == 0, res.output
+        assert "Slurm 26.11.0 is newer than the newest release this ccadapter verified " \
+               "(26.05)" in caplog.text
+        assert f"Slurm 26.11.0, `sacct --json`: job {changed['job_id']}: exclusive: " \
+               "expected a string" in caplog.text
+        started = {b["jobId"] for b in standin.started("cluster26")}
+        assert changed["job_id"] not in started and len(started) > 5
+        status = json.loads(run(env, "status", "--format", "json").stdout)
+        assert status["unparsedRecords"]["count"] == 1
+        env[2].runner = RecordedSlurm("26.11.0", release_of(recorded, "26.11.0"), final,
+                                      listing=recorded)  # read as Slurm wrote it at last
+        res = run(env, "sync", "--once")
+        assert res.exit_code == 0, res.output
+        assert changed["job_id"] in {b["jobId"] for b in standin.stopped()}
+        status = json.loads(run(env, "status", "--format", "json").stdout)
+        assert status["unparsedRecords"]["count"] == 0

@@ -452,3 +452,39 @@ def test_lookback_reads_its_span_a_part_per_cycle_oldest_first(env):
         assert seen[i + 1][0] == seen[i][1] and seen[i][1] - seen[i][0] == 600
     assert seen[r][1] == t0 + 100 * r  # the part that reached now
     assert seen[r + 1][0] == t0 + 100 * (r + 1) - 3600  # then the span's start again
+
+
+def test_a_record_that_cannot_be_read_is_asked_again_until_it_can(env):
+    """A record that does not fit (here a state of a type no release writes) is reported
+    and skipped; its id is kept in the outbox and asked again every cycle, however far the
+    window moves on, until it reads (issue 28, item 5; issue 29)."""
+    import copy
+
+    from ccadapter.outbox import unparsed
+
+    meta, clock, slurm, collector, box, last = env
+    job = meta["ids"]["complete"][0]
+    clean = fixture_json("24.11", "testbed/sacct-window.json")
+    broken = copy.deepcopy(clean)
+    (record,) = [r for r in broken["jobs"] if r["job_id"] == job]
+    record["state"]["current"] = 7
+    slurm.doc, slurm.listed = broken, clean
+    last.set(meta["since"])
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    first = rec.run_once()
+    assert (first["skipped_records"], first["unparsed"]) == (1, 1)
+    def kinds() -> set[str]:
+        with box.store.read() as db:
+            return {k for (k,) in db.execute("SELECT kind FROM events WHERE job_id = ?",
+                                             (job,))}
+
+    assert kinds() == set()
+    clock.now += 3 * SLICE  # the window has moved far past the job's run
+    assert rec.run_once()["unparsed"] == 1 and kinds() == set()
+    (view,) = unparsed.views(box.store).values()
+    assert view["count"] == 1 and "state.current" in view["lastError"]
+    assert "Slurm 24.11.5, `sacct --json`" in view["lastError"] and view["cluster"] == CLUSTER
+    slurm.doc = clean  # a ccadapter that reads it (here: the record as Slurm wrote it)
+    assert rec.run_once()["unparsed"] == 0
+    assert kinds() == {"start", "stop"}
+    assert next(iter(unparsed.views(box.store).values()))["count"] == 0

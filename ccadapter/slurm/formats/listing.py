@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ccadapter.errors import SlurmParseError
 from ccadapter.model import HetComponent, JobState, base_state, cc_state
 from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.values import decimal
@@ -94,22 +95,24 @@ class RunStamp:
         return (self.job_id, self.start_time)
 
 
-def parse_listing(out: str, ctx: ParseContext) -> tuple[list[RunStamp], list[str]]:
-    """One RunStamp per line; an unreadable line is an error string naming it, never the
-    end of the listing."""
+def parse_listing(out: str, ctx: ParseContext
+                  ) -> tuple[list[RunStamp], list[SlurmParseError]]:
+    """One RunStamp per line; an unreadable line is an error naming it (and its job, when
+    the line names one: ``job_id``), never the end of the listing."""
     stamps: list[RunStamp] = []
-    errors: list[str] = []
+    errors: list[SlurmParseError] = []
     for line in out.splitlines():
         if not line.strip():
             continue
         parts = line.split("|")
-        job_id = decimal(parts[0]) if len(parts) == 6 else None
-        if job_id is None:
-            errors.append(str(ctx.error(f"unreadable listing line {line[:80]!r}")))
+        job_id = decimal(parts[0])
+        if job_id is None or len(parts) != 6:
+            where = ctx if job_id is None else ctx.for_job(job_id)
+            errors.append(where.error(f"unreadable listing line {line[:80]!r}"))
             continue
         start, end = (_epoch(p) for p in parts[2:4])
         if start is None or end is None:
-            errors.append(str(ctx.for_job(job_id).error(f"unreadable times in {line[:80]!r}")))
+            errors.append(ctx.for_job(job_id).error(f"unreadable times in {line[:80]!r}"))
             continue
         nodes = parts[5].strip()
         stamps.append(RunStamp(job_id, start, end, base_state(parts[4]),

@@ -94,7 +94,7 @@ class ParseContext:
 
     def error(self, detail: str) -> SlurmParseError:
         where = f"job {self.job_id}: " if self.job_id is not None else ""
-        return SlurmParseError(self.version, self.command, where + detail)
+        return SlurmParseError(self.version, self.command, where + detail, self.job_id)
 
     def for_job(self, job_id: int) -> ParseContext:
         return ParseContext(self.version, self.command, job_id)

@@ -140,7 +140,9 @@ def parse_scontrol_jobs(out: str | Iterable[str], ctx: ParseContext,
     """Jobs of ``scontrol show job -d`` output (text or lines); a bad record is an error
     string, never a failure of the whole answer. With ``wanted``, other jobs are skipped
     unread."""
-    lines = out.splitlines() if isinstance(out, str) else out
+    # "\n" alone ends a line: a name or comment may hold what str.splitlines also splits
+    # at (U+0085, U+2028, ...)
+    lines = out.split("\n") if isinstance(out, str) else out
     jobs: dict[int, ControllerJob] = {}
     errors: list[str] = []
     for job_id, record in iter_records(lines, wanted):

@@ -49,7 +49,7 @@ def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]
     occurrence of a key wins: free text such as ``Reason=`` comes after the keys we read)."""
     nodes: list[NodeState] = []
     errors: list[str] = []
-    for line in out.splitlines():
+    for line in out.split("\n"):  # a Reason= may hold what str.splitlines splits at
         if not line.startswith("NodeName="):
             continue
         vals = dict.fromkeys(_NODE_KEYS, "")

@@ -1,86 +1,16 @@
-"""Slurm 24.11 (``data_parser/v0.0.42``).
+"""Slurm 24.11 (``data_parser/v0.0.42``): read as 23.11 (:mod:`.v23_11`).
 
-Differences from 22.05 and how they are handled:
-- many integers became ``{"set", "infinite", "number"}`` objects (``time.limit``,
-  ``array.task_id``, ``exit_code.return_code``); unset or infinite reads as None/0;
-- ``time.start`` of a never-started job is the sentinel 4294967294 instead of ``null``;
-- ``state.current`` became a list of strings (base state first, then flags);
-- ``exit_code.status`` became a list; ``signal`` was added (not used);
-- ``meta.slurm.version`` fields became strings (handled in ``.text.version_from_meta``);
-- sacct carries ``script``, filled only with ``-B`` (which requires ``-j IDS``) and only
-  when ``AccountingStoreFlags=job_script`` is set: one call gets the scripts of many jobs,
-  even after slurmctld forgot them;
-- ``tres`` entries carry ``name: ""`` instead of ``null``, and the job's ``energy`` entry
-  ``count: -2`` while unset: ``count`` is dumped as a plain int64, so NO_VAL64 reads -2
-  (src/plugins/data_parser/v0.0.42/parsers.c:7137-7145 the TRES fields, :2549-2557 the int64
-  dump, :7006 ``tres/allocated`` of a job); a set count is the consumed energy in joules;
-- ``het.job_offset`` became a number object; a job that is no het job's component has
-  ``het.job_id`` 0 and an unset offset. slurmdbd learns of a het job only when it starts:
-  until then its components read like jobs of their own (``het.job_id`` 0, JobID ``12`` in
-  the listing instead of 22.05's ``11+1``), so a pending het job is listed per component by
-  ``ccadapter jobs``; it is never sent before it starts, when it becomes one job;
-- sacctmgr speaks JSON: the cluster list is ``sacctmgr list clusters --json``, one object
-  per cluster in ``clusters`` with its ``name`` (as cc-slurm-adapter reads it).
+Compared with 24.05 (``tests/fixtures/24.11/`` against ``tests/fixtures/24.05/``, checked by
+``tests/unit/slurm/test_generations.py``): every field we read is laid out alike. Records add
+``qosreq``, ``restart_cnt``, ``time.planned``, and ``stdin``/``stdout``/``stderr`` with their
+``_expanded`` forms (not used).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any
+from ccadapter.slurm.formats import v23_11
 
-from ccadapter.model import Shared
-from ccadapter.slurm.formats.records import ParseContext, SacctRecord
-from ccadapter.slurm.formats.values import (
-    build_sacct_record,
-    cluster_names,
-    field,
-    job_id_of,
-    number,
-    text,
-)
-
-# sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
-SACCT_HAS_SCRIPTS = True
-# sacctmgr's arguments for the cluster list that parse_cluster_list reads.
-CLUSTER_LIST_ARGS: tuple[str, ...] = ("list", "clusters", "--json")
-
-
-def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
-    ctx = ctx.for_job(job_id_of(record, ctx))
-    if "exclusive" in record:
-        raise ctx.error("field 'exclusive' is 26.05's: not a 24.11 sacct record")
-    return parse_record(record, ctx, None)
-
-
-def parse_record(record: Mapping[str, Any], ctx: ParseContext,
-                 shared: Shared | None) -> SacctRecord:
-    """A 24.11-shaped record (24.11, and 26.05 with its sharing read by v26_05)."""
-    state = field(record, "state.current", ctx)
-    if not isinstance(state, list) or not state or not all(isinstance(s, str) for s in state):
-        raise ctx.error(f"state.current: expected a list of strings, got {state!r}")
-    exit_code = record.get("exit_code") or {}
-    if not isinstance(exit_code, Mapping):
-        raise ctx.error(f"exit_code: expected an object, got {exit_code!r}")
-    return build_sacct_record(
-        record,
-        ctx,
-        state=state[0],
-        array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
-        exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
-        shared=shared,
-        script=text(record.get("script"), "script", ctx),
-    )
-
-
-def parse_cluster_list(out: str, ctx: ParseContext) -> tuple[list[str], list[str]]:
-    """``sacctmgr list clusters --json``: the ``name`` of each entry of ``clusters``."""
-    try:
-        doc = json.loads(out)
-    except (ValueError, RecursionError):
-        raise ctx.error(f"output is not JSON: {out[:80]!r}") from None
-    clusters = doc.get("clusters") if isinstance(doc, Mapping) else None
-    if not isinstance(clusters, list):
-        raise ctx.error("output has no 'clusters' list")
-    return cluster_names([c.get("name") if isinstance(c, Mapping) else None
-                          for c in clusters], ctx)
+SACCT_HAS_SCRIPTS = v23_11.SACCT_HAS_SCRIPTS
+CLUSTER_LIST_ARGS = v23_11.CLUSTER_LIST_ARGS
+parse_sacct_job = v23_11.parse_sacct_job
+parse_cluster_list = v23_11.parse_cluster_list

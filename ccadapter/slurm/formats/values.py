@@ -236,8 +236,11 @@ def build_sacct_record(
     cpus = tres_count(tres, "cpu", None, ctx)
     start = epoch(field(record, "time.start", ctx), "time.start", ctx)
     if cpus is None:
-        # Nothing allocated (yet): what was asked for if it ran, else nothing.
-        cpus = (required_cpus or 0) if start else 0
+        # Nothing allocated (yet): what was asked for if it ran, else nothing. A job
+        # cancelled while pending may carry its end time as its start (slurmdbd writes it so
+        # by the moment of the scancel, seen on 22.05, 23.02 and 24.05): without nodes it
+        # never ran.
+        cpus = (required_cpus or 0) if start and nodes else 0
     het_job_id, het_offset = _het(record, ctx)
     return SacctRecord(
         job_id=ctx.job_id or 0,

@@ -15,7 +15,10 @@ from tests.fakeslurm import RELEASE
 # profile registers with cluster22's slurmdbd); the chroot clusters have a slurmdbd each.
 RECORDED = {"22.05": ("sacctmgr-clusters.txt", ["cluster22", "clusterscale"]),
             "24.11": ("sacctmgr-clusters.json", ["cluster24"]),
-            "26.05": ("sacctmgr-clusters.json", ["cluster26"])}
+            "26.05": ("sacctmgr-clusters.json", ["cluster26"]),
+            # the source builds: a slurmdbd each, the cluster named by its release
+            **{v: ("sacctmgr-clusters.json", [f"cluster{v.replace('.', '')}"])
+               for v in ("23.02", "23.11", "24.05", "25.05", "25.11")}}
 
 
 def parser(version):
@@ -68,7 +71,7 @@ def test_an_unreadable_json_list_names_the_version_and_command(out):
 
 
 def test_an_unknown_generation_is_refused():
-    runner = ReplayRunner(lambda argv: "slurm 23.02.7\n")
-    with pytest.raises(UnsupportedSlurmVersion, match=r"23\.02\.7"):
+    runner = ReplayRunner(lambda argv: "slurm 21.08.8\n")
+    with pytest.raises(UnsupportedSlurmVersion, match=r"21\.08\.8"):
         ClusterList(runner).names()
     assert runner.argvs == [["sacctmgr", "-V"]]

@@ -34,7 +34,8 @@ def newest(doc):
 def make_slurm(version, sacct_doc=None, **kw):
     doc = sacct_doc if sacct_doc is not None else fixture_json(version, "sacct-window.json")
     base = fixture_json(version, "sacct-window.json")
-    scripts = {} if version == "22.05" else {3: STORED}  # 22.05's JSON carries no scripts
+    # slurmdbd's stored script of the multi-node job (22.05's JSON carries no scripts)
+    scripts = {} if version == "22.05" else {WORKLOAD_IDS[version]["multinode"]: STORED}
     kw.setdefault("listing", doc if sacct_doc is None else base)
     return RecordedSlurm(version, doc, controller_text(version), scripts=scripts,
                          controller_script=lambda i: f"#!/bin/sh\n# job {i} \"quoted\", \xe9\n",
@@ -57,9 +58,10 @@ def test_window_costs_a_listing_a_detail_read_and_one_scontrol(version):
     # one scontrol process for the allocations and scripts of every held job
     assert slurm.calls["scontrol"] == 1 and len(slurm.stdins) == 1
     jobs = {j.job_id: j for j in result.jobs}
-    if version != "22.05":
-        assert jobs[3].job_script == STORED
-        assert "write batch_script 3 -" not in slurm.stdins[0]
+    if version != "22.05":  # slurmdbd stores scripts: none is asked of slurmctld
+        multi = WORKLOAD_IDS[version]["multinode"]
+        assert jobs[multi].job_script == STORED
+        assert f"write batch_script {multi} -" not in slurm.stdins[0]
     held = {int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / version).glob("scontrol-d-*.txt")}
     asked = {int(line.split()[2]) for line in slurm.stdins[0].splitlines()
              if line.startswith("show job")}
@@ -79,7 +81,7 @@ def test_allocation_joined_by_job_and_start_time(version):
     assert "quoted" in multi.job_script or "slurmdbd" in multi.job_script
     plain = jobs[WORKLOAD_IDS[version]["complete"]]
     assert not plain.allocation_known and plain.resources[0].hwthreads == ()
-    cancelled = jobs[WORKLOAD_IDS[version]["cancelrun"]]
+    cancelled = jobs[WORKLOAD_IDS[version]["cancelled_pending"]]
     assert not cancelled.started and cancelled.resources == ()
 
 
@@ -103,12 +105,15 @@ def test_exclusive_from_controller_on_22_05():
 
 def test_bad_record_fails_alone(version):
     doc = fixture_json(version, "sacct-window.json")
-    doc["jobs"][1]["time"] = "yesterday"
+    whole, _ = collect(version, sacct_doc=copy.deepcopy(doc))
+    broken = next(r for r in doc["jobs"] if r["job_id"] == WORKLOAD_IDS[version]["fail"])
+    broken["time"] = "yesterday"
     doc["jobs"].append({"no": "job id"})
     result, _ = collect(version, sacct_doc=doc)
-    assert len(result.jobs) == len(doc["jobs"]) - 2
+    assert len(result.jobs) == len(whole.jobs) - 1
     assert len(result.errors) == 2
-    assert f"job {doc['jobs'][1]['job_id']}" in result.errors[0]
+    assert f"job {broken['job_id']}" in result.errors[0]
+    assert result.unparsed == [broken["job_id"]]  # asked again later; the other names none
 
 
 def test_requeued_runs_are_distinct(version):
@@ -118,7 +123,8 @@ def test_requeued_runs_are_distinct(version):
     earlier = copy.deepcopy(first)
     earlier["time"]["start"] -= 100
     earlier["time"]["end"] = first["time"]["start"] - 50
-    earlier["state"]["current"] = "REQUEUED" if version == "22.05" else ["REQUEUED"]
+    earlier["state"]["current"] = ("REQUEUED" if isinstance(first["state"]["current"], str)
+                                   else ["REQUEUED"])
     doc["jobs"].append(earlier)
     result, _ = collect(version, sacct_doc=doc, listing=doc)
     runs = [j for j in result.jobs if j.job_id == ids["multinode"]]

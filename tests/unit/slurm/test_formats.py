@@ -8,7 +8,7 @@ import pytest
 
 from ccadapter.errors import SlurmParseError, UnsupportedSlurmVersion
 from ccadapter.model import Shared
-from ccadapter.slurm.formats import SlurmFormat, format_for
+from ccadapter.slurm.formats import SlurmFormat, format_for, newer_than_verified
 from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from ccadapter.slurm.formats.text import (
@@ -18,7 +18,7 @@ from ccadapter.slurm.formats.text import (
     version_from_text,
 )
 from ccadapter.slurm.formats.values import gpu_indices, int_ranges
-from tests.conftest import WORKLOAD_IDS, fixture_json, fixture_text, recorded_config
+from tests.conftest import VERSIONS, WORKLOAD_IDS, fixture_json, fixture_text, recorded_config
 from tests.energy import UNSET, with_energy
 
 
@@ -47,9 +47,12 @@ def test_workload_fields(version):
     assert len(multi.nodes) == 2 and multi.num_nodes == 2 and multi.num_hwthreads == 4
     assert recs[ids["excl"]].num_hwthreads == 4  # a whole node, though one CPU was asked for
     assert recs[ids["gpujob"]].partition == "gpu"
-    cancelled = recs[ids["cancelrun"]]
-    assert cancelled.state == "CANCELLED"
-    assert cancelled.start_time == 0 and cancelled.nodes == ()
+    cancelled = recs[ids["cancelled_pending"]]
+    assert cancelled.state == "CANCELLED" and cancelled.nodes == ()
+    # slurmdbd writes a job cancelled while pending with no start, or (by the moment of the
+    # scancel, seen on 22.05, 23.02 and 24.05) with its end time as its start; read as Slurm
+    # wrote it, and never started either way: it has no nodes
+    assert cancelled.start_time in (0, cancelled.end_time)
     for rec in recs.values():
         assert rec.submit_time > 1_700_000_000
         assert rec.user == "root"
@@ -180,15 +183,24 @@ def test_reboot_flag_of_a_job(version):
     assert all(j.reboot for j in rebooted.values())
 
 
-def test_unknown_generation_is_refused():
+@pytest.mark.parametrize("version", [SlurmVersion(21, 8, 8), SlurmVersion(24, 2, 0)])
+def test_a_generation_older_than_verified_or_never_released_is_refused(version):
     with pytest.raises(UnsupportedSlurmVersion) as err:
-        format_for(SlurmVersion(23, 2, 7), "sacct --json")
-    assert "23.02.7" in str(err.value) and "sacct --json" in str(err.value)
+        format_for(version, "sacct --json")
+    assert str(version) in str(err.value) and "sacct --json" in str(err.value)
+
+
+@pytest.mark.parametrize("version", [SlurmVersion(26, 11, 0), SlurmVersion(27, 5, 1)])
+def test_a_release_newer_than_verified_is_read_as_the_newest(version):
+    assert newer_than_verified(version)
+    assert format_for(version, "sacct --json") is format_for(SlurmVersion(26, 5, 5), "x")
 
 
 def test_every_generation_module_has_the_declared_shape():
-    for generation in ((22, 5), (24, 11), (26, 5)):
-        assert isinstance(format_for(SlurmVersion(*generation), "sacct --json"), SlurmFormat)
+    for version in VERSIONS:
+        major, minor = map(int, version.split("."))
+        assert not newer_than_verified(SlurmVersion(major, minor))
+        assert isinstance(format_for(SlurmVersion(major, minor), "sacct --json"), SlurmFormat)
 
 
 GENERATIONS = {"22.05": (22, 5), "24.11": (24, 11), "26.05": (26, 5)}
@@ -292,19 +304,20 @@ def test_parsers_do_not_mutate_input(version):
 # --- scontrol show job -d text -------------------------------------------------------------
 
 def test_scontrol_detail_lines(version):
-    ids = {"22.05": (4, 5), "24.11": (3, None), "26.05": (4, None)}[version]
-    multi_id, gpu_id = ids
+    """The multi-node job (-N2 -n4) while it runs: one detail line per node, its CPUs split
+    1 + 3 in every recording (the jobs before it hold the first node's other cores); the GPU
+    job's index where it was recorded while running (22.05, and the source builds')."""
+    multi_id, gpu_id = WORKLOAD_IDS[version]["multinode"], WORKLOAD_IDS[version]["gpujob"]
     jobs, errors = parse_scontrol_jobs(fixture_text(version, f"scontrol-d-{multi_id}.txt"),
                                        ParseContext(version, "scontrol"))
     assert errors == []
     multi = jobs[multi_id]
-    assert [(n.hostname, n.cpu_ids) for n in multi.nodes][1][1] == (0, 1, 2)
-    assert len(multi.nodes) == 2 and multi.nodes[0].cpu_ids == (3,)
+    assert len(multi.nodes) == 2 and sorted(len(n.cpu_ids) for n in multi.nodes) == [1, 3]
     assert multi.state == "RUNNING" and multi.batch
     assert multi.text.startswith(f"JobId={multi_id} ")
-    if gpu_id:
-        jobs, _ = parse_scontrol_jobs(fixture_text(version, f"scontrol-d-{gpu_id}.txt"),
-                                      ParseContext(version, "scontrol"))
+    gpu_text = fixture_text(version, f"scontrol-d-{gpu_id}.txt")
+    if "GRES=gpu" in gpu_text:
+        jobs, _ = parse_scontrol_jobs(gpu_text, ParseContext(version, "scontrol"))
         assert jobs[gpu_id].nodes[0].gpu_indices == (0,)
 
 

@@ -96,14 +96,12 @@ def test_ran_only_listing_leaves_out_what_never_ran(recorded):
     ran = collector.stamps(recording["since"])
     started = {s.run for s in ran.stamps if s.started}
     assert started == {s.run for s in every.stamps if s.started}
-    # 22.05's slurmdbd gives a job cancelled while pending a start time equal to its end, so
-    # -s RUNNING lists it; it lists no nodes, and nothing is read or sent for it
-    for job_id in recording["ids"].get("cancelqueued", []) + recording["ids"]["cancelpend"]:
-        assert all(not s.started for s in ran.stamps if s.job_id == job_id)
-    if recording["version"].startswith("22.05"):
-        assert len(ran.stamps) > len(started)
-    else:
-        assert len(ran.stamps) == len(started)
+    # slurmdbd may give a job cancelled while pending a start time equal to its end (seen on
+    # several versions, depending on the moment of the scancel), so -s RUNNING lists it; it
+    # lists no nodes, and nothing is read or sent for it
+    never = recording["ids"].get("cancelqueued", []) + recording["ids"]["cancelpend"]
+    assert all(not s.started for s in ran.stamps if s.job_id in never)
+    assert {s.job_id for s in ran.stamps if not s.started} <= set(never)
 
 
 def test_fast_path_one_process_and_the_dump_agree(scenario, recorded):

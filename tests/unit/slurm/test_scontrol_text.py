@@ -133,8 +133,10 @@ def test_listing_lines():
     assert not by_id[13].started and by_id[13].state == "CANCELLED"
     assert by_id[14].started and not by_id[14].finished and by_id[14].nodes == "n[1-2]"
     assert not by_id[7].started  # 22.05 prints End as Start of a never-started job
-    assert len(errors) == 3 and "22.05.8" in errors[0] and "job 15" in errors[1]
-    assert "18|" in errors[2] and 18 not in by_id
+    assert len(errors) == 3 and "22.05.8" in str(errors[0]) and "job 15" in str(errors[1])
+    assert "18|" in str(errors[2]) and 18 not in by_id
+    # a line naming its job is asked again by id; one naming none cannot be
+    assert [e.job_id for e in errors] == [None, 15, 18]
     assert [str(by_id[i].het) for i in (20, 21)] == ["20+0", "20+1"]
     assert by_id[21].het.job_id == 21
     assert by_id[12].het is None and by_id[17].het is None  # a job, an array task
