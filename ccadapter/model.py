@@ -69,8 +69,34 @@ def base_state(slurm_state: str) -> str:
 
 
 def cc_state(slurm_state: str) -> JobState | None:
-    """cc-backend's state for a Slurm state, None where cc-backend has none (PENDING)."""
+    """cc-backend's state for a Slurm state, None where cc-backend has none (PENDING) and
+    for a state we do not know (:func:`known_state`)."""
     return _SLURM_TO_CC.get(base_state(slurm_state))
+
+
+def known_state(slurm_state: str) -> bool:
+    """A Slurm state this module maps; a newer Slurm may add others."""
+    base = base_state(slurm_state)
+    return base in _SLURM_TO_CC or base in PENDING_STATES
+
+
+# What a run that ended in a state we do not know is sent as: cc-backend's states are fixed,
+# and a state Slurm added is most likely a way to fail (as BOOT_FAIL, DEADLINE, OUT_OF_MEMORY
+# were); sent as failed, the run is at least stopped.
+UNKNOWN_ENDED = JobState.FAILED
+
+
+def ended(slurm_state: str, end_time: int) -> bool:
+    """Whether slurmdbd's run has ended: an end time and a state that is not running. A
+    state we do not know counts as ended when slurmdbd gave the run an end time (slurmdbd
+    leaves it unset while a job runs), so that a newer Slurm's new end state never keeps a
+    run open in cc-backend."""
+    if end_time <= 0:
+        return False
+    state = cc_state(slurm_state)
+    if state is None:
+        return not known_state(slurm_state)
+    return state is not JobState.RUNNING
 
 
 class Shared(StrEnum):
@@ -157,11 +183,16 @@ class Job(Ownership):
 
     @property
     def finished(self) -> bool:
-        return self.end_time > 0 and cc_state(self.state) not in (None, JobState.RUNNING)
+        return ended(self.state, self.end_time)
 
     @property
     def cc_state(self) -> JobState | None:
-        return cc_state(self.state)
+        """cc-backend's state; a run that ended in a state we do not know is
+        :data:`UNKNOWN_ENDED`."""
+        state = cc_state(self.state)
+        if state is None and self.finished:
+            return UNKNOWN_ENDED
+        return state
 
     @property
     def hostnames(self) -> tuple[str, ...]:

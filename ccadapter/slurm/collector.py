@@ -41,7 +41,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING
 
 from ccadapter.errors import SlurmCommandError, SlurmParseError
-from ccadapter.model import Job
+from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
@@ -136,6 +136,7 @@ class Collector:
         self.tz = tz or local_zone()
         self._known_version: str | None = None  # for error messages only
         self._warned_newer = False  # said once that this release is newer than verified
+        self._unknown_states: set[str] = set()  # Slurm job states said to be unknown
         self.cluster = cluster
         self._cluster: str | None = cluster  # the name jobs carry, once known
         self._config_text = config_text  # `scontrol show config`, once read
@@ -180,6 +181,7 @@ class Collector:
             raise anonymous[0]
         for err in errors:
             log.error("skipped: %s", err)
+        self._say_unknown_states(s.state for s in stamps)
         return Listing(merge_stamps(stamps), [str(e) for e in errors],
                        [e.job_id for e in errors if e.job_id is not None])
 
@@ -267,7 +269,18 @@ class Collector:
             jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
             log.error("skipped: %s", err)
+        self._say_unknown_states(job.state for job in jobs)
         return QueryResult(merge_jobs(jobs), version, errors, unparsed)
+
+    def _say_unknown_states(self, states: Iterable[str]) -> None:
+        """Once per state and collector: a job state this ccadapter does not know."""
+        for state in {base_state(s) for s in states if not known_state(s)}:
+            if state in self._unknown_states:
+                continue
+            self._unknown_states.add(state)
+            log.warning("Slurm %s: job state %s is unknown to this ccadapter: a run in it "
+                        "counts as running until slurmdbd gives it an end time, then it is "
+                        "stopped as %s", self._known_version or "", state, UNKNOWN_ENDED)
 
     def _say_if_newer(self, version: SlurmVersion) -> None:
         """Once per collector: the release is newer than the newest verified one."""

@@ -1,6 +1,7 @@
 """Reconcilers over a recorded Slurm and a real outbox: what each cycle asks, what it
 enqueues, and that a cycle with nothing new reads nothing but its listing."""
 
+import json
 import logging
 from dataclasses import replace
 from zoneinfo import ZoneInfo
@@ -488,3 +489,23 @@ def test_a_record_that_cannot_be_read_is_asked_again_until_it_can(env):
     assert rec.run_once()["unparsed"] == 0
     assert kinds() == {"start", "stop"}
     assert next(iter(unparsed.views(box.store).values()))["count"] == 0
+
+
+def test_a_run_that_ended_in_a_state_we_do_not_know_is_stopped_and_said_once(env, caplog):
+    """Issue 29: a newer Slurm's end state (here LAUNCH_FAILED, which no release has) with an
+    end time from slurmdbd: stale-jobs stops the run, as failed, and the log says the state
+    is unknown once, not per run or per cycle."""
+    meta, _, slurm, collector, box, _ = env
+    opened = [_open(box, meta, name) for name in ("complete", "fail")]
+    for record in slurm.doc["jobs"]:
+        if record["job_id"] in {job_id for job_id, _ in opened}:
+            record["state"]["current"] = ["LAUNCH_FAILED"]
+    stale = StaleJobs(collector, box, CLUSTER)
+    assert stale.run_once()["stopped"] == 2
+    assert box.open_runs(CLUSTER) == []
+    with box.store.read() as db:
+        states = {json.loads(p)["stop"]["jobState"] for (p,) in db.execute(
+            "SELECT payload FROM events WHERE kind = 'stop'")}
+    assert states == {"failed"}
+    stale.run_once()
+    assert caplog.text.count("job state LAUNCH_FAILED is unknown") == 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ccadapter.errors import SlurmParseError
-from ccadapter.model import HetComponent, JobState, base_state, cc_state
+from ccadapter.model import HetComponent, base_state, ended
 from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.values import decimal
 
@@ -88,7 +88,7 @@ class RunStamp:
 
     @property
     def finished(self) -> bool:
-        return self.end_time > 0 and cc_state(self.state) not in (None, JobState.RUNNING)
+        return ended(self.state, self.end_time)
 
     @property
     def run(self) -> tuple[int, int]:
