@@ -79,13 +79,14 @@ def queue() -> None:
     """List, retry or drop the outbox's events (safe while the daemon runs)."""
 
 
-def _existing_outbox(config: Config) -> Outbox:
-    """The outbox, which these commands must not create (a typo in the config would)."""
+def _existing_outbox(config: Config, read_only: bool = False) -> Outbox:
+    """The outbox, which these commands must not create (a typo in the config would);
+    ``read_only``: as it is, for a command that only reads (:meth:`Outbox.reader`)."""
     path = outbox_path(config)
     if not path.exists():
         raise CommandExit(f"no outbox at {path} (stateDirectory): the daemon has not run "
                           "with this config")
-    return Outbox(path)
+    return Outbox.reader(path) if read_only else Outbox(path)
 
 
 def _ids(ids: list[int]) -> str:
@@ -104,7 +105,7 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
                limit: int, fmt: str) -> None:
     """The outbox's events, oldest first, without their bodies."""
     config = load(config_path)
-    outbox = _existing_outbox(config)
+    outbox = _existing_outbox(config, read_only=True)
     try:
         rows = admin.list_events(outbox.store, None if status_ == "all" else status_, kind, limit)
     finally:

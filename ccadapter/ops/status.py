@@ -136,7 +136,7 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
     if not view["exists"]:
         return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None,
                 "unparsed": {}}
-    outbox = Outbox(path, clock=lambda: now)
+    outbox = Outbox.reader(path, clock=lambda: now)
     try:
         stats = admin.stats(outbox.store)
         view.update(pending=stats["pending"], rejected=stats["rejected"],

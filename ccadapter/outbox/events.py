@@ -64,15 +64,22 @@ class Outbox:
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
                  backoff: RetryPolicy | None = None, notify: bool = False,
-                 on_enqueued: Callable[[EventKind, int], None] | None = None) -> None:
+                 on_enqueued: Callable[[EventKind, int], None] | None = None,
+                 store: Store | None = None) -> None:
         """``on_enqueued(kind, count)`` hears of new events once they are committed
-        (the daemon's metrics)."""
-        self.store = Store(path, clock)
+        (the daemon's metrics). ``store``: the file opened already (:meth:`reader`)."""
+        self.store = store or Store(path, clock)
         self.path = self.store.path
         self.notify = notify  # queue a NATS notification for every delivered start/stop
         self.backoff = backoff or RetryPolicies().outbox
         self.on_enqueued = on_enqueued
         self.queue = DeliveryQueue(self.store, EVENTS, self.backoff, self._owe_notification)
+
+    @classmethod
+    def reader(cls, path: str | Path, clock: Callable[[], float] = time.time) -> Outbox:
+        """The outbox opened read-only (``status``, ``queue list``): see :meth:`Store.reader`.
+        Its readers work; a write fails."""
+        return cls(path, clock, store=Store.reader(path, clock))
 
     def close(self) -> None:
         self.store.close()

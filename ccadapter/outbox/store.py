@@ -3,6 +3,11 @@
 WAL mode, one connection and one lock per process (the state directory's ``outbox.lock``
 keeps other processes out, :mod:`ccadapter.runtime.statelock`). ``synchronous=FULL``: a committed
 event survives power loss, not only a crash of the process.
+
+A reader (``status``, ``queue list``, the metrics of another process) opens it read-only
+(:meth:`Store.reader`): no schema statement, no upgrade, no file created, so that it works
+for a user who may only read the state directory and never changes the file under the
+daemon's feet.
 """
 
 from __future__ import annotations
@@ -84,11 +89,16 @@ FROM events e WHERE e.kind = 'start' AND e.payload != '' AND NOT EXISTS (
 class Store:
     """Thread-safe: one connection, one lock; writes are batched by the callers."""
 
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time,
+                 db: sqlite3.Connection | None = None) -> None:
+        """``db``: a connection opened already (:meth:`reader`): used as it is."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self._lock = threading.Lock()
+        if db is not None:
+            self._db = db
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -99,6 +109,25 @@ class Store:
                 db.execute(_FILL_RUNS)
                 db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
             _widen_kinds(db)
+
+    @classmethod
+    def reader(cls, path: str | Path, clock: Callable[[], float] = time.time) -> Store:
+        """The file opened read-only, as it is. A WAL file is read through its ``-shm``
+        index, which SQLite must create when no writer has it open; where the directory is
+        not writable and there is none, no writer has uncommitted pages either, and the
+        file is read as it stands (``immutable``). Raises sqlite3.Error when unreadable."""
+        uri = Path(path).absolute().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
+                             isolation_level=None, timeout=30)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            db.close()
+            if Path(f"{path}-wal").exists() or not Path(path).exists():
+                raise
+            db = sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False,
+                                 isolation_level=None)
+        return cls(path, clock, db)
 
     def close(self) -> None:
         with self._lock:

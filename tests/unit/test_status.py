@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +217,58 @@ def test_the_hook_counts_the_daemon_recorded_are_shown(config, outbox_file):
                            "age": 15.0}
     assert ("hook        1 received, dropped: flood 1, invalid 3; jobs slurmctld did not show: "
             "2  (since the daemon started; recorded 15s ago)") in render_table(doc)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A directory that nothing may write, root included: bound read-only onto itself
+    (what a user who may only read the state directory meets, with root's test run)."""
+    made: list[Path] = []
+
+    def make(path: Path) -> Path:
+        subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+        made.append(path)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_status_and_queue_list_only_read_the_outbox(config, outbox_file, read_only):
+    """Issue 29: ``status`` and ``queue list`` open the outbox read-only: no schema statement,
+    no upgrade, no file created; so they work where the state directory may only be read,
+    and an outbox of an older ccadapter stays as it was (no runs table added)."""
+    from click.testing import CliRunner
+
+    from ccadapter.cli import main
+
+    box = Outbox(outbox_file)
+    box.enqueue([NewEvent("c1", 7, 100, "start", {"jobId": 7})])
+    box.close()
+    db = sqlite3.connect(outbox_file)  # as an outbox of before the runs table
+    with db:
+        db.execute("DROP TABLE runs")
+        db.execute("DELETE FROM state WHERE key = 'schema.runs'")
+    db.close()
+    before = sorted(p.name for p in outbox_file.parent.iterdir())
+    cfg = outbox_file.parent.parent / "config.json"
+    cfg.write_text(json.dumps({"lastRunPath": config.last_run_path,
+                               "stateDirectory": config.state_directory,
+                               "pidFilePath": config.pid_file_path}))
+    read_only(outbox_file.parent)
+    status = CliRunner().invoke(main, ["status", "--format", "json", "--config", str(cfg)])
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["outbox"]["pending"] == 1
+    listed = CliRunner().invoke(main, ["queue", "list", "--format", "json", "--config",
+                                       str(cfg)])
+    assert listed.exit_code == 0, listed.output
+    assert [e["jobId"] for e in json.loads(listed.stdout)] == [7]
+    assert sorted(p.name for p in outbox_file.parent.iterdir()) == before
+    db = sqlite3.connect(f"{outbox_file.as_uri()}?immutable=1", uri=True)
+    try:
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'runs'"
+                          ).fetchone() == (0,)
+    finally:
+        db.close()
