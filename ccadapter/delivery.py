@@ -7,6 +7,10 @@ out a stop only after its start was delivered), so the per-job order needs no lo
 What "deliver" means is a function of one event: :class:`ccadapter.cc.delivery.RestDelivery`
 (cc-backend's REST API, with its 404 dance) or :class:`ccadapter.notify.delivery.NatsDelivery`.
 The same engine drains the outbox itself and its NATS notification queue.
+
+A delivery that raises (a bug, or a body nothing expected) costs that event a retry with
+its backoff and a log line, never the batch: the others' results are recorded as usual, so
+one event cannot hold the outbox.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ class Deliverer:
             events = self.queue.due(self.batch)
             if not events:
                 break
-            results = list(self._pool.map(self.deliver, events))
+            results = list(self._pool.map(self._deliver_one, events))
             self.queue.record(results)
             for ev, res in zip(events, results, strict=True):
                 stats.add(res)
@@ -94,6 +98,15 @@ class Deliverer:
                 self._failing = False
                 self.queue.retry_now()
         return stats
+
+
+    def _deliver_one(self, event: Event) -> Result:
+        try:
+            return self.deliver(event)
+        except Exception as exc:
+            log.exception("delivering %s of job %s (%s) failed; tried again later",
+                          event.kind, event.job_id, event.cluster)
+            return Result(event.id, PENDING, f"{type(exc).__name__}: {exc}")
 
 
 def nats_first(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool

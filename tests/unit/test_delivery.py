@@ -271,3 +271,30 @@ def clock_box(tmp_path):
     box = Outbox(tmp_path / "clocked.sqlite", clock=clock)
     yield box, clock
     box.close()
+
+
+def test_an_event_whose_delivery_raises_does_not_stall_the_others(tmp_path, caplog):
+    """Issue 29: the pool's map gave up the whole batch on the first exception, so one event
+    whose delivery raised (a bug) was due again in every batch and held every other one."""
+    from ccadapter.outbox import DELIVERED, Result
+
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([NewEvent("c", job, 1, "start", {"jobId": job}) for job in (1, 2, 3)])
+
+    def deliver(event):
+        if event.job_id == 2:
+            raise KeyError("resources")
+        return Result(event.id, DELIVERED)
+
+    deliverer = Deliverer(box.queue, deliver, workers=2)
+    try:
+        stats = deliverer.run_once()
+    finally:
+        deliverer.close()
+    assert (stats.delivered, stats.retried) == (2, 1)
+    counts = admin.stats(box.store)["counts"]
+    assert counts == {"start:delivered": 2, "start:pending": 1}
+    (waiting,) = admin.list_events(box.store, "pending", None, 10)
+    assert waiting["jobId"] == 2 and "KeyError" in waiting["error"]
+    assert "delivering start of job 2 (c) failed" in caplog.text
+    box.close()
