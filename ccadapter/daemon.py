@@ -27,6 +27,7 @@ for every cluster it serves, and a gate that opens wakes every lane.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 # How long a stopping daemon waits for a lane's cycle in flight (a Slurm command that hangs
 # is killed after slurmCommandTimeout; what a cut cycle leaves is repeated by the next one).
 LANE_JOIN = 30.0
+# The main loop's longest sleep: a stop asked by a signal (which only sets a flag) is seen
+# within this.
+STOP_POLL = 1.0
 
 
 @dataclass
@@ -95,6 +99,7 @@ class Daemon:
         self.gate: Callable[[], bool] = lambda: True
         self._gate_was_open = True
         self._main_wake = threading.Event()
+        self._stop_asked = False  # set by a signal handler: a plain store, no lock
 
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None, *,
                     cluster: str | None = None, retry: float | None = None,
@@ -141,6 +146,18 @@ class Daemon:
     def add_deliverer(self, deliverer: Deliverer, name: str) -> None:
         self.deliverers.append((name, deliverer))
 
+    def stop_on_signals(self, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+                        ) -> None:
+        """Stop at these signals. The handler only stores a flag, which the main loop reads
+        within :data:`STOP_POLL`: a handler runs in the main thread between two bytecodes,
+        perhaps while that thread holds a lock the stop would take (``self._lock``, an
+        Event's), and would wait for itself for ever."""
+        def asked(signum: int, frame: object) -> None:
+            self._stop_asked = True
+
+        for sig in signals:
+            signal.signal(sig, asked)
+
     def stop(self) -> None:
         self.stopping.set()
         self._main_wake.set()
@@ -168,14 +185,14 @@ class Daemon:
                 self._start_lane(cluster)
         cycles = 0
         try:
-            while not self.stopping.is_set():
+            while not self.stopping.is_set() and not self._stop_asked:
                 self.run_due()
                 if self.heartbeat:
                     self.heartbeat()
                 cycles += 1
                 if max_cycles is not None and cycles >= max_cycles:
                     break
-                wait = self._until_due(self._runnable(None))
+                wait = min(self._until_due(self._runnable(None)), STOP_POLL)
                 if self.heartbeat_interval:
                     wait = min(wait, self.heartbeat_interval)
                 self.wait(self._main_wake, max(0.05, wait))
@@ -192,7 +209,7 @@ class Daemon:
     def run_due(self, cluster: str | None = None) -> None:
         """The due routines of ``cluster``'s lane (None: the main loop's), here and now."""
         for routine in self._of(cluster):
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self._stop_asked:
                 return
             if routine.retired or (routine.gated and not self._gate_open()):
                 continue

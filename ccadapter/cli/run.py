@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sqlite3
 import tempfile
 import threading
@@ -118,8 +117,7 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         daemon.on_cycle = CycleLog(app.outbox,
                                    then=_ReadyAfterFirstWindow(app.lanes, standby))
         server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: daemon.stop())
+        daemon.stop_on_signals()
         app.start_publishing()
         fast.start()
         _listen(server, config)

@@ -60,6 +60,9 @@ LANES = 3
 # long-lived scontrol processes the daemon's SlurmRunner keeps per cluster: two per lane, as a
 # part's batch scripts are asked beside its jobs (Slurmctld._singles)
 SESSIONS = 2 * LANES
+# How long a stop waits for the parts being asked (each question is bounded by
+# slurmCommandTimeout; what a stop cuts short is left to the poll, said in the log).
+DRAIN = 30.0
 
 
 class FastPath:
@@ -91,6 +94,7 @@ class FastPath:
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
         self._asked: set[int] = set()  # the ids of the parts being asked
         self._free = self.lanes  # lanes not asking
+        self._abandoned = False  # a stop gave up waiting: late answers are not stored
         self._cond = threading.Condition()
         self._stopping = False
         # logs (and the thread) name the cluster where one daemon serves several
@@ -109,11 +113,19 @@ class FastPath:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, drain: float = DRAIN) -> None:
+        """Take no more parts, and wait up to ``drain`` seconds for the parts being asked to
+        be stored: the daemon closes the outbox next, and an answer stored after that would
+        fail (its jobs are then left to the poll, as the log says)."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join(10)
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free == self.lanes, drain):
+                self._abandoned = True
+                log.info("%s: stopping with %d part(s) still asked of slurmctld; their jobs "
+                         "are left to the poll", self.name, self.lanes - self._free)
         self._asking.shutdown(wait=False, cancel_futures=True)
         self._scripts.shutdown(wait=False, cancel_futures=True)
 
@@ -215,7 +227,7 @@ class FastPath:
             with self._cond:
                 self._free += 1
                 self._asked.difference_update(part)
-                self._cond.notify()
+                self._cond.notify_all()  # the loop, and a stop waiting for the lanes
 
     def _sync_part(self, part: dict[int, tuple[set[str], int]]) -> None:
         """Asks slurmctld about the part's ids and puts their events into the outbox, or
@@ -253,6 +265,9 @@ class FastPath:
         elif missing:
             log.info("%s: slurmctld does not show job(s) %s; left to the poll", self.name,
                      ", ".join(map(str, missing[:5])))
+        with self._cond:
+            if self._abandoned:  # the daemon stopped without this answer: the outbox is shut
+                return
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -279,3 +280,34 @@ def test_run_soon_wakes_the_loop_for_that_routine():
     d.add_routine(tick, 1, "tick")
     d.run(max_cycles=3)
     assert calls == [0.0, 1.0]  # again at once, not an hour later
+
+
+def test_a_signal_only_sets_a_flag_even_while_the_main_thread_holds_the_daemons_lock():
+    """Issue 29: the SIGTERM handler called Daemon.stop(), which takes the daemon's lock; a
+    handler runs in the main thread, so a signal that came while that thread held the lock
+    (the gate's check, a lane starting) left it waiting for itself for ever. Now the handler
+    stores a flag, which the main loop reads within STOP_POLL."""
+    code = textwrap.dedent("""
+        import os, signal, sys, threading
+        from ccadapter.daemon import Daemon
+
+        class Idle:
+            queue = None
+            def run_once(self, stopping=lambda: False):
+                from ccadapter.delivery import DeliveryStats
+                return DeliveryStats()
+
+        daemon = Daemon(Idle(), idle_delivery_wait=0.1)
+        daemon.stop_on_signals()
+        with daemon._lock:  # as the main loop does, when the signal comes
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # a few bytecodes: the handler runs here
+        runner = threading.Thread(target=daemon.run)
+        runner.start()
+        runner.join(10)
+        print("stopped" if not runner.is_alive() else "running", flush=True)
+        os._exit(0)
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, check=False)
+    assert res.stdout.strip() == "stopped", res.stderr

@@ -397,3 +397,23 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
     gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
     fast.submit(HookMessage(gpu, "start", None))  # a real job is still served
     assert wait(woken.is_set)
+
+
+def test_a_stop_waits_for_the_questions_in_flight_before_the_outbox_closes(env, monkeypatch):
+    """Issue 29: stop() left the lanes running (shutdown without waiting), so a part asked
+    at SIGTERM stored its answer after the daemon had closed the outbox, or never."""
+    fast, box, _, _, _, _ = env
+    asked = threading.Event()
+    real = fast.collector.controller_jobs
+
+    def slow(*args, **kwargs):
+        asked.set()
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fast.collector, "controller_jobs", slow)
+    gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    fast.submit(HookMessage(gpu, "start", None))
+    assert asked.wait(5)
+    fast.stop()
+    assert [e.job_id for e in box.queue.due()] == [gpu]  # stored before stop() returned
