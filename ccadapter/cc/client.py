@@ -194,6 +194,20 @@ class CcClient:
         tests: :meth:`running_job_pages` keeps one page at a time)."""
         return [job for page in self.running_job_pages(cluster, per_page) for job in page]
 
+    def running_runs(self, cluster: str, per_page: int = 500) -> Iterator[tuple[int, int]]:
+        """The runs (jobId, startTime) cc-backend lists running, checked: an entry that is
+        no job with integer ``jobId`` and ``startTime`` raises, naming it and the page, as
+        any error answer does (it must not be read as a run, nor as no run)."""
+        for number, page in enumerate(self.running_job_pages(cluster, per_page), 1):
+            for job in page:
+                run = job_run(job)
+                if run is None:
+                    raise CcBackendError(self._problem(
+                        f"GET /api/jobs/ page {number}",
+                        f"an entry without an integer jobId and startTime: {str(job)[:120]!r}",
+                        "is ccRestUrl cc-backend's base URL, and is it cc-backend 1.5?"))
+                yield run
+
     def running_job_pages(self, cluster: str, per_page: int = 500
                           ) -> Iterator[list[dict[str, Any]]]:
         """The running jobs of a cluster, one page at a time, so that a caller keeping a
@@ -237,6 +251,17 @@ class CcClient:
         finally:
             if self.on_request:
                 self.on_request(path.partition("?")[0], status, time.monotonic() - started)
+
+
+def job_run(job: Any) -> tuple[int, int] | None:
+    """(jobId, startTime) of one entry of cc-backend's job list; None when it has no such
+    integers (a bool is no integer; JSON numbers with a fraction are not ids)."""
+    if not isinstance(job, dict):
+        return None
+    job_id, start = job.get("jobId"), job.get("startTime")
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in (job_id, start)):
+        return None
+    return job_id, start
 
 
 def _shown(url: str) -> str:

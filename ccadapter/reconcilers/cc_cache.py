@@ -51,9 +51,7 @@ class CcCache(OneCluster):
     def run_once(self) -> dict[str, Any]:
         # phase 1: both sides' view, as sets of runs
         now = self.clock()
-        cc_runs: set[Run] = set()
-        for page in self.client.running_job_pages(self.cluster):
-            cc_runs.update((int(j["jobId"]), int(j["startTime"])) for j in page)
+        cc_runs: set[Run] = set(self.client.running_runs(self.cluster))
         held, others = running_now(self.collector, self.outbox.open_runs(self.cluster))
         slurm_runs = held | {s.run for s in others.stamps if s.started and not s.finished}
         # phase 2: what to change

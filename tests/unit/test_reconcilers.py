@@ -509,3 +509,19 @@ def test_a_run_that_ended_in_a_state_we_do_not_know_is_stopped_and_said_once(env
     assert states == {"failed"}
     stale.run_once()
     assert caplog.text.count("job state LAUNCH_FAILED is unknown") == 1
+
+
+def test_cc_cache_reads_cc_backends_answer_checked(env):
+    """Issue 29: a malformed jobId in cc-backend's job list ended cc-cache with a
+    ValueError (a traceback from ``sync --once``); now it is one CcBackendError naming it."""
+    import responses
+
+    from ccadapter.cc.client import CcBackendError
+
+    _, _, _, collector, box, _ = env
+    with responses.RequestsMock() as mock:
+        mock.get("http://cc.test/api/jobs/", json={"jobs": [{"jobId": "12a", "startTime": 5}]})
+        client = CcClient("http://cc.test", "token")
+        with pytest.raises(CcBackendError, match="an entry without an integer jobId"):
+            CcCache(collector, box, CLUSTER, client).run_once()
+        client.close()

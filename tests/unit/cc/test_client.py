@@ -351,3 +351,19 @@ def test_proxies_come_from_the_environment(monkeypatch):
     server.stop()
     assert got.detail == "host name not found"  # bypassing the proxy: straight to DNS
     assert [b["jobId"] for _, b in server.seen] == [20]
+
+
+@responses.activate
+@pytest.mark.parametrize("entry", [{"jobId": "12a", "startTime": 5}, {"jobId": 12},
+                                   {"jobId": True, "startTime": 5}, ["12", 5], None])
+def test_a_malformed_job_entry_is_one_error_naming_it(client, entry):
+    """Issue 29: cc-cache read ``int(j["jobId"])`` from cc-backend's answer unchecked, so a
+    malformed entry ended the cycle with a traceback. Now one CcBackendError line names it."""
+    responses.get(URL + "/api/jobs/", json={"jobs": [{"jobId": 1, "startTime": 5}, entry]})
+    with pytest.raises(CcBackendError) as err:
+        list(client.running_runs("c"))
+    assert "GET /api/jobs/ page 1: an entry without an integer jobId and startTime" in \
+        str(err.value) and "\n" not in str(err.value)
+    responses.replace(responses.GET, URL + "/api/jobs/",
+                      json={"jobs": [{"jobId": 1, "startTime": 5}]})
+    assert list(client.running_runs("c")) == [(1, 5)]
