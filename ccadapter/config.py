@@ -21,6 +21,7 @@ import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -45,6 +46,25 @@ _ALIASES = {"slurmQueryMaxRetries": "slurmMaxRetries"}
 
 # Keys whose values are secrets: never logged, never echoed in errors.
 SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
+# Keys holding a URL, which may carry user:password@ (the password is a secret too).
+URL_KEYS = ("ccRestUrl", "natsServer")
+REDACTED = "<redacted>"
+
+
+def url_password(url: str) -> str:
+    """The password of ``scheme://user:password@host...``; "" when there is none."""
+    netloc = urlsplit(url).netloc if "://" in url else ""
+    userinfo, at, _ = netloc.rpartition("@")
+    return userinfo.partition(":")[2] if at else ""
+
+
+def safe_url(url: str) -> str:
+    """The URL as it may be shown: without its user:password@ part."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
 
 
 def _compile(pattern: str) -> str:
@@ -224,7 +244,8 @@ class Config(BaseModel):
     @classmethod
     def _url(cls, value: str) -> str:
         if value and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+            # shown without what a password could be (the value may be a mistyped URL)
+            raise ValueError(f"must be an http:// or https:// URL, got {safe_url(value)!r}")
         return value.rstrip("/")
 
     @field_validator("nats_server")
@@ -351,12 +372,23 @@ class Config(BaseModel):
         return parse_listen_address(self.metrics_listen)
 
     def redacted(self) -> dict[str, Any]:
-        """The config as the file would spell it, secrets replaced, for display."""
+        """The config as the file would spell it, secrets replaced (a password inside a
+        URL too), for display."""
         data = self.model_dump(by_alias=True)
         for key in SECRET_KEYS:
             if data.get(key):
-                data[key] = "<redacted>"
+                data[key] = REDACTED
+        for key in URL_KEYS:
+            if password := url_password(data[key]):
+                data[key] = data[key].replace(f":{password}@", f":{REDACTED}@", 1)
         return data
+
+    def secret_values(self) -> list[str]:
+        """Every secret the config holds (the secret keys' values and the passwords
+        inside its URLs), for scrubbing texts of other programs before they are shown."""
+        data = self.model_dump(by_alias=True)
+        values = [data[k] for k in sorted(SECRET_KEYS) if data.get(k)]
+        return values + [pw for k in URL_KEYS if (pw := url_password(data[k]))]
 
 
 def _canonical_keys() -> dict[str, str]:

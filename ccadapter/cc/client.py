@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode
 
 from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
+from ccadapter.config import safe_url
 from ccadapter.errors import CcAdapterError
 from ccadapter.kinds import EventKind
 from ccadapter.retry import RetryPolicies, RetryPolicy
@@ -187,7 +188,7 @@ class CcClient:
         return Answer(outcome, resp.status, text)
 
     def _problem(self, what: str, reason: str, advice: str) -> str:
-        return f"cc-backend {_shown(self.url)} (ccRestUrl): {what}: {reason}; {advice}"
+        return f"cc-backend {safe_url(self.url)} (ccRestUrl): {what}: {reason}; {advice}"
 
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
         """All running jobs of a cluster (every page in one list; for small clusters and
@@ -264,9 +265,3 @@ def job_run(job: Any) -> tuple[int, int] | None:
     return job_id, start
 
 
-def _shown(url: str) -> str:
-    """The URL without user:password@ (ccRestUrl may carry them)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -29,11 +29,10 @@ from ccadapter.cli.base import (
     require_delivery,
 )
 from ccadapter.clusters import last_runs
-from ccadapter.config import Config
+from ccadapter.config import Config, safe_url
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import MetricsServer
-from ccadapter.notify.message import safe_url
 from ccadapter.ops.checks import Identity, startup_warnings
 from ccadapter.ops.status import CycleLog, scrub, secret_values
 from ccadapter.outbox import Outbox, admin

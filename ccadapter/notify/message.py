@@ -82,7 +82,3 @@ class Published:
     duplicate: bool = False  # JetStream had it already (a resend)
 
 
-def safe_url(url: str) -> str:
-    """The server URL without any user:password@ part."""
-    scheme, sep, rest = url.rpartition("://")
-    return f"{scheme}{sep}{rest.rpartition('@')[2]}"

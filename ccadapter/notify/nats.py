@@ -29,9 +29,9 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from ccadapter.config import Config
+from ccadapter.config import Config, safe_url
 from ccadapter.loggate import LogGate
-from ccadapter.notify.message import Message, Published, safe_url
+from ccadapter.notify.message import Message, Published
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)

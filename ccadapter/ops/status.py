@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter import __version__, clustername
-from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.config import Config
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
@@ -206,9 +206,8 @@ def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]
 
 
 def secret_values(config: Config) -> list[str]:
-    """The values of the config's secret keys that are set."""
-    data = config.model_dump(by_alias=True)
-    return [data[k] for k in SECRET_KEYS if data.get(k)]
+    """The config's secrets that are set (:meth:`Config.secret_values`)."""
+    return config.secret_values()
 
 
 def scrub(obj: Any, secrets: Iterable[str]) -> Any:

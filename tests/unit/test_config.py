@@ -236,3 +236,30 @@ def test_cluster_sockets_need_slurm_clusters_and_a_served_name():
     c = parse_config({"slurmClusters": ["*"],
                       "prepSockClusterListenPaths": {"any": "tcp:127.0.0.1:7001"}})
     assert c.prep_sock_cluster_listen_paths == {"any": "tcp:127.0.0.1:7001"}
+
+
+def test_a_password_inside_a_url_is_never_printed(tmp_path):
+    """Issue 29: check-config printed ccRestUrl as written, password included; a malformed
+    URL echoed it in its error; status scrubbed the secret keys only."""
+    secret = "pa55-in-url"
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"ccRestUrl": f"http://cc:{secret}@cc.example.org:8080",
+                                "natsServer": f"nats://n:{secret}2@broker:4222"}))
+    res = CliRunner().invoke(main, ["check-config", str(good)])
+    assert res.exit_code == 0, res.output
+    assert secret not in res.output
+    shown = json.loads(res.stdout.split("\n" + str(good))[0])
+    assert shown["ccRestUrl"] == "http://cc:<redacted>@cc.example.org:8080"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"ccRestUrl": f"htp://cc:{secret}@cc.example.org"}))
+    res = CliRunner().invoke(main, ["check-config", str(bad)])
+    assert res.exit_code == 2 and "ccRestUrl" in res.output and secret not in res.output
+    from ccadapter.config import safe_url, url_password
+    from ccadapter.ops.status import scrub, secret_values
+
+    config = load_config(good)
+    assert scrub(f"HTTP 500 from http://cc:{secret}@cc.example.org:8080: x",
+                 secret_values(config)) == \
+        "HTTP 500 from http://cc:<redacted>@cc.example.org:8080: x"
+    assert url_password(config.cc_rest_url) == secret
+    assert safe_url(config.cc_rest_url) == "http://cc.example.org:8080"

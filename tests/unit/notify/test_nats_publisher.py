@@ -13,9 +13,10 @@ import nats.errors
 import nats.js.errors
 import pytest
 
+from ccadapter.config import safe_url
 from ccadapter.notify import nats as pub_mod
 from ccadapter.notify.message import Message
-from ccadapter.notify.nats import NatsOptions, NatsPublisher, describe, safe_url
+from ccadapter.notify.nats import NatsOptions, NatsPublisher, describe
 from ccadapter.retry import RetryPolicy
 
 SECRET = "s3cr3t-pw"
