@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -47,6 +48,19 @@ def _workload_ids(version: str) -> dict[str, int]:
 
 
 WORKLOAD_IDS = {version: _workload_ids(version) for version in VERSIONS}
+
+
+def required() -> bool:
+    """CCADAPTER_REQUIRE_SLURM=1 (tests/run, CI): what the test bed provides must be there."""
+    return os.environ.get("CCADAPTER_REQUIRE_SLURM") == "1"
+
+
+def unavailable(msg: str) -> NoReturn:
+    """The one place a test meets a missing part of the test bed (Slurm, nats-server, root):
+    a failure where the test bed is required, a skip elsewhere."""
+    if required():
+        pytest.fail(msg)
+    pytest.skip(msg)
 
 
 def collector_settings(**config: Any) -> CollectorSettings:

@@ -22,7 +22,8 @@ from typing import Any
 
 import nats
 import nkeys
-import pytest
+
+from tests.conftest import unavailable
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
@@ -84,9 +85,7 @@ class NatsServer:
 
 def require_nats_server() -> None:
     if not os.path.exists(NATS_SERVER):
-        if os.environ.get("CCADAPTER_REQUIRE_SLURM") == "1":
-            pytest.fail(f"{NATS_SERVER} missing (tests/run installs the nats-server package)")
-        pytest.skip("nats-server is not installed")
+        unavailable(f"{NATS_SERVER} missing (tests/run installs the nats-server package)")
 
 
 # --- reading what arrived -----------------------------------------------------------------

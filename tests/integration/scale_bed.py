@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unavailable
 from tests.integration.workload import TESTBED, Cluster
 from tests.testbed.load import JOB_NAMES, ChurnResult, FillResult, Load, Submission
 
@@ -119,22 +120,18 @@ def _testbed(*args: str, env: dict[str, str] | None = None, timeout: float = 600
     return proc.stdout
 
 
-def _unavailable(msg: str) -> None:
-    if os.environ.get("CCADAPTER_REQUIRE_SLURM"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 @pytest.fixture(scope="session")
 def scale_testbed() -> Iterator[ScaleCluster]:
     """clusterscale up with 16 nodes and the hook, for the session; down afterwards."""
     if os.geteuid() != 0:
-        _unavailable("the scale profile needs root (tests/testbed/slurm up scale)")
+        unavailable("the scale profile needs root (tests/testbed/slurm up scale)")
     env = {**os.environ, "CCADAPTER_HOOK_PY": str(REPO / "ccadapter" / "prep" / "hook.py")}
     try:
         _testbed("up", "scale", "--nodes", str(NODES), env=env)
     except RuntimeError as exc:
-        _unavailable(str(exc))
+        unavailable(str(exc))
     info = json.loads(_testbed("info", "scale", timeout=60))
     if not info:
         pytest.fail("tests/testbed/slurm info scale: clusterscale is not up after up scale")

@@ -40,6 +40,7 @@ import pytest
 
 from ccadapter.model import cc_state
 from ccadapter.runtime.lastrun import LastRun
+from tests.conftest import unavailable
 from tests.integration.sync_scenario import TOKEN, DaemonProc, submit_batch, wait_for
 from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import TESTBED, Cluster, sacct_truth
@@ -75,7 +76,7 @@ def clusterscale() -> Iterator[tuple[Cluster, str]]:
     info, ours = _scale_info(), False
     if not info:
         if os.geteuid() != 0:
-            pytest.skip("clusterscale is down and bringing it up needs root")
+            unavailable("clusterscale is down and bringing it up needs root")
         env = {**os.environ, "CCADAPTER_HOOK_PY": str(REPO / "ccadapter" / "prep" / "hook.py")}
         subprocess.run([str(TESTBED), "up", "scale", "--nodes", "4"], capture_output=True,
                        timeout=600, stdin=subprocess.DEVNULL, env=env, check=True)

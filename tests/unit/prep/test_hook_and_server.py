@@ -152,7 +152,9 @@ def test_tcp(host):
     try:
         lst = Listener([spec])
     except OSError:
-        pytest.skip(f"no {host} on this machine")
+        if ":" not in host:
+            raise
+        pytest.skip("no IPv6 loopback on this machine")
     try:
         env = {**ENV, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
         assert hook.main(["--socket", spec], env=env) == 0
