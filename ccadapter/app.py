@@ -327,7 +327,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     outbox.notify = nats_on and config.cc_rest_submit_jobs
     recorder.watch_outbox(outbox)
     # one connection per delivery worker, and one for a reconciler's read beside them
-    client = CcClient(config.cc_rest_url, config.cc_rest_jwt,
+    client = CcClient(config.cc_rest_url, config.rest_jwt(),
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       retry=retries.http, on_request=recorder.cc_request
                       ) if config.cc_rest_url else None

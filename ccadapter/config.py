@@ -46,6 +46,9 @@ _ALIASES = {"slurmQueryMaxRetries": "slurmMaxRetries"}
 
 # Keys whose values are secrets: never logged, never echoed in errors.
 SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
+# The files a secret may be kept in instead, so that the config file holds none and may be
+# read by the hook (which runs as SlurmUser) and by admins: secret key -> its file's key.
+SECRET_FILE_KEYS = {"ccRestJwt": "ccRestJwtFile", "natsPassword": "natsPasswordFile"}
 # Keys holding a URL, which may carry user:password@ (the password is a secret too).
 URL_KEYS = ("ccRestUrl", "natsServer")
 REDACTED = "<redacted>"
@@ -151,6 +154,13 @@ class Config(BaseModel):
     nats_nkey_seed_file: str = Field("", alias="natsNKeySeedFile")
 
     # --- our own keys ---------------------------------------------------------------------
+    # A file holding ccRestJwt (its first line), readable by the daemon's user alone; the
+    # config file then holds no secret. Mutually exclusive with ccRestJwt. A systemd
+    # credential works too: LoadCredential=jwt:/etc/... and the path
+    # /run/credentials/ccadapter.service/jwt.
+    cc_rest_jwt_file: str = Field("", alias="ccRestJwtFile")
+    # The same for natsPassword.
+    nats_password_file: str = Field("", alias="natsPasswordFile")
     # Put in front of every Slurm command, e.g. ["chroot", "/srv/slurm24"] or ["ssh", "ctld"].
     slurm_command_prefix: list[str] = Field(default_factory=list, alias="slurmCommandPrefix")
     # Seconds one Slurm command may take before it is killed and counted as failed.
@@ -317,6 +327,15 @@ class Config(BaseModel):
             seen.add(spec)
         return value
 
+    @field_validator("cc_rest_jwt_file", "nats_password_file")
+    @classmethod
+    def _one_source(cls, value: str, info: ValidationInfo) -> str:
+        secret = {"cc_rest_jwt_file": "cc_rest_jwt", "nats_password_file": "nats_password"}
+        key = secret[info.field_name or ""]
+        if value and info.data.get(key):
+            raise ValueError(f"set either it or {_alias(key)}, not both")
+        return value
+
     @field_validator("prep_sock_allowed_peers")
     @classmethod
     def _peers(cls, value: list[str]) -> list[str]:
@@ -363,6 +382,30 @@ class Config(BaseModel):
         """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""
         return self.slurmctld_host_name or socket.gethostname()
 
+    def rest_jwt(self) -> str:
+        """ccRestJwt, from the config or from ccRestJwtFile (read now: a token renewed on
+        disk is taken at the next start). Raises ConfigError naming the key."""
+        return self._secret("ccRestJwt", self.cc_rest_jwt, self.cc_rest_jwt_file)
+
+    def nats_secret(self) -> str:
+        """natsPassword, from the config or from natsPasswordFile."""
+        return self._secret("natsPassword", self.nats_password, self.nats_password_file)
+
+    def _secret(self, key: str, value: str, path: str) -> str:
+        if not path:
+            return value
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(SECRET_FILE_KEYS[key], f"cannot read {path}: "
+                              f"{exc.strerror or type(exc).__name__}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(SECRET_FILE_KEYS[key], f"{path} is not UTF-8 text") from None
+        lines = text.strip().splitlines()
+        if not lines or not lines[0].strip():
+            raise ConfigError(SECRET_FILE_KEYS[key], f"{path} is empty")
+        return lines[0].strip()
+
     def allowed_peers(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
         """prepSockAllowedPeers as networks (an address is a network of one)."""
         return [ipaddress.ip_network(peer, strict=False) for peer in self.prep_sock_allowed_peers]
@@ -384,11 +427,22 @@ class Config(BaseModel):
         return data
 
     def secret_values(self) -> list[str]:
-        """Every secret the config holds (the secret keys' values and the passwords
-        inside its URLs), for scrubbing texts of other programs before they are shown."""
+        """Every secret the config holds (the secret keys' values, those of their files
+        where this process may read them, and the passwords inside its URLs), for scrubbing
+        texts of other programs before they are shown."""
+        values = []
+        for read in (self.rest_jwt, self.nats_secret):
+            try:
+                values.append(read())
+            except ConfigError:
+                continue  # a file this user may not read: nothing of it can be shown
         data = self.model_dump(by_alias=True)
-        values = [data[k] for k in sorted(SECRET_KEYS) if data.get(k)]
-        return values + [pw for k in URL_KEYS if (pw := url_password(data[k]))]
+        return [v for v in values if v] + [pw for k in URL_KEYS if (pw := url_password(data[k]))]
+
+
+def _alias(field: str) -> str:
+    """The file's spelling of a field name (``cc_rest_jwt`` -> ``ccRestJwt``)."""
+    return Config.model_fields[field].alias or field
 
 
 def _canonical_keys() -> dict[str, str]:

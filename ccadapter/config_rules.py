@@ -22,7 +22,8 @@ def check_delivery(config: Config) -> list[str]:
         raise ConfigError("ccRestUrl", "needed to deliver jobs (it is empty); or set "
                           "ccRestSubmitJobs to false and deliver over NATS")
     for key, path in missing_files(config):
-        if key == "ccRestCaBundle" or (key.startswith("nats") and config.nats_server):
+        if key in ("ccRestCaBundle", "ccRestJwtFile") or (key.startswith("nats")
+                                                         and config.nats_server):
             raise ConfigError(key, f"file {path} does not exist")
     warnings = []
     if not config.cc_rest_submit_jobs and not config.nats_jetstream:
@@ -60,6 +61,8 @@ def missing_files(config: Config) -> list[tuple[str, str]]:
     out = []
     for key, path in (
         ("ccRestCaBundle", config.cc_rest_ca_bundle),
+        ("ccRestJwtFile", config.cc_rest_jwt_file),
+        ("natsPasswordFile", config.nats_password_file),
         ("natsCredsFile", config.nats_creds_file),
         ("natsNKeySeedFile", config.nats_nkey_seed_file),
         ("natsTlsCaFile", config.nats_tls_ca_file),

@@ -32,6 +32,7 @@ from ccadapter.config_rules import missing_files
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
 from ccadapter.kinds import EventKind
 from ccadapter.ops.backfill import Backfill, ChunkResult, chunks
+from ccadapter.ops.checks import Identity, config_problems
 from ccadapter.ops.recover import claim, clear_socket, rebuild
 from ccadapter.ops.status import collect as collect_status
 from ccadapter.ops.status import scrub, secret_values
@@ -43,12 +44,24 @@ from ccadapter.slurm.timefmt import parse_when
 
 @main.command("check-config")
 @click.argument("path", type=click.Path(dir_okay=False))
-def check_config(path: str) -> None:
-    """Validate a config file; exit 2 naming the first bad key."""
+@click.option("--user", default="cc-slurm-adapter", show_default=True,
+              help="The daemon's user (the unit's User=): it must read every file.")
+@click.option("--group", default="slurm", show_default=True,
+              help="The daemon's group (the unit's Group=).")
+def check_config(path: str, user: str, group: str) -> None:
+    """Validate a config file: its keys, the files and groups it names, and that the
+    daemon's user can read them; exit 2 naming the first bad key."""
     config = load(path)
-    problems = missing_files(config)
-    for key, file in problems:
-        click.echo(f"error: config key {key!r}: file {file} does not exist", err=True)
+    problems = [(key, f"file {file} does not exist") for key, file in missing_files(config)]
+    try:
+        who: Identity | None = Identity.service(user, group)
+    except KeyError:
+        who = None
+        click.echo(f"note: user {user} or group {group} does not exist here: whether the "
+                   "daemon can read its files was not checked (--user, --group)", err=True)
+    problems += config_problems(config, path, who)
+    for key, message in problems:
+        click.echo(f"error: config key {key!r}: {message}", err=True)
     if problems:
         raise CommandExit(code=2)
     click.echo(json.dumps(config.redacted(), indent=2))

@@ -59,7 +59,7 @@ class NatsOptions:
     @classmethod
     def from_config(cls, config: Config) -> NatsOptions:
         return cls(url=config.nats_url(), jetstream=config.nats_jetstream, user=config.nats_user,
-                   password=config.nats_password, creds_file=config.nats_creds_file,
+                   password=config.nats_secret(), creds_file=config.nats_creds_file,
                    nkey_seed_file=config.nats_nkey_seed_file,
                    tls_ca_file=config.nats_tls_ca_file,
                    tls_cert_file=config.nats_tls_cert_file,

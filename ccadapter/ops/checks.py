@@ -12,6 +12,10 @@ unsafe, each reported as one warning that says what to run to fix it.
   nothing and exits 0 (22.05 on the test bed), so a typo in ``slurmClusters`` would leave
   that cluster's windows empty without a word; the names are compared with ``sacctmgr list
   clusters`` once at start.
+
+``check-config`` adds what stops the daemon at start, checked where the config is written
+(:func:`config_problems`): a group the config names that does not exist, and a file the
+daemon's user (as the unit starts it) cannot read.
 """
 
 from __future__ import annotations
@@ -48,6 +52,42 @@ class Identity:
         except KeyError:  # no passwd entry (containers): Slurm knows the uid only
             user = str(uid)
         return cls(user, uid, frozenset({os.getegid(), *os.getgroups()}))
+
+    @classmethod
+    def service(cls, user: str, group: str) -> Identity:
+        """The daemon as the unit starts it (``User=``, ``Group=``, and the user's own group,
+        which systemd/ccadapter.service adds with ``SupplementaryGroups=``), with the
+        groups that list the user as a member. Raises KeyError naming a missing one."""
+        entry = pwd.getpwnam(user)
+        gid = grp.getgrnam(group).gr_gid
+        members = {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+        return cls(user, entry.pw_uid, frozenset({gid, entry.pw_gid, *members}))
+
+    def can_read(self, path: str) -> bool:
+        """Whether this identity may read ``path`` by its mode bits: every directory on the
+        way searchable, the file readable (ACLs and capabilities aside; root reads all)."""
+        if self.uid == 0:
+            return True
+        target = os.path.abspath(path)
+        parts = target.split(os.sep)[1:]
+        for i in range(len(parts) + 1):
+            current = os.sep + os.sep.join(parts[:i])
+            try:
+                st = os.stat(current)
+            except OSError:
+                return False
+            want = stat.S_IROTH if current == target else stat.S_IXOTH
+            if not self._allowed(st, want):
+                return False
+        return True
+
+    def _allowed(self, st: os.stat_result, other_bit: int) -> bool:
+        """The mode's owner, group or other bit for this identity (``other_bit`` scaled)."""
+        if st.st_uid == self.uid:
+            return bool(st.st_mode & (other_bit << 6))
+        if st.st_gid in self.groups:
+            return bool(st.st_mode & (other_bit << 3))
+        return bool(st.st_mode & other_bit)
 
 
 def startup_warnings(config: Config, config_path: str | None, runner: CommandRunner,
@@ -109,7 +149,8 @@ def secret_files(config: Config, config_path: str | None, who: Identity) -> list
     held = sorted(k for k in SECRET_KEYS if data.get(k))
     if config_path and held:
         candidates.append((config_path, f"holds {', '.join(held)}"))
-    for key in ("natsCredsFile", "natsNKeySeedFile", "natsTlsKeyFile"):
+    for key in ("ccRestJwtFile", "natsPasswordFile", "natsCredsFile", "natsNKeySeedFile",
+                "natsTlsKeyFile"):
         if data.get(key):
             candidates.append((data[key], f"is {key}"))
     warnings = []
@@ -124,6 +165,53 @@ def secret_files(config: Config, config_path: str | None, who: Identity) -> list
             warnings.append(f"{path} {what} and is readable by {' and '.join(readers)} "
                             f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod {fix} {path}")
     return warnings
+
+
+# the keys naming files the daemon reads
+FILE_KEYS = ("ccRestJwtFile", "natsPasswordFile", "ccRestCaBundle", "natsCredsFile",
+             "natsNKeySeedFile", "natsTlsCaFile", "natsTlsCertFile", "natsTlsKeyFile")
+
+
+def config_problems(config: Config, config_path: str, who: Identity | None
+                    ) -> list[tuple[str, str]]:
+    """(key, message) for each group the config names that does not exist, and for each file
+    ``who`` (the daemon as its unit starts it; None: not checked) cannot read: the config
+    file itself (key ``<file>``) and those its keys name."""
+    problems = []
+    if config.prep_sock_group:
+        try:
+            grp.getgrnam(config.prep_sock_group)
+        except KeyError:
+            problems.append(("prepSockGroup", f"group {config.prep_sock_group!r} does not "
+                             "exist (it should be SlurmUser's group, e.g. slurm)"))
+    if who is None:
+        return problems
+    data = config.model_dump(by_alias=True)
+    for key, path in [("<file>", config_path), *((k, data[k]) for k in FILE_KEYS)]:
+        if path and os.path.exists(path) and not who.can_read(path):
+            st = os.stat(path)
+            problems.append((key, f"user {who.user} cannot read {path} (mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}, owner "
+                             f"{_user_name(st.st_uid)}:{_group_name(st.st_gid)}); give it "
+                             f"to a group of the daemon's, e.g. chgrp {_group_name(_first(who))} "
+                             f"{path}; chmod g+r {path}, and see that its directories are "
+                             "searchable"))
+    return problems
+
+
+def _first(who: Identity) -> int:
+    """The daemon's own group (its user's), where the unit adds it; else any of its."""
+    try:
+        return pwd.getpwnam(who.user).pw_gid
+    except KeyError:
+        return min(who.groups)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _foreign_readers(st: os.stat_result, who: Identity) -> list[str]:

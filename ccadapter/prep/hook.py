@@ -18,6 +18,10 @@ used (a script given by path is compiled anew on every run, 3 ms here), as
 Where to send: ``--socket SPEC``, else ``prepSockConnectPath`` of the config file (``--config``,
 ``$CCADAPTER_CONFIG`` or ``/etc/cc-slurm-adapter/config.json``), else the default path.
 SPEC is ``/path``, ``unix:/path``, ``tcp:HOST:PORT``, ``tcp:[V6]:PORT`` or ``tcp::PORT``.
+
+It runs as SlurmUser and needs no secret. A config file it may not read (one that holds the
+JWT, readable by the daemon alone) means the default path; only if sending there fails too
+does stderr say so, naming the file.
 """
 
 from __future__ import annotations
@@ -141,16 +145,21 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     deadline = time.monotonic() + BUDGET
     args = list(sys.argv[1:] if argv is None else argv)
     env = _slurm_environment() if env is None else dict(env)
+    note = ""
     try:
         spec = _option(args, "--socket")
         if spec is None:
             config = _option(args, "--config") or env.get("CCADAPTER_CONFIG", DEFAULT_CONFIG)
-            spec = socket_from_config(config) or DEFAULT_SOCKET
+            try:
+                spec = socket_from_config(config)
+            except PermissionError:
+                note = f"; {config} is not readable by this user, so the default socket was used"
+            spec = spec or DEFAULT_SOCKET
         send(spec, build_message(env), deadline)
     except Exception as exc:  # never fail the job: say it and exit 0
         job = env.get("SLURM_JOB_ID", "?")
-        print(f"ccadapter hook: job {job}: daemon not told ({type(exc).__name__}: {exc}); "
-              "the poll will pick the job up", file=sys.stderr)
+        print(f"ccadapter hook: job {job}: daemon not told ({type(exc).__name__}: {exc}"
+              f"{note}); the poll will pick the job up", file=sys.stderr)
     return 0
 
 

@@ -263,3 +263,77 @@ def test_a_password_inside_a_url_is_never_printed(tmp_path):
         "HTTP 500 from http://cc:<redacted>@cc.example.org:8080: x"
     assert url_password(config.cc_rest_url) == secret
     assert safe_url(config.cc_rest_url) == "http://cc.example.org:8080"
+
+
+def test_a_secret_in_a_file_of_its_own(tmp_path):
+    """Issue 29: ccRestJwtFile (and natsPasswordFile) keep the secret out of the config
+    file, which the hook (SlurmUser) may then read for prepSockConnectPath."""
+    jwt = tmp_path / "jwt"
+    jwt.write_text("eyJ.token.sig\n")
+    config = parse_config({"ccRestUrl": "http://cc", "ccRestJwtFile": str(jwt)})
+    assert config.rest_jwt() == "eyJ.token.sig" and config.cc_rest_jwt == ""
+    assert "eyJ.token.sig" in config.secret_values()
+    assert config.redacted()["ccRestJwtFile"] == str(jwt)  # a path, not the secret
+    with pytest.raises(ConfigError, match="ccRestJwtFile") as err:
+        parse_config({"ccRestJwt": "x", "ccRestJwtFile": str(jwt)})
+    assert "not both" in str(err.value)
+    gone = parse_config({"ccRestJwtFile": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="ccRestJwtFile.*cannot read") as err:
+        gone.rest_jwt()
+    assert missing_files(gone) == [("ccRestJwtFile", str(tmp_path / "missing"))]
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        parse_config({"natsPasswordFile": str(tmp_path / "empty")}).nats_secret()
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may search (the tests' own tmp_path is root's alone)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="ccadapter-check-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_check_config_checks_groups_and_what_the_daemons_user_can_read(open_dir):
+    """Issue 29: a prepSockGroup that does not exist passed check-config (the daemon then
+    failed at start), and nothing told that the daemon's user could not read its files."""
+    import os
+
+    jwt = open_dir / "jwt"
+    jwt.write_text("token\n")
+    os.chown(jwt, 0, 0)
+    jwt.chmod(0o600)  # root's alone
+    cfg = open_dir / "config.json"
+    cfg.write_text(json.dumps({"ccRestUrl": "http://cc", "ccRestJwtFile": str(jwt),
+                               "prepSockGroup": "no-such-group-here"}))
+    cfg.chmod(0o644)
+    res = CliRunner().invoke(main, ["check-config", str(cfg), "--user", "nobody",
+                                    "--group", "nogroup"])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert lines[0] == ("error: config key 'prepSockGroup': group 'no-such-group-here' does "
+                        "not exist (it should be SlurmUser's group, e.g. slurm)")
+    assert lines[1].startswith(f"error: config key 'ccRestJwtFile': user nobody cannot read "
+                               f"{jwt} (mode 0600, owner root:root)")
+    os.chown(jwt, 0, grp_id("nogroup"))
+    jwt.chmod(0o640)  # the daemon's group may read it now
+    cfg.write_text(json.dumps({"ccRestUrl": "http://cc", "ccRestJwtFile": str(jwt)}))
+    res = CliRunner().invoke(main, ["check-config", str(cfg), "--user", "nobody",
+                                    "--group", "nogroup"])
+    assert res.exit_code == 0, res.output
+    cfg.chmod(0o600)
+    res = CliRunner().invoke(main, ["check-config", str(cfg), "--user", "nobody",
+                                    "--group", "nogroup"])
+    assert res.exit_code == 2 and "error: config key '<file>': user nobody cannot read" in \
+        res.stderr
+
+
+def grp_id(name: str) -> int:
+    import grp
+
+    return grp.getgrnam(name).gr_gid

@@ -362,3 +362,53 @@ def test_half_sent_connections_beyond_the_cap_wait_in_the_listen_queue(monkeypat
         assert 43 in [m.job_id for m in lst.wait(2)]
     finally:
         lst.server.stop()
+
+
+def test_a_config_the_hook_may_not_read_means_the_default_socket(tmp_path, monkeypatch,
+                                                                 capsys):
+    """Issue 29: the hook runs as SlurmUser; a config file holding the JWT (the daemon's
+    alone) made every job's hook fail with PermissionError: the fast path was silently off.
+    Now it sends to the default socket, and says the file only if that fails too."""
+    def refused(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(hook, "socket_from_config", refused)
+    spec = f"unix:{tmp_path}/default.sock"
+    monkeypatch.setattr(hook, "DEFAULT_SOCKET", spec)
+    lst = Listener([spec])
+    try:
+        assert hook.main(["--config", "/etc/secret.json"], env=ENV) == 0
+        assert [m.job_id for m in lst.wait(1)] == [42]
+    finally:
+        lst.server.stop()
+    assert capsys.readouterr().err == ""
+    assert hook.main(["--config", "/etc/secret.json"], env=ENV) == 0  # nobody listens now
+    assert "/etc/secret.json is not readable by this user, so the default socket was used" \
+        in capsys.readouterr().err
+
+
+def test_the_shipped_script_finds_the_hook_in_any_python_of_the_venv(tmp_path):
+    """hooks/ccadapter-hook.sh as a site installs it: VENV and CONFIG set, the module found
+    by a glob over the venv's lib/python3.* (it hard-coded python3.11)."""
+    venv = tmp_path / "venv"
+    prep = venv / "lib" / "python3.42" / "site-packages" / "ccadapter"
+    prep.mkdir(parents=True)
+    (prep / "prep").symlink_to(Path(hook.__file__).parent)
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python3").symlink_to(sys.executable)
+    spec = f"unix:{tmp_path}/d.sock"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"prepSockConnectPath": spec}))
+    script = tmp_path / "ccadapter-hook.sh"
+    shipped = (Path(__file__).resolve().parents[3] / "hooks" / "ccadapter-hook.sh").read_text()
+    script.write_text(shipped.replace("VENV=/opt/ccadapter", f"VENV={venv}")
+                      .replace("CONFIG=/etc/cc-slurm-adapter/config.json", f"CONFIG={cfg}"))
+    script.chmod(0o755)
+    lst = Listener([spec])
+    try:
+        res = subprocess.run([str(script)], env={**ENV, "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True, timeout=30, check=False)
+        assert res.returncode == 0 and res.stderr == ""
+        assert [m.job_id for m in lst.wait(1)] == [42]
+    finally:
+        lst.server.stop()
