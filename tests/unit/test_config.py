@@ -278,7 +278,7 @@ def test_a_secret_in_a_file_of_its_own(tmp_path):
         parse_config({"ccRestJwt": "x", "ccRestJwtFile": str(jwt)})
     assert "not both" in str(err.value)
     gone = parse_config({"ccRestJwtFile": str(tmp_path / "missing")})
-    with pytest.raises(ConfigError, match="ccRestJwtFile.*cannot read") as err:
+    with pytest.raises(ConfigError, match=r"ccRestJwtFile.*cannot read") as err:
         gone.rest_jwt()
     assert missing_files(gone) == [("ccRestJwtFile", str(tmp_path / "missing"))]
     (tmp_path / "empty").write_text("\n")
