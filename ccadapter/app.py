@@ -63,6 +63,7 @@ from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.watchdog import Liveness
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import CommandRunner, SlurmRunner
@@ -94,6 +95,7 @@ class App:
     hook: HookTally = field(default_factory=HookTally)  # hook messages taken and dropped
     retries: RetryPolicies = field(default_factory=RetryPolicies)
     runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
+    liveness: Liveness = field(default_factory=Liveness)  # fed by commands and requests
 
     # --- the clusters --------------------------------------------------------------------
 
@@ -149,7 +151,7 @@ class App:
     # --- the daemon ----------------------------------------------------------------------
 
     def daemon(self) -> Daemon:
-        daemon = Daemon(self.deliverer)
+        daemon = Daemon(self.deliverer, progress=self.liveness.touch)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
         if self.control is not None:  # first: a takeover's catch-up runs in the same pass
@@ -313,11 +315,13 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
     retries = RetryPolicies.from_config(config)
     owned: list[SlurmRunner] = []  # the runners built here, whose scontrol close() ends
+    liveness = Liveness()  # every Slurm command and cc-backend request that ends moves it
 
     def new_runner(name: str) -> CommandRunner:
         if runner is not None:
             return runner
-        owned.append(_runner(config, recorder, name, retries))
+        owned.append(_runner(config, both(partial(recorder.slurm_command, cluster=name),
+                                          liveness.touch), retries))
         return owned[-1]
 
     base = new_runner("")
@@ -329,7 +333,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     # one connection per delivery worker, and one for a reconciler's read beside them
     client = CcClient(config.cc_rest_url, config.rest_jwt(),
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
-                      retry=retries.http, on_request=recorder.cc_request
+                      retry=retries.http, on_request=both(recorder.cc_request, liveness.touch)
                       ) if config.cc_rest_url else None
     publisher = None
     if nats_on:
@@ -377,7 +381,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     hook = HookTally(on_received=recorder.hook_received, on_drop=recorder.hook_dropped,
                      on_unknown=recorder.hook_unknown)
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
-               notifier, control, hook=hook, retries=retries, runners=owned)
+               notifier, control, hook=hook, retries=retries, runners=owned,
+               liveness=liveness)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,
@@ -402,9 +407,17 @@ def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Rec
                    on_change=changed)
 
 
-def _runner(config: Config, recorder: Recorder, cluster: str,
+def _runner(config: Config, on_command: Callable[[str, float, bool], None],
             retries: RetryPolicies) -> SlurmRunner:
-    """Slurm commands whose metrics count under ``cluster`` ("": of no one cluster)."""
+    """Slurm commands, each told to ``on_command`` when it ends."""
     return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
-                       retry=retries.slurm, sessions=SESSIONS,
-                       on_command=partial(recorder.slurm_command, cluster=cluster))
+                       retry=retries.slurm, sessions=SESSIONS, on_command=on_command)
+
+
+def both(first: Callable[..., None], second: Callable[..., object]) -> Callable[..., None]:
+    """One callback that calls two with the same arguments."""
+    def call(*args: Any, **kwargs: Any) -> None:
+        first(*args, **kwargs)
+        second(*args, **kwargs)
+
+    return call

@@ -74,8 +74,7 @@ class Daemon:
 
     def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
                  idle_delivery_wait: float = 1.0,
-                 heartbeat: Callable[[], None] | None = None,
-                 heartbeat_interval: float | None = None,
+                 progress: Callable[[], None] | None = None,
                  wait: Callable[[threading.Event, float], object] = threading.Event.wait
                  ) -> None:
         """``clock`` and ``wait`` (until the event is set or the timeout passes) pace the
@@ -89,10 +88,9 @@ class Daemon:
         self.stopping = threading.Event()
         self._wakes: list[threading.Event] = []
         self.on_cycle: Callable[[Routine], None] | None = None
-        # Called from the main loop at least every heartbeat_interval (systemd's watchdog):
-        # a stuck loop stops the pings and systemd restarts the daemon.
-        self.heartbeat = heartbeat
-        self.heartbeat_interval = heartbeat_interval
+        # Told of every pass of the main loop and every routine's start and end: systemd's
+        # watchdog is fed while the daemon moves (ccadapter.runtime.watchdog).
+        self.progress = progress or (lambda: None)
         self._lock = threading.Lock()  # self.routines, self._lanes and the gate's last state
         self._lanes: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self._running = False
@@ -186,15 +184,12 @@ class Daemon:
         cycles = 0
         try:
             while not self.stopping.is_set() and not self._stop_asked:
+                self.progress()
                 self.run_due()
-                if self.heartbeat:
-                    self.heartbeat()
                 cycles += 1
                 if max_cycles is not None and cycles >= max_cycles:
                     break
                 wait = min(self._until_due(self._runnable(None)), STOP_POLL)
-                if self.heartbeat_interval:
-                    wait = min(wait, self.heartbeat_interval)
                 self.wait(self._main_wake, max(0.05, wait))
                 self._main_wake.clear()
         finally:
@@ -264,6 +259,7 @@ class Daemon:
             self.wait(wake, max(0.05, self._until_due(self._runnable(cluster))))
 
     def _run(self, routine: Routine) -> None:
+        self.progress()
         started = self.clock()
         try:
             summary = routine.fn()
@@ -278,6 +274,7 @@ class Daemon:
         if routine.last_error is not None and routine.retry is not None:
             wait = routine.retry
         routine.next_at = started + wait
+        self.progress()
         self.wake_delivery()
         if self.on_cycle:
             self.on_cycle(routine)

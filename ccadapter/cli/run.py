@@ -41,6 +41,7 @@ from ccadapter.problems import describe
 from ccadapter.reconcilers import Reconciler
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.sdnotify import notify, watchdog_interval
+from ccadapter.runtime.watchdog import Watchdog
 
 log = logging.getLogger("ccadapter")
 
@@ -86,6 +87,19 @@ class _ReadyAfterFirstWindow:
             self.sent = True
         notify(message)
 
+    def extend_until_ready(self, stopping: threading.Event, every: float = 20.0) -> None:
+        """Until READY=1 (or a stop): systemd's start timeout (TimeoutStartSec, 90 s by
+        default) pushed back, ``every`` seconds, by three times that: a first window that
+        catches up days of history takes longer than any start timeout, yet moves."""
+        def extend() -> None:
+            while not self.sent:
+                notify(f"EXTEND_TIMEOUT_USEC={int(every * 3e6)}\nSTATUS=first Slurm window: "
+                       "reading what Slurm ran since lastRun")
+                if stopping.wait(every):
+                    return
+
+        threading.Thread(target=extend, name="start-timeout", daemon=True).start()
+
 
 @main.command("daemon")
 @config_option
@@ -108,13 +122,12 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
             raise CommandExit("cannot start: ", cause=exc) from None
         exporter = _serve_metrics(app)
         daemon = app.daemon()
-        daemon.heartbeat_interval = watchdog_interval()
-        if daemon.heartbeat_interval:
-            daemon.heartbeat = lambda: notify("WATCHDOG=1")
+        watchdog = _watchdog(app)
         control = app.control
         standby = (lambda: not control.active) if control else (lambda: False)
-        daemon.on_cycle = CycleLog(app.outbox,
-                                   then=_ReadyAfterFirstWindow(app.lanes, standby))
+        ready = _ReadyAfterFirstWindow(app.lanes, standby)
+        daemon.on_cycle = CycleLog(app.outbox, then=ready)
+        ready.extend_until_ready(daemon.stopping)
         server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
         daemon.stop_on_signals()
         app.start_publishing()
@@ -130,8 +143,21 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: str | None) -> No
         fast.stop()
         if exporter:
             exporter.stop()
+        if watchdog:
+            watchdog.stop()
         app.close()
         log.info("stopped")
+
+
+def _watchdog(app: App) -> Watchdog | None:
+    """systemd's watchdog (WatchdogSec=), fed while the daemon moves; None without one. A
+    Slurm command or cc-backend request ends within its timeout, so two command timeouts
+    and a half-minute without any progress mean the daemon is stuck."""
+    interval = watchdog_interval()
+    if not interval:
+        return None
+    stall = 2 * app.config.slurm_command_timeout + 30
+    return Watchdog(lambda: notify("WATCHDOG=1"), interval, stall, app.liveness).start()
 
 
 def _listen(server: PrepServer, config: Config) -> None:
