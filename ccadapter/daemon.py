@@ -31,7 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ccadapter.delivery import Deliverer
@@ -46,6 +46,45 @@ LANE_JOIN = 30.0
 # The main loop's longest sleep: a stop asked by a signal (which only sets a flag) is seen
 # within this.
 STOP_POLL = 1.0
+# Seconds between two lines of what the daemon did (the journal at the default level: one
+# line per cycle or per delivered event would bury what an operator looks for).
+SUMMARY_EVERY = 600.0
+
+
+@dataclass
+class Activity:
+    """What happened since the last summary line; counted from the main loop, the lanes
+    and the delivery threads (its lock guards the counts)."""
+
+    delivered: int = 0
+    rejected: int = 0
+    retried: int = 0
+    cycles: int = 0
+    failed: dict[str, int] = field(default_factory=dict)  # routine label -> failed cycles
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def deliveries(self, delivered: int, rejected: int, retried: int) -> None:
+        with self.lock:
+            self.delivered += delivered
+            self.rejected += rejected
+            self.retried += retried
+
+    def cycle(self, label: str, ok: bool) -> None:
+        with self.lock:
+            self.cycles += 1
+            if not ok:
+                self.failed[label] = self.failed.get(label, 0) + 1
+
+    def line(self, seconds: float) -> str:
+        """The summary since the last one, and the counts start over."""
+        with self.lock:
+            failed = ", ".join(f"{k} {n}" for k, n in sorted(self.failed.items())) or "none"
+            text = (f"in the last {seconds / 60:.0f} min: {self.delivered} event(s) delivered, "
+                    f"{self.rejected} rejected, {self.retried} left for a later try; "
+                    f"{self.cycles} cycles, failed: {failed}")
+            self.delivered = self.rejected = self.retried = self.cycles = 0
+            self.failed = {}
+        return text
 
 
 @dataclass
@@ -98,6 +137,9 @@ class Daemon:
         self._gate_was_open = True
         self._main_wake = threading.Event()
         self._stop_asked = False  # set by a signal handler: a plain store, no lock
+        self.activity = Activity()
+        self.summary_every = SUMMARY_EVERY
+        self._summarized = clock()
 
     def add_routine(self, fn: Callable[[], Any], interval: float, name: str | None = None, *,
                     cluster: str | None = None, retry: float | None = None,
@@ -186,6 +228,7 @@ class Daemon:
             while not self.stopping.is_set() and not self._stop_asked:
                 self.progress()
                 self.run_due()
+                self._summarize()
                 cycles += 1
                 if max_cycles is not None and cycles >= max_cycles:
                     break
@@ -200,6 +243,13 @@ class Daemon:
                 lanes = [thread for thread, _ in self._lanes.values()]
             for lane in lanes:
                 lane.join(LANE_JOIN)
+
+    def _summarize(self) -> None:
+        """Every ``summary_every`` seconds, one line of what the daemon did."""
+        now = self.clock()
+        if now - self._summarized >= self.summary_every:
+            log.info("%s", self.activity.line(now - self._summarized))
+            self._summarized = now
 
     def run_due(self, cluster: str | None = None) -> None:
         """The due routines of ``cluster``'s lane (None: the main loop's), here and now."""
@@ -269,7 +319,9 @@ class Daemon:
         else:
             routine.last_ok = time.time()
             routine.last_error = None
-            log.info("%s: %s (%.2f s)", routine.label, summary, self.clock() - started)
+            # a line per cycle at debug only: the journal gets the summary (_summarize)
+            log.debug("%s: %s (%.2f s)", routine.label, summary, self.clock() - started)
+        self.activity.cycle(routine.label, routine.last_error is None)
         wait = routine.interval
         if routine.last_error is not None and routine.retry is not None:
             wait = routine.retry
@@ -292,6 +344,8 @@ class Daemon:
             except Exception:
                 log.exception("delivery failed; retrying")
                 stats = None
+            if stats is not None:
+                self.activity.deliveries(stats.delivered, stats.rejected, stats.retried)
             if self.stopping.is_set():
                 return
             if stats is not None and stats.delivered:

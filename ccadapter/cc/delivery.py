@@ -70,7 +70,7 @@ class RestDelivery:
         what = (f"nodestate of {event.cluster}" if event.kind == EventKind.NODESTATE else
                 f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
-            log.info("delivered %s: HTTP %d", what, answer.status)
+            log.debug("delivered %s: HTTP %d", what, answer.status)
             return Result(event.id, DELIVERED)
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
@@ -97,5 +97,5 @@ class RestDelivery:
                       event.attempts + 1, error)
             return Result(event.id, REJECTED, f"gave up after {event.attempts + 1} attempts: "
                                               f"{error}")
-        log.info("%s not taken yet, will retry: %s", what, error)
+        log.debug("%s not taken yet, will retry: %s", what, error)
         return Result(event.id, PENDING, error)

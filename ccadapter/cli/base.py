@@ -89,20 +89,49 @@ class Deps:
     clock: Callable[[], float] = time.time
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper()),
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+class LogLevels(click.ParamType):
+    """``LEVEL`` or ``LEVEL,LOGGER=LEVEL,...``: the level of everything, and of some loggers
+    on their own, e.g. ``info,ccadapter.daemon=debug`` for the line of every cycle."""
+
+    name = "log-levels"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dict[str, str]:
+        if isinstance(value, dict):
+            return value
+        levels: dict[str, str] = {}
+        for part in str(value).split(","):
+            logger, sep, level = part.strip().rpartition("=")
+            if level.lower() not in _LEVELS or (sep and not logger):
+                self.fail(f"{part.strip()!r} is not LEVEL or LOGGER=LEVEL (levels: "
+                          f"{', '.join(_LEVELS)})", param, ctx)
+            levels[logger] = level.upper()
+        if "" not in levels:
+            self.fail("the first part must be the level of everything", param, ctx)
+        return levels
+
+
+def set_log_levels(levels: dict[str, str]) -> None:
+    """The root logger's level (key ""), and each named logger's."""
+    for logger, level in levels.items():
+        logging.getLogger(logger or None).setLevel(level)
+
+
+def _setup_logging(levels: dict[str, str]) -> None:
+    logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    set_log_levels(levels)
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ccadapter")
-@click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+@click.option("--log-level", default="warning", show_default=True, type=LogLevels(),
+              help="debug, info, warning or error; LEVEL,LOGGER=LEVEL,... sets some loggers "
+                   "apart (e.g. info,ccadapter.daemon=debug).")
 @click.pass_context
-def main(ctx: click.Context, log_level: str) -> None:
+def main(ctx: click.Context, log_level: dict[str, str]) -> None:
     """Feed ClusterCockpit's cc-backend with Slurm jobs."""
     ctx.ensure_object(Deps)
     _setup_logging(log_level)

@@ -65,7 +65,7 @@ class NatsDelivery:
             return Result(event.id, REJECTED, f"cannot encode for NATS: {exc}")
         pub = self.publisher.publish(msg)
         if pub.ok:
-            log.info("published %s on NATS subject %s%s", what, msg.subject,
+            log.debug("published %s on NATS subject %s%s", what, msg.subject,
                      " (a resend: dropped by the stream)" if pub.duplicate else "")
             return Result(event.id, DELIVERED)
         if pub.permanent:

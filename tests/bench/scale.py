@@ -39,6 +39,7 @@ from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results
 from tests.bench.scale_plot import plot
 from tests.bench.scale_probe import (
+    CYCLE_LINES,
     RssSampler,
     anchor_commands,
     cpu_seconds,
@@ -154,7 +155,8 @@ def run_levels(args: argparse.Namespace, info: dict, tmp: Path) -> dict:
         cfg = write_config(cluster, standin, tmp, slurmPollInterval=POLL,
                            prepSockListenPath=info["hook_socket"], ccPollInterval=CC_POLL)
         LastRun(tmp / "lastrun").set(time.time() - 5)
-        daemon = DaemonProc(cfg, tmp / "daemon.log")
+        daemon = DaemonProc(cfg, tmp / "daemon.log",
+                            log_level=CYCLE_LINES)
         daemon.start()
         assert daemon.proc is not None
         try:

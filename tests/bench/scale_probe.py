@@ -19,6 +19,9 @@ from ccadapter.slurm.formats.listing import ENDED, STEP_FIELDS
 from tests.testbed.measure_commands import median_cost, run_once
 
 TICK = os.sysconf("SC_CLK_TCK")
+# The daemon's --log-level that writes a line per cycle (debug lines of ccadapter.daemon only:
+# the rest at its default, info, so that logging costs what it costs in production).
+CYCLE_LINES = "info,ccadapter.daemon=debug"
 CYCLE = re.compile(r"ccadapter\.daemon: (?P<name>[\w-]+): (?P<summary>\{.*\}) \([\d.]+ s\)$")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
-from tests.bench.scale_probe import cycles
+from tests.bench.scale_probe import CYCLE_LINES, cycles
 from tests.integration.scale_bed import QUEUED_JOBS, RUNNING, ScaleBed
 from tests.integration.sync_scenario import (
     TOKEN,
@@ -42,7 +42,8 @@ def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Pat
         cfg = write_config(bed.cluster, standin, tmp_path, slurmPollInterval=POLL,
                            prepSockListenPath=bed.hook_socket, ccPollInterval=3600)
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
-        daemon = DaemonProc(cfg, tmp_path / "daemon.log")
+        daemon = DaemonProc(cfg, tmp_path / "daemon.log",
+                            log_level=CYCLE_LINES)
         daemon.start()
         try:
             daemon.wait_listening(60)

@@ -311,3 +311,43 @@ def test_a_signal_only_sets_a_flag_even_while_the_main_thread_holds_the_daemons_
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30, check=False)
     assert res.stdout.strip() == "stopped", res.stderr
+
+
+def test_the_default_level_gets_a_summary_not_a_line_per_cycle_or_event(caplog):
+    """Issue 29: at the daemon's default level (info) the journal had a line per delivered
+    event and per cycle; now a line every summary_every seconds says what happened."""
+    import logging
+
+    from ccadapter.daemon import Activity
+
+    class Busy:
+        queue = None
+
+        def run_once(self, stopping=lambda: False):
+            return DeliveryStats(delivered=3)
+
+    daemon = Daemon(Busy(), idle_delivery_wait=0.01)
+    daemon.summary_every = 0.3
+    daemon.add_routine(lambda: {"runs": 1}, 0.05, "slurm-window")
+    daemon.add_routine(lambda: 1 / 0, 0.05, "nodestate")
+    caplog.set_level(logging.INFO)
+    threading.Timer(1.0, daemon.stop).start()
+    daemon.run()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert lines and all(ln.startswith("in the last ") for ln in lines), lines
+    assert "event(s) delivered" in lines[0] and "failed: nodestate" in lines[0]
+    assert not [r for r in caplog.records if "slurm-window: {" in r.getMessage()
+                and r.levelno >= logging.INFO]
+    assert Activity().line(600) == ("in the last 10 min: 0 event(s) delivered, 0 rejected, 0 "
+                                    "left for a later try; 0 cycles, failed: none")
+
+
+def test_log_levels_of_some_loggers_apart():
+    from click.testing import CliRunner
+
+    from ccadapter.cli import main
+
+    bad = CliRunner().invoke(main, ["--log-level", "chatty", "status"])
+    assert bad.exit_code == 2 and "'chatty' is not LEVEL or LOGGER=LEVEL" in bad.output
+    bad = CliRunner().invoke(main, ["--log-level", "ccadapter.daemon=debug", "status"])
+    assert bad.exit_code == 2 and "the first part must be the level of everything" in bad.output
