@@ -105,3 +105,17 @@ class ReplayRunner:
 @pytest.fixture(params=VERSIONS)
 def version(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CCADAPTER_SUITE=deploy keeps the tests marked ``deploy`` (the container under systemd),
+    =main the others: tests/run runs the two sessions side by side, as the first mostly waits
+    for systemd's timers. Unset: every test."""
+    suite = os.environ.get("CCADAPTER_SUITE")
+    if suite not in ("deploy", "main"):
+        return
+    keep = [i for i in items if (i.get_closest_marker("deploy") is not None) == (suite == "deploy")]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep

@@ -59,9 +59,11 @@ class _ReadyAfterFirstWindow:
     it takes over, and systemd would kill a start that never ends."""
 
     def __init__(self, served: Callable[[], list[str | None]],
-                 standby: Callable[[], bool] = lambda: False) -> None:
+                 standby: Callable[[], bool] = lambda: False,
+                 on_ready: Callable[[], None] = lambda: None) -> None:
         self.served = served  # the lanes of the served clusters (None: the default mode)
         self.standby = standby
+        self.on_ready = on_ready
         self.sent = False
         self.ran: dict[str | None, bool] = {}  # lane -> its first window succeeded
         self._lock = threading.Lock()  # called from every cluster's lane
@@ -87,20 +89,34 @@ class _ReadyAfterFirstWindow:
             if self.sent:
                 return
             self.sent = True
+        self.on_ready()
         notify(message)
 
-    def extend_until_ready(self, stopping: threading.Event, every: float = 20.0) -> None:
-        """Until READY=1 (or a stop): systemd's start timeout (TimeoutStartSec, 90 s by
-        default) pushed back, ``every`` seconds, by three times that: a first window that
-        catches up days of history takes longer than any start timeout, yet moves."""
-        def extend() -> None:
-            while not self.sent:
-                notify(f"EXTEND_TIMEOUT_USEC={int(every * 3e6)}\nSTATUS=first Slurm window: "
-                       "reading what Slurm ran since lastRun")
-                if stopping.wait(every):
-                    return
 
-        threading.Thread(target=extend, name="start-timeout", daemon=True).start()
+class _StartTimeout:
+    """Until READY=1 (or a stop): systemd's start timeout (TimeoutStartSec, 90 s by default)
+    pushed back, every ``every`` seconds, by three times that, from the very start of the
+    daemon on: its start-up asks Slurm (a slurmdbd busy after a downtime answers late) and its
+    first window may catch up days of history; both take longer than any start timeout, yet
+    move (a hung daemon is the watchdog's)."""
+
+    def __init__(self, every: float = 20.0) -> None:
+        self.every = every
+        self._done = threading.Event()
+        self.status = "starting: reading Slurm's configuration"
+
+    def start(self) -> _StartTimeout:
+        threading.Thread(target=self._extend, name="start-timeout", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _extend(self) -> None:
+        while not self._done.is_set():
+            notify(f"EXTEND_TIMEOUT_USEC={int(self.every * 3e6)}\nSTATUS={self.status}")
+            if self._done.wait(self.every):
+                return
 
 
 @main.command("daemon")
@@ -114,6 +130,7 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: dict[str, str] | 
     set_log_levels(log_level or {"": "INFO"})
     config = load(config_path)
     require_delivery(config)
+    starting = _StartTimeout().start()
     with outbox_writer(config, config_path, "daemon"), pid_lock(config):
         for warning in startup_warnings(config, config_file(config_path), deps.runner(config),
                                         Identity.current()):
@@ -127,9 +144,9 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: dict[str, str] | 
         watchdog = _watchdog(app)
         control = app.control
         standby = (lambda: not control.active) if control else (lambda: False)
-        ready = _ReadyAfterFirstWindow(app.lanes, standby)
+        ready = _ReadyAfterFirstWindow(app.lanes, standby, on_ready=starting.stop)
         daemon.on_cycle = CycleLog(app.outbox, then=ready)
-        ready.extend_until_ready(daemon.stopping)
+        starting.status = "first Slurm window: reading what Slurm ran since lastRun"
         server, fast = app.prep(daemon.wake_delivery, lambda: daemon.run_soon("control"))
         daemon.stop_on_signals()
         app.start_publishing()
@@ -141,6 +158,7 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: dict[str, str] | 
             log.info("slurmctldFailover: working only while the slurmctld on %s (this host) "
                      "is in control; standing by until scontrol ping says so", control.host)
         daemon.run()
+        starting.stop()
         server.stop()
         fast.stop()
         if exporter:

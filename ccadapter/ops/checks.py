@@ -34,6 +34,7 @@ from ccadapter.slurm.formats.text import parse_admin_levels, parse_slurm_user
 from ccadapter.slurm.runner import CommandRunner
 
 PRIVILEGED_LEVELS = frozenset({"operator", "administrator"})
+STARTUP_TIMEOUT = 10.0  # seconds a start-up check may wait for Slurm
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,12 @@ def slurm_privilege(runner: CommandRunner, who: Identity) -> str | None:
     if who.uid == 0:
         return None
     try:
-        if parse_slurm_user(runner.run(["scontrol", "show", "config"])) == who.user:
+        # asked once, briefly: a warning must not hold the start while slurmdbd is slow
+        if parse_slurm_user(runner.run(["scontrol", "show", "config"], retry=False,
+                                       timeout=STARTUP_TIMEOUT)) == who.user:
             return None
         out = runner.run(["sacctmgr", "show", "user", who.user, "-P", "-n",
-                          "format=user,adminlevel"])
+                          "format=user,adminlevel"], retry=False, timeout=STARTUP_TIMEOUT)
     except CcAdapterError as exc:
         return f"cannot tell whether user {who.user} is a Slurm operator: {exc}"
     level = parse_admin_levels(out).get(who.user)

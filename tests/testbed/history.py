@@ -86,3 +86,33 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def spread(count: int, span: float, database: str, cluster: str) -> int:
+    """``count`` ended runs copied from the cluster's newest ended real row, their ends spread
+    evenly over the ``span`` seconds before the last ten minutes: a site's history of those
+    days, for a first window that catches up on it. The copies of an earlier call go first.
+    Returns the rows the table holds then."""
+    table = f"`{cluster}_job_table`"
+    sql = f"""
+        delete from {table} where id_job >= {FIRST_COPY_ID};
+        set @template = (select job_db_inx from {table} where time_end > 0 and time_start > 0
+                         and nodes_alloc > 0 order by time_end desc limit 1);
+        set @jobs = (select greatest(max(id_job), {FIRST_COPY_ID}) from {table});
+        set @inx = (select max(job_db_inx) from {table});
+        set @until = unix_timestamp() - 600;
+        create temporary table copies select * from {table} where job_db_inx = @template;
+        create temporary table n (k int primary key);
+        insert into n select seq from seq_1_to_{count};
+        create temporary table made select c.*, n.k from copies c join n;
+        update made set job_db_inx = @inx + k, id_job = @jobs + k,
+            time_end = @until - floor({span} * (k - 1) / {count}),
+            time_start = @until - floor({span} * (k - 1) / {count}) - 60,
+            time_eligible = @until - floor({span} * (k - 1) / {count}) - 70,
+            time_submit = @until - floor({span} * (k - 1) / {count}) - 70,
+            id_array_job = 0, het_job_id = 0, mod_time = unix_timestamp();
+        alter table made drop column k;
+        insert into {table} select * from made;
+        drop temporary table made; drop temporary table copies; drop temporary table n;"""
+    _sql(sql, database)
+    return int(_sql(f"select count(*) from {table}", database).strip())

@@ -1,0 +1,184 @@
+"""Issue 29: ccadapter deployed as a site deploys it, under a real systemd (252, booted by
+systemd-nspawn: tests/testbed/deploy), run by the unit of systemd/ unchanged as the
+unprivileged user cc-slurm-adapter, on a cluster whose SlurmUser is slurm and whose
+PrologSlurmctld/EpilogSlurmctld run the shipped hook script as slurm. Everything is installed
+by the README's own install block, with the modes it gives.
+
+The suite runs beside the main one in tests/run (marker ``deploy``; most of it waits for
+systemd's timers), in this order: a start, the hardening, the journal, a reader of the state
+who may not write, a Slurm that does not answer for 3 minutes, a hung daemon, a 3-day
+catch-up, a stop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.deployment import CONFIG, Container, install
+from tests.integration.sync_scenario import TOKEN, exactly_once, submit_batch, wait_for
+from tests.standin.ccbackend import CcBackendStandin
+from tests.testbed import history
+
+pytestmark = [pytest.mark.integration, pytest.mark.deploy]
+
+WATCHDOG_SEC = 120  # the unit's WatchdogSec
+START_TIMEOUT = 90  # systemd's default TimeoutStartSec, which the unit keeps
+
+
+def unit_value(key: str) -> str:
+    text = (Path(__file__).resolve().parents[2] / "systemd" / "ccadapter.service").read_text()
+    return re.search(rf"^{key}=(.*)$", text, re.M)[1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The container with ccadapter installed and started as the README says, and the
+    receiver it delivers to (on the host's loopback, which the container shares)."""
+    container = Container.up()
+    standin = CcBackendStandin(TOKEN, clusters=[container.cluster.name]).start()
+    try:
+        install(container, tmp_path_factory.mktemp("site"), standin.url, TOKEN)
+        yield container, standin
+    finally:
+        container.run("systemctl", "stop", "ccadapter", check=False)
+        standin.stop()
+
+
+def test_a_site_install_starts_ready_and_delivers_through_the_hook(site):
+    container, standin = site
+    container.wait_active()
+    shown = container.show("ActiveState", "SubState", "StatusText", "User", "Group",
+                           "NRestarts")
+    assert (shown["ActiveState"], shown["SubState"]) == ("active", "running")
+    assert shown["StatusText"] == "first Slurm window synced"
+    pid = container.main_pid()
+    owner = container.run("ps", "-o", "user:32=,group:32=", "-p", str(pid)).split()
+    assert owner == ["cc-slurm-adapter", "slurm"]
+    # the hook (the shipped script, run by slurmctld as slurm) announces them: delivered well
+    # before the next poll (slurmPollInterval 60 s)
+    ids = submit_batch(container.cluster, "deployed", 4)
+    wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 45,
+             "not delivered within 45 s: the hook did not reach the daemon")
+    assert exactly_once(standin, container.cluster, ids) == []
+    log = (container.root / "var/log/slurm/slurmctld.log").read_text()
+    assert "daemon not told" not in log
+    config = container.run("stat", "-c", "%a %U:%G", CONFIG).split()
+    jwt = container.run("stat", "-c", "%a %U:%G", "/etc/cc-slurm-adapter/jwt").split()
+    assert (config, jwt) == (["644", "root:root"], ["640", "root:cc-slurm-adapter"])
+
+
+def test_the_hardening_is_in_force(site):
+    container, _ = site
+    container.wait_active()
+    pid = str(container.main_pid())
+    status = container.run("cat", f"/proc/{pid}/status")
+    assert re.search(r"^CapEff:\s+0+$", status, re.M), status
+    assert re.search(r"^NoNewPrivs:\s+1$", status, re.M)
+    etc = container.run("nsenter", "-t", pid, "-m", "sh", "-c",
+                        "touch /etc/ccadapter-probe 2>&1; echo rc=$?", check=False)
+    assert "Read-only file system" in etc and "rc=1" in etc
+    container.run("touch", "/tmp/ccadapter-container-probe")
+    private = container.run("nsenter", "-t", pid, "-m", "ls", "-a", "/tmp")
+    assert "ccadapter-container-probe" not in private  # a /tmp of its own
+
+
+def test_the_journal_says_what_an_operator_needs_and_no_line_per_event(site):
+    container, standin = site
+    lines = container.journal()
+    text = "\n".join(lines)
+    assert "serving cluster clusterdeploy" in text
+    assert "listening for Prolog/Epilog messages on /run/cc-slurm-adapter/daemon.sock" in text
+    delivered = len(standin.started(container.cluster.name)) + len(standin.stopped())
+    assert delivered >= 8
+    assert not [ln for ln in lines if "delivered start" in ln or "delivered stop" in ln]
+    assert not [ln for ln in lines if re.search(r"slurm-window: \{", ln)]
+    assert "Traceback" not in text and TOKEN not in text
+
+
+def test_status_and_queue_list_for_a_user_who_may_only_read_the_state(site):
+    """slurm, in the unit's Group=, may read the state directory (0750) but not write it."""
+    container, _ = site
+    mode = container.run("stat", "-c", "%a %U:%G", "/var/lib/cc-slurm-adapter").split()
+    assert mode == ["750", "cc-slurm-adapter:slurm"]
+    for command in (["status", "--format", "json"], ["queue", "list", "--status", "all"]):
+        out = container.run("runuser", "-u", "slurm", "--", "/opt/ccadapter/bin/ccadapter",
+                            *command, "--config", CONFIG)
+        assert out.strip(), command
+    assert '"exists": true' in container.run("runuser", "-u", "slurm", "--",
+                                             "/opt/ccadapter/bin/ccadapter", "status",
+                                             "--format", "json", "--config", CONFIG)
+
+
+def test_a_slurm_that_does_not_answer_for_3_minutes_does_not_get_it_killed(site):
+    container, standin = site
+    container.wait_active()
+    pid, restarts = container.main_pid(), container.show("NRestarts")["NRestarts"]
+    container.run("systemctl", "kill", "-s", "SIGSTOP", "slurmdbd", "slurmctld")
+    try:
+        time.sleep(180)  # longer than WatchdogSec: polls and their retries time out meanwhile
+        assert container.main_pid() == pid
+        assert container.show("NRestarts")["NRestarts"] == restarts
+    finally:
+        container.run("systemctl", "kill", "-s", "SIGCONT", "slurmdbd", "slurmctld")
+    ids = submit_batch(container.cluster, "afterstall", 2)
+    wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 120,
+             "nothing delivered after Slurm answered again")
+    assert container.main_pid() == pid
+
+
+def test_a_hung_daemon_is_killed_and_restarted(site):
+    container, _ = site
+    container.wait_active()
+    assert int(unit_value("WatchdogSec")) == WATCHDOG_SEC
+    pid, restarts = container.main_pid(), int(container.show("NRestarts")["NRestarts"])
+    since = container.now()
+    container.run("systemctl", "kill", "-s", "SIGSTOP", "--kill-whom=main", "ccadapter")
+    wait_for(lambda: int(container.show("NRestarts")["NRestarts"]) > restarts,
+             WATCHDOG_SEC + 60 + 60, "the stopped daemon was not restarted")
+    container.wait_active()
+    assert container.main_pid() != pid
+    assert any("Watchdog timeout" in ln for ln in container.run(
+        "journalctl", "--no-pager", "-o", "cat", "--since", since).splitlines())
+
+
+def test_a_3_day_catch_up_starts_without_hitting_the_start_timeout(site):
+    """lastRun three days back over a history of 20,000 runs, and a slurmdbd that answers
+    only a minute after the start (a busy one after a downtime): the first window takes
+    longer than TimeoutStartSec, and systemd waits for its READY=1 all the same."""
+    container, standin = site
+    container.run("systemctl", "stop", "ccadapter")
+    rows = history.spread(20_000, 3 * 86400, "slurm_acct_clusterdeploy", "clusterdeploy")
+    assert rows >= 20_000
+    three_days = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 3 * 86400))
+    container.run("touch", "-d", three_days, "/var/lib/cc-slurm-adapter/lastrun")
+    container.run("systemctl", "kill", "-s", "SIGSTOP", "slurmdbd")
+    started = time.monotonic()
+    try:
+        container.run("systemctl", "start", "--no-block", "ccadapter")
+        time.sleep(60)
+    finally:
+        container.run("systemctl", "kill", "-s", "SIGCONT", "slurmdbd")
+    container.wait_active(timeout=900)
+    took = time.monotonic() - started
+    shown = container.show("Result", "NRestarts", "StatusText")
+    print(f"\nstarted (READY=1) {took:.0f} s after systemctl start; {rows} runs in slurmdbd")
+    assert took > START_TIMEOUT and shown["Result"] == "success"
+    assert shown["StatusText"] == "first Slurm window synced"
+    # the first window stored them all; the deliverers send them on
+    wait_for(lambda: len(standin.started(container.cluster.name)) >= 20_000, 300,
+             "the history caught up on was not delivered")
+
+
+def test_stop_is_clean(site):
+    container, _ = site
+    container.wait_active()
+    container.run("systemctl", "stop", "ccadapter")
+    shown = container.show("ActiveState", "Result", "ExecMainStatus")
+    assert (shown["ActiveState"], shown["Result"], shown["ExecMainStatus"]) == (
+        "inactive", "success", "0")
+    assert "stopped" in container.journal()[-3:][-1] or any(
+        ln.endswith("stopped") for ln in container.journal()[-5:])
