@@ -1,0 +1,411 @@
+"""The real cc-backend (ClusterCockpit v1.5.4) for the tests, behind a fault proxy.
+
+Each server lives in a directory of its own, set up the way cc-backend's own documentation
+sets up a site: ``config.json``, ``.env`` with an Ed25519 key pair, SQLite (``-migrate-db``),
+a file job archive with one ``cluster.json`` per test cluster naming its nodes (a ``gpu``
+subcluster for the node with GPUs, ``main`` for the others: cc-backend keeps topology per
+subcluster), the internal metric store, and two users made with the binary's own
+``-add-user`` and ``-jwt``: ``ccadapter`` (role ``api``, the daemon's token) and ``reader``
+(``admin,api``: GraphQL's node queries need admin).
+
+The daemon talks to :attr:`CcBackend.url`, the fault proxy (tests/faultproxy.py), which
+forwards everything unless a test switches a fault on and logs what passed. What cc-backend
+*holds* is read from cc-backend's own API on its own port (never from the proxy's log):
+``GET /api/jobs/`` page by page with ``with-metadata``, ``GET /api/jobs/{id}``, and
+GraphQL's ``nodes`` for node states. The binary is built by tests/testbed/ccbackend.
+
+cc-backend lists a started job only once its job cache is committed (``cron.commit-job-worker``,
+2 min by default, the first commit one interval after the server started); tests that are not
+about the cache run it every 2 s and wait for what they expect.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import unavailable
+from tests.faultproxy import Exchange, FaultProxy
+from tests.natsserver import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = REPO / "tests" / "testbed" / "ccbackend"
+RECEIVER = "cc-backend 1.5.4"
+START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
+NODESTATE, EDIT_META = "/api/nodestate/", "/api/jobs/edit_meta/"
+PAGE = 1000  # jobs per GET /api/jobs/ page (cc-backend has no maximum)
+SUBJECTS = {"subject-job-event": "cc.job", "subject-node-state": "cc.nodestate"}
+
+
+def binary() -> str:
+    """The built cc-backend, or the test bed's verdict (a failure under tests/run)."""
+    out = subprocess.run([str(BUILD), "path"], capture_output=True, text=True, timeout=30,
+                         stdin=subprocess.DEVNULL, check=False)
+    if out.returncode != 0:
+        unavailable("cc-backend is not built: run tests/testbed/ccbackend build")
+    return out.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """A cluster as cc-backend's cluster.json names it: its nodes and which have GPUs.
+    ``cpus``: per node, as 2 sockets of cpus/2 cores (the test bed's nodes have 4 or 8)."""
+
+    names: tuple[str, ...]
+    gpu: tuple[str, ...] = ()
+    cpus: int = 4
+    gpus_per_node: int = 2
+
+
+def nodes_of(cluster: Any, cpus: int = 4) -> Nodes:
+    """A test-bed cluster (tests.integration.workload.Cluster: ``nodes``, ``gpu_node``)."""
+    gpu = (cluster.gpu_node,) if getattr(cluster, "gpu_node", "") else ()
+    return Nodes(tuple(cluster.nodes), gpu, cpus)
+
+
+def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
+    """A cluster.json cc-backend 1.5.4 accepts: a metric, and a subcluster per kind of node
+    (its ``nodes`` a comma-separated host list; never ``*``, which makes cc-backend drop every
+    node state: GetSubClusterByNode falls back only for an empty first list)."""
+    cores = max(1, nodes.cpus // 2)
+    ids = list(range(2 * cores))
+
+    def subcluster(sub: str, hosts: Sequence[str], gpus: int) -> dict[str, Any]:
+        topology: dict[str, Any] = {
+            "node": ids, "socket": [ids[:cores], ids[cores:]],
+            "memoryDomain": [ids[:cores], ids[cores:]], "core": [[i] for i in ids]}
+        if gpus:
+            topology["accelerators"] = [{"id": str(i), "type": "Nvidia GPU", "model": "tesla"}
+                                        for i in range(gpus)]
+        rate = {"unit": {"base": "F/s", "prefix": "G"}, "value": 10}
+        return {"name": sub, "nodes": ",".join(hosts), "processorType": "test bed",
+                "socketsPerNode": 2, "coresPerSocket": cores, "threadsPerCore": 1,
+                "flopRateScalar": rate, "flopRateSimd": {**rate, "value": 40},
+                "memoryBandwidth": {"unit": {"base": "B/s", "prefix": "G"}, "value": 20},
+                "topology": topology}
+
+    plain = [h for h in nodes.names if h not in nodes.gpu]
+    subs = []
+    if nodes.gpu:
+        subs.append(subcluster("gpu", nodes.gpu, nodes.gpus_per_node))
+    if plain:
+        subs.append(subcluster("main", plain, 0))
+    return {"name": name, "subClusters": subs, "metricConfig": [
+        {"name": "cpu_load", "unit": {"base": ""}, "scope": "node", "aggregation": "avg",
+         "timestep": 60, "peak": 4, "normal": 2, "caution": 1, "alert": 0.5}]}
+
+
+def _keypair(directory: Path) -> tuple[str, str]:
+    """An Ed25519 key pair as cc-backend's .env wants it (std base64: the raw 32-byte public
+    key; the private key as Go holds it, seed || public), made by openssl."""
+    der = directory / "jwt-key.der"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-outform", "DER",
+                    "-out", str(der)], check=True, capture_output=True, timeout=30,
+                   stdin=subprocess.DEVNULL)
+    pub = subprocess.run(["openssl", "pkey", "-inform", "DER", "-in", str(der), "-pubout",
+                          "-outform", "DER"], check=True, capture_output=True, timeout=30,
+                         stdin=subprocess.DEVNULL).stdout[-32:]
+    seed = der.read_bytes()[-32:]
+    der.unlink()
+    return base64.b64encode(pub).decode(), base64.b64encode(seed + pub).decode()
+
+
+class CcBackend:
+    """One cc-backend server in ``directory`` (made if missing), on 127.0.0.1, with the fault
+    proxy in front. ``commit_interval``: cc-backend's ``cron.commit-job-worker`` (a Go
+    duration; cc-backend's default is ``2m``). ``nats``: ``{"address", "username",
+    "password"}`` of a running nats-server; with ``api_subjects`` cc-backend takes job events
+    and node states from NATS and answers REST start/stop with 404 (one worker per kind, so a
+    job's stop never overtakes its start)."""
+
+    def __init__(self, directory: Path, clusters: Mapping[str, Nodes] | Iterable[Any], *,
+                 commit_interval: str = "2s", nats: Mapping[str, str] | None = None,
+                 api_subjects: bool = False) -> None:
+        if isinstance(clusters, Mapping):
+            self.clusters: dict[str, Nodes] = dict(clusters)
+        else:
+            self.clusters = {c.name: nodes_of(c) for c in clusters}
+        if api_subjects and not nats:
+            raise ValueError("api_subjects needs a nats server")
+        self.directory = Path(directory)
+        self.commit_interval = commit_interval
+        self.nats = dict(nats) if nats else None
+        self.api_subjects = api_subjects
+        self.port = 0
+        self.token = ""  # the api user's JWT: the daemon's ccRestJwt
+        self.reader_token = ""  # admin+api: the test's reads (GraphQL needs admin)
+        self._binary = ""
+        self._proc: subprocess.Popen | None = None
+        self._proxy: FaultProxy | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Where the daemon sends: the fault proxy."""
+        assert self._proxy is not None, "not started"
+        return self._proxy.url
+
+    @property
+    def server_url(self) -> str:
+        """cc-backend itself (the test's reads)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    def start(self) -> CcBackend:
+        self._binary = self._binary or binary()
+        if not (self.directory / "var" / "job.db").exists():
+            self._prepare()
+        self._serve()
+        if self._proxy is None:
+            self._proxy = FaultProxy(self.server_url).start()
+        return self
+
+    def stop(self) -> None:
+        if self._proxy is not None:
+            self._proxy.stop()
+            self._proxy = None
+        self.stop_server()
+
+    def stop_server(self) -> None:
+        """Stop cc-backend alone (SIGTERM: it writes its metric-store checkpoint and exits);
+        the proxy stays and answers 502-free connection failures meanwhile."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+    def restart_server(self) -> None:
+        """cc-backend restarted in place (same database, archive and port)."""
+        self.stop_server()
+        self._serve()
+
+    def __enter__(self) -> CcBackend:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _prepare(self) -> None:
+        var = self.directory / "var"
+        archive = var / "job-archive"
+        archive.mkdir(parents=True, exist_ok=True)
+        (archive / "version.txt").write_text("3\n")
+        for name, nodes in self.clusters.items():
+            (archive / name).mkdir(exist_ok=True)
+            (archive / name / "cluster.json").write_text(json.dumps(cluster_json(name, nodes),
+                                                                    indent=1))
+        public, private = _keypair(self.directory)
+        session = base64.b64encode(os.urandom(32)).decode()
+        (self.directory / ".env").write_text(f'JWT_PUBLIC_KEY="{public}"\n'
+                                             f'JWT_PRIVATE_KEY="{private}"\n'
+                                             f'SESSION_KEY="{session}"\n')
+        (self.directory / ".env").chmod(0o600)
+        self.port = free_port()
+        self._write_config()
+        self._cli("-migrate-db")
+        self.token = self._user("ccadapter", "api")
+        self.reader_token = self._user("reader", "admin,api")
+        (self.directory / "tokens.json").write_text(json.dumps(
+            {"port": self.port, "token": self.token, "reader": self.reader_token}))
+
+    def _write_config(self) -> None:
+        main: dict[str, Any] = {"addr": f"127.0.0.1:{self.port}", "db": "./var/job.db",
+                                "api-allowed-ips": ["*"]}
+        if self.api_subjects:
+            main["api-subjects"] = {**SUBJECTS, "job-concurrency": 1, "node-concurrency": 1}
+        config: dict[str, Any] = {
+            "main": main,
+            "auth": {"jwts": {"max-age": "2000h"}},
+            "cron": {"commit-job-worker": self.commit_interval},
+            "archive": {"kind": "file", "path": "./var/job-archive"},
+            "metric-store": {"retention-in-memory": "1h", "memory-cap": 1},
+        }
+        if self.nats:
+            config["nats"] = self.nats
+        (self.directory / "config.json").write_text(json.dumps(config, indent=1))
+
+    def _cli(self, *args: str) -> str:
+        out = subprocess.run([self._binary, *args], cwd=self.directory, capture_output=True,
+                             text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"cc-backend {' '.join(args)}: rc={out.returncode} "
+                               f"{(out.stdout + out.stderr)[-2000:]}")
+        return out.stdout + out.stderr
+
+    def _user(self, name: str, roles: str) -> str:
+        """The user made and its JWT printed by the binary (``-add-user``, ``-jwt``)."""
+        password = base64.b32encode(os.urandom(10)).decode()
+        out = self._cli("-add-user", f"{name}:{roles}:{password}", "-jwt", name)
+        marker = f"for user '{name}': "
+        line = next((ln for ln in out.splitlines() if marker in ln), "")
+        if not line:
+            raise RuntimeError(f"cc-backend -jwt {name} printed no token: {out[-500:]}")
+        return line.split(marker, 1)[1].strip()
+
+    def _serve(self) -> None:
+        if not self.token:
+            saved = json.loads((self.directory / "tokens.json").read_text())
+            self.port, self.token, self.reader_token = (saved["port"], saved["token"],
+                                                        saved["reader"])
+        with self.log_path.open("a") as log:
+            self._proc = subprocess.Popen([self._binary, "-server", "-loglevel", "info"],
+                                          cwd=self.directory, stdout=log, stderr=log,
+                                          stdin=subprocess.DEVNULL)
+        until = time.time() + 30
+        while True:
+            try:
+                self._get("/api/jobs/?items-per-page=1")
+                return
+            except OSError as exc:
+                if self._proc.poll() is not None or time.time() > until:
+                    self.stop_server()
+                    raise RuntimeError(f"cc-backend did not start ({exc}): "
+                                       f"{self.log_path.read_text()[-3000:]}") from None
+                time.sleep(0.1)
+
+    # -- the fault proxy ---------------------------------------------------------------------
+
+    def fail_with(self, status: int | None) -> None:
+        assert self._proxy is not None
+        self._proxy.fail_with(status)
+
+    def hang(self, seconds: float | None) -> None:
+        assert self._proxy is not None
+        self._proxy.hang(seconds)
+
+    def drop_connections(self, on: bool) -> None:
+        assert self._proxy is not None
+        self._proxy.drop_connections(on)
+
+    def latency(self, seconds: float) -> None:
+        assert self._proxy is not None
+        self._proxy.latency(seconds)
+
+    def requests(self, path: str | None = None) -> list[Exchange]:
+        """What the daemon sent through the proxy, and cc-backend's answer."""
+        assert self._proxy is not None
+        return self._proxy.requests(path)
+
+    def count(self, path: str | None = None, status: int | None = None) -> int:
+        assert self._proxy is not None
+        return self._proxy.count(path, status)
+
+    # -- what cc-backend holds (its own API) ---------------------------------------------------
+
+    def _get(self, path: str, token: str | None = None) -> Any:
+        req = urllib.request.Request(self.server_url + path, headers={
+            "X-Auth-Token": token or self.reader_token, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise CcBackendError(exc.code, exc.read().decode("utf-8", "replace")) from None
+
+    def jobs(self, cluster: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        """Every job cc-backend lists (``GET /api/jobs/``, page by page, with metaData):
+        the ``job`` table, not starts still in the job cache."""
+        query = "with-metadata=true" + (f"&cluster={cluster}" if cluster else "") + (
+            f"&state={state}" if state else "")
+        out: list[dict[str, Any]] = []
+        page = 1
+        while True:
+            doc = self._get(f"/api/jobs/?{query}&items-per-page={PAGE}&page={page}")
+            got = doc.get("jobs") or []
+            out += got
+            if len(got) < PAGE:
+                return out
+            page += 1
+
+    def job(self, db_id: int) -> dict[str, Any]:
+        """One job's own record (``GET /api/jobs/{id}``: its ``Meta``)."""
+        return self._get(f"/api/jobs/{db_id}")["Meta"]
+
+    def started(self, cluster: str | None = None) -> list[dict[str, Any]]:
+        """Every run cc-backend holds, as the start_job body that made it (the fields a
+        start sets, with metaData): what tests/integration/expect.py compares with Slurm."""
+        return [_as_start(j) for j in self.jobs(cluster)]
+
+    def stopped(self, cluster: str | None = None) -> list[dict[str, Any]]:
+        """Every run cc-backend holds as stopped, as the stop_job body that stopped it
+        (``stopTime`` is cc-backend's startTime + duration)."""
+        return [_as_stop(j) for j in self.jobs(cluster) if j["jobState"] != "running"]
+
+    def node_states(self, cluster: str) -> dict[str, dict[str, Any]]:
+        """Each node's latest state as cc-backend serves it (GraphQL ``nodes``: hostname ->
+        subCluster, schedulerState, healthState), and the numbers of that row, which the
+        query does not select, from its SQLite database (the server runs it in WAL mode)."""
+        query = ("query($c:String!){ nodes(filter:[{cluster:{eq:$c}}]) { count items { "
+                 "hostname cluster subCluster schedulerState healthState } } }")
+        body = json.dumps({"query": query, "variables": {"c": cluster}}).encode()
+        req = urllib.request.Request(self.server_url + "/query", data=body, headers={
+            "X-Auth-Token": self.reader_token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            doc = json.loads(resp.read())
+        if doc.get("errors"):
+            raise CcBackendError(200, json.dumps(doc["errors"])[:2000])
+        out = {n["hostname"]: dict(n) for n in doc["data"]["nodes"]["items"]}
+        for row in self._latest_node_rows(cluster):
+            if row["hostname"] in out:
+                out[row["hostname"]].update(row)
+        return out
+
+    def _latest_node_rows(self, cluster: str) -> list[dict[str, Any]]:
+        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
+                             timeout=30)
+        try:
+            db.row_factory = sqlite3.Row
+            rows = db.execute(
+                "SELECT n.hostname, s.time_stamp, s.cpus_allocated, s.memory_allocated, "
+                "s.gpus_allocated, s.jobs_running FROM node_state s JOIN node n "
+                "ON n.id = s.node_id WHERE n.cluster = ? ORDER BY s.time_stamp, s.id",
+                (cluster,)).fetchall()
+        finally:
+            db.close()
+        return list({r["hostname"]: dict(r) for r in rows}.values())
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class CcBackendError(Exception):
+    """cc-backend answered a read with an error status."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"cc-backend answered {status}: {body[:500]}")
+        self.status = status
+
+
+_START_KEYS = ("jobId", "cluster", "subCluster", "partition", "project", "user", "shared",
+               "arrayJobId", "walltime", "numNodes", "numHwthreads", "numAcc", "startTime",
+               "resources", "metaData", "energy", "footprint", "energyFootprint", "smt",
+               "monitoringStatus")
+
+
+def _as_start(job: Mapping[str, Any]) -> dict[str, Any]:
+    """cc-lib's Job omits an ``arrayJobId`` and a ``numAcc`` of 0 (``omitempty``)."""
+    return {"arrayJobId": 0, "numAcc": 0, **{k: job[k] for k in _START_KEYS if k in job}}
+
+
+def _as_stop(job: Mapping[str, Any]) -> dict[str, Any]:
+    return {"jobId": job["jobId"], "cluster": job["cluster"], "startTime": job["startTime"],
+            "stopTime": job["startTime"] + job["duration"], "jobState": job["jobState"]}
