@@ -45,7 +45,6 @@ RECEIVER = "cc-backend 1.5.4"
 START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
 NODESTATE, EDIT_META = "/api/nodestate/", "/api/jobs/edit_meta/"
 PAGE = 1000  # jobs per GET /api/jobs/ page (cc-backend has no maximum)
-SUBJECTS = {"subject-job-event": "cc.job", "subject-node-state": "cc.nodestate"}
 
 
 def binary() -> str:
@@ -124,14 +123,16 @@ def _keypair(directory: Path) -> tuple[str, str]:
 class CcBackend:
     """One cc-backend server in ``directory`` (made if missing), on 127.0.0.1, with the fault
     proxy in front. ``commit_interval``: cc-backend's ``cron.commit-job-worker`` (a Go
-    duration; cc-backend's default is ``2m``). ``nats``: ``{"address", "username",
-    "password"}`` of a running nats-server; with ``api_subjects`` cc-backend takes job events
-    and node states from NATS and answers REST start/stop with 404 (one worker per kind, so a
-    job's stop never overtakes its start)."""
+    duration; None leaves it to cc-backend's default, ``2m``). ``nats``: ``{"address", "username",
+    "password"}`` of a running nats-server (cc-backend connects once, at its start: the
+    broker must be up first); ``api_subjects`` (job subject, node-state subject): cc-backend
+    takes job events and node states from those NATS subjects (core NATS: what is published
+    before it subscribed is lost) and answers REST start/stop with 404; one worker per kind,
+    so a job's stop never overtakes its start (its default of 8 would let it)."""
 
     def __init__(self, directory: Path, clusters: Mapping[str, Nodes] | Iterable[Any], *,
-                 commit_interval: str = "2s", nats: Mapping[str, str] | None = None,
-                 api_subjects: bool = False) -> None:
+                 commit_interval: str | None = "2s", nats: Mapping[str, str] | None = None,
+                 api_subjects: tuple[str, str] | None = None) -> None:
         if isinstance(clusters, Mapping):
             self.clusters: dict[str, Nodes] = dict(clusters)
         else:
@@ -148,6 +149,7 @@ class CcBackend:
         self._binary = ""
         self._proc: subprocess.Popen | None = None
         self._proxy: FaultProxy | None = None
+        self._proxy_up = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -166,24 +168,36 @@ class CcBackend:
     def log_path(self) -> Path:
         return self.directory / "server.log"
 
-    def start(self) -> CcBackend:
+    def prepare(self) -> CcBackend:
+        """The directory set up (config, keys, database, archive, users and their tokens) and
+        the proxy listening, cc-backend not started: :attr:`url` and :attr:`token` are
+        known before it runs (a test that must start it later, e.g. after NATS)."""
         self._binary = self._binary or binary()
-        if not (self.directory / "var" / "job.db").exists():
+        if not (self.directory / "tokens.json").exists():
             self._prepare()
-        self._serve()
-        if self._proxy is None:
+        saved = json.loads((self.directory / "tokens.json").read_text())
+        self.port, self.token, self.reader_token = saved["port"], saved["token"], saved["reader"]
+        if self._proxy is None or not self._proxy_up:
             self._proxy = FaultProxy(self.server_url).start()
+            self._proxy_up = True
+        return self
+
+    def start(self) -> CcBackend:
+        self.prepare()
+        self._serve()
         return self
 
     def stop(self) -> None:
-        if self._proxy is not None:
+        """Proxy and server stopped; the proxy's log stays readable."""
+        if self._proxy is not None and self._proxy_up:
             self._proxy.stop()
-            self._proxy = None
+            self._proxy_up = False
         self.stop_server()
 
     def stop_server(self) -> None:
         """Stop cc-backend alone (SIGTERM: it writes its metric-store checkpoint and exits);
-        the proxy stays and answers 502-free connection failures meanwhile."""
+        the proxy stays, and a request through it meanwhile finds the connection refused
+        and is answered by a dropped connection (status 0 in the log)."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -206,6 +220,7 @@ class CcBackend:
         self.stop()
 
     def _prepare(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
         var = self.directory / "var"
         archive = var / "job-archive"
         archive.mkdir(parents=True, exist_ok=True)
@@ -223,20 +238,22 @@ class CcBackend:
         self.port = free_port()
         self._write_config()
         self._cli("-migrate-db")
-        self.token = self._user("ccadapter", "api")
-        self.reader_token = self._user("reader", "admin,api")
+        token, reader = self._user("ccadapter", "api"), self._user("reader", "admin,api")
         (self.directory / "tokens.json").write_text(json.dumps(
-            {"port": self.port, "token": self.token, "reader": self.reader_token}))
+            {"port": self.port, "token": token, "reader": reader}))
 
     def _write_config(self) -> None:
         main: dict[str, Any] = {"addr": f"127.0.0.1:{self.port}", "db": "./var/job.db",
                                 "api-allowed-ips": ["*"]}
         if self.api_subjects:
-            main["api-subjects"] = {**SUBJECTS, "job-concurrency": 1, "node-concurrency": 1}
+            job, node = self.api_subjects
+            main["api-subjects"] = {"subject-job-event": job, "subject-node-state": node,
+                                    "job-concurrency": 1, "node-concurrency": 1}
         config: dict[str, Any] = {
             "main": main,
             "auth": {"jwts": {"max-age": "2000h"}},
-            "cron": {"commit-job-worker": self.commit_interval},
+            "cron": ({"commit-job-worker": self.commit_interval}
+                     if self.commit_interval else {}),
             "archive": {"kind": "file", "path": "./var/job-archive"},
             "metric-store": {"retention-in-memory": "1h", "memory-cap": 1},
         }
@@ -263,10 +280,6 @@ class CcBackend:
         return line.split(marker, 1)[1].strip()
 
     def _serve(self) -> None:
-        if not self.token:
-            saved = json.loads((self.directory / "tokens.json").read_text())
-            self.port, self.token, self.reader_token = (saved["port"], saved["token"],
-                                                        saved["reader"])
         with self.log_path.open("a") as log:
             self._proc = subprocess.Popen([self._binary, "-server", "-loglevel", "info"],
                                           cwd=self.directory, stdout=log, stderr=log,
@@ -383,6 +396,36 @@ class CcBackend:
             db.close()
         return list({r["hostname"]: dict(r) for r in rows}.values())
 
+    def wait_committed(self, timeout: float = 300) -> None:
+        """Until the job cache is empty (every start taken in is listed): cc-backend's
+        commit worker moves it to the job table once per ``commit_interval``."""
+        until = time.time() + timeout
+        while self.cached() > 0:
+            if time.time() > until:
+                raise TimeoutError(f"cc-backend's job cache not committed in {timeout} s")
+            time.sleep(0.5)
+
+    def job_rows(self) -> int:
+        """How many jobs cc-backend's database holds, committed or cached (a cheap progress
+        count for a large delivery; what it holds is read through :meth:`jobs`)."""
+        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
+                             timeout=30)
+        try:
+            return sum(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                       for t in ("job", "job_cache"))
+        finally:
+            db.close()
+
+    def cached(self) -> int:
+        """How many starts wait in cc-backend's job cache (its SQLite ``job_cache``; no API
+        lists them)."""
+        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
+                             timeout=30)
+        try:
+            return db.execute("SELECT count(*) FROM job_cache").fetchone()[0]
+        finally:
+            db.close()
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -409,3 +452,17 @@ def _as_start(job: Mapping[str, Any]) -> dict[str, Any]:
 def _as_stop(job: Mapping[str, Any]) -> dict[str, Any]:
     return {"jobId": job["jobId"], "cluster": job["cluster"], "startTime": job["startTime"],
             "stopTime": job["startTime"] + job["duration"], "jobState": job["jobState"]}
+
+
+def scheduler_state(slurm_state: str) -> str:
+    """The scheduler state cc-backend 1.5.4 stores for a node whose Slurm state is
+    ``slurm_state`` (scontrol's ``State=``, flags joined by ``+``: ``IDLE+DRAIN``), sent as
+    its parts: cc-backend lower-cases them and takes the first rule that matches
+    (internal/api/node.go ``determineState``, restated here)."""
+    parts = {p.lower() for p in slurm_state.split("+")}
+    for state, rule in (("allocated", {"allocated"}), ("reserved", {"reserved"}),
+                        ("down", {"idle", "down"}), ("idle", {"idle"}), ("down", {"down"}),
+                        ("mixed", {"mixed"})):
+        if rule <= parts:
+            return state
+    return "unknown"

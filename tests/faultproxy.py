@@ -146,6 +146,16 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def finish(self) -> None:
+        """The client's connection is done: so is this thread's connection upstream."""
+        try:
+            super().finish()
+        finally:
+            conn = getattr(self.server.proxy._local, "conn", None)
+            if conn is not None:
+                conn.close()
+                self.server.proxy._local.conn = None
+
     def do_GET(self) -> None:
         self._handle()
 

@@ -34,21 +34,24 @@ _RUN = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed")
 
 
 def parse_summary(text: str) -> dict[str, Any]:
-    """Counts and seconds from pytest's last summary line; ValueError when there is none."""
-    found = None
-    for line in text.splitlines():
-        m = _SUMMARY.match(line.strip())
-        if m:
-            found = m
-    if found is None:
+    """Counts and seconds from pytest's summary lines; ValueError when there is none.
+
+    tests/run runs two pytest sessions side by side (the deployment suite beside the rest),
+    each deselecting the other's tests: the counts are summed, the deselected ones less
+    those the other sessions ran, and ``pytest_s`` is the longest session's."""
+    sessions = [m for line in text.splitlines() if (m := _SUMMARY.match(line.strip()))]
+    if not sessions:
         raise ValueError("no pytest summary line (=== N passed in S s ===) in the output")
     counts: dict[str, Any] = {k: 0 for k in (*_RUN, "deselected")}
-    for n, what in _COUNT.findall(found["counts"]):
-        key = {"error": "errors", "warning": "warnings"}.get(what, what)
-        if key in counts:
-            counts[key] = int(n)
+    for found in sessions:
+        for n, what in _COUNT.findall(found["counts"]):
+            key = {"error": "errors", "warning": "warnings"}.get(what, what)
+            if key in counts:
+                counts[key] += int(n)
     counts["tests"] = sum(counts[k] for k in _RUN)
-    counts["pytest_s"] = float(found["seconds"])
+    counts["deselected"] = max(0, counts["deselected"] - (len(sessions) - 1) * counts["tests"])
+    counts["sessions"] = len(sessions)
+    counts["pytest_s"] = max(float(found["seconds"]) for found in sessions)
     return counts
 
 

@@ -1,8 +1,11 @@
-"""The fault matrix of issue 7: real Slurm, the daemon as a process (REST to the strict
-stand-in, notifications on a real nats-server with JetStream), a continuous churn of jobs,
-and faults injected for real while it runs. Afterwards every job id sbatch returned (and
-each task of an array) is looked up in Slurm's accounting (sacct text, not the JSON the
-product reads) and compared with what cc-backend and NATS received, per fault: jobs lost,
+"""The fault matrix of issue 7: real Slurm, the daemon as a process (REST to the real
+cc-backend 1.5.4 through the fault proxy of tests/faultproxy.py, notifications on a real
+nats-server with JetStream), a continuous churn of jobs, and faults injected for real while
+it runs: cc-backend's 503s and hangs are the proxy's (the real server makes neither on
+demand), its disk full is real (its directory on a small tmpfs, filled). Afterwards every
+job id sbatch returned (and each task of an array) is looked up in Slurm's accounting (sacct
+text, not the JSON the product reads) and compared with what cc-backend holds (read back
+through its API) and what NATS received, per fault: jobs lost,
 duplicated, or with a field that differs from Slurm's own answer (tests/integration/
 expect.py; CPU ids and GPU indices from ``scontrol show job -d``, read every 2 s while the
 matrix runs; a GPU job also writes the indices Slurm gave it, ``SLURM_JOB_GPUS``, to a file,
@@ -27,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.integration.expect import by_run, check_start, check_stop, ran
-from tests.integration.sync_scenario import TOKEN, DaemonProc, cluster_root, write_config
+from tests.integration.sync_scenario import DaemonProc, cluster_root, write_config
 from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import (
     GPU_REPORT,
@@ -42,7 +46,6 @@ from tests.integration.workload import (
 )
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, stream_messages
-from tests.standin.ccbackend import CcBackendStandin
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_DIR = "/tmp/ccadapter-fault-gpus"  # in the cluster's root, where its jobs write
@@ -142,7 +145,7 @@ class Churn(threading.Thread):
 class Rig:
     cluster: Cluster
     tmp: Path
-    standin: CcBackendStandin
+    cc: CcBackend
     nats: NatsServer
     daemon: DaemonProc
     state_dir: Path
@@ -161,15 +164,21 @@ class Rig:
 # --- the faults ---------------------------------------------------------------------------
 
 def cc_503(rig: Rig, seconds: float) -> None:
-    rig.standin.fail_with(503)
+    rig.cc.fail_with(503)  # the proxy answers in cc-backend's place
     time.sleep(seconds)
-    rig.standin.fail_with(None)
+    rig.cc.fail_with(None)
 
 
 def cc_hang(rig: Rig, seconds: float) -> None:
-    rig.standin.hang(3600)  # no answer at all; the client's read timeout decides
+    rig.cc.hang(3600)  # the proxy holds every request; the client's read timeout decides
     time.sleep(seconds)
-    rig.standin.hang(None)
+    rig.cc.hang(None)
+
+
+def cc_disk_full(rig: Rig, seconds: float) -> None:
+    """cc-backend's own disk (its database, archive and checkpoints on a small tmpfs) full
+    to the last byte, held, then freed: SQLite refuses to grow, cc-backend answers 500."""
+    _fill(rig.cc.directory / "filler", seconds)
 
 
 def nats_down(rig: Rig, seconds: float) -> None:
@@ -204,7 +213,10 @@ def daemon_kills(rig: Rig, seconds: float, kills: int = 20) -> None:
 
 def disk_full(rig: Rig, seconds: float) -> None:
     """Fill the state directory's small tmpfs to the last byte, hold, then free it."""
-    filler = rig.state_dir / "filler"
+    _fill(rig.state_dir / "filler", seconds)
+
+
+def _fill(filler: Path, seconds: float) -> None:
     with filler.open("wb", buffering=0) as fh:  # unbuffered: close() has nothing to flush
         for size in (1 << 20, 65536, 4096, 512, 1):
             with contextlib.suppress(OSError):
@@ -218,6 +230,7 @@ FAULTS: dict[str, Callable[[Rig, float], None]] = {
     "cc-backend 503": cc_503, "cc-backend hangs": cc_hang, "NATS stopped": nats_down,
     "slurmdbd stopped": slurmdbd_down, "slurmctld restarted": slurmctld_restart,
     "daemon SIGKILLed x20": daemon_kills, "state disk full": disk_full,
+    "cc-backend disk full": cc_disk_full,
 }
 
 
@@ -266,6 +279,7 @@ class RunResult:
     exit_code: int | None
     log: str
     seconds: float
+    token: str  # the daemon's JWT for cc-backend: never in its log
 
 
 def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
@@ -274,18 +288,18 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
     seconds), then wait until Slurm and the deliveries settle, then count."""
     t0 = time.time()
     state = tmp / "state"
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin, \
-            small_tmpfs(state) as state_dir:
+    with small_tmpfs(tmp / "cc-backend", "64m") as cc_dir, \
+            CcBackend(cc_dir, [cluster]) as cc, small_tmpfs(state) as state_dir:
         nats = NatsServer(tmp / "nats").start()
         add_stream(nats.url)
-        cfg = write_config(cluster, standin, tmp, stateDirectory=str(state_dir),
+        cfg = write_config(cluster, cc, tmp, stateDirectory=str(state_dir),
                            lastRunPath=str(state_dir / "lastrun"), slurmPollInterval=10,
                            ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
                            natsServer="127.0.0.1", natsPort=nats.port, natsJetStream=True,
                            natsPublishTimeout=3)
         LastRun(state_dir / "lastrun").set(time.time() - 5)
         daemon = DaemonProc(cfg, tmp / "daemon.log")
-        rig = Rig(cluster, tmp, standin, nats, daemon, state_dir)
+        rig = Rig(cluster, tmp, cc, nats, daemon, state_dir)
         watcher = AllocationWatcher(cluster)
         watcher.start()
         daemon.start()
@@ -315,7 +329,7 @@ def run_faults(cluster: Cluster, tmp: Path, plan: list[tuple[str, float]],
             nats.stop()
             shutil.rmtree(gpu_dir, ignore_errors=True)
         return RunResult(cluster, tallies, churn.total(), rig.restarts, exit_code,
-                         rig.log_text(), time.time() - t0)
+                         rig.log_text(), time.time() - t0, cc.token)
 
 
 def _listed(truth: dict[int, dict], tasks: dict[int, int]) -> dict[int, list[int]]:
@@ -338,7 +352,7 @@ def _wait_settled(rig: Rig, tasks: dict[int, int], timeout: float = 900) -> None
         if all(len(listed[i]) >= n for i, n in tasks.items()) and \
                 all(t["state"] in TERMINAL for t in truth.values()):
             runs = {(j, t["start"]) for j, t in truth.items() if ran(t)}
-            stopped = {(b["jobId"], b["startTime"]) for b in rig.standin.stopped()}
+            stopped = {(b["jobId"], b["startTime"]) for b in rig.cc.stopped()}
             published = {(k[1], k[2]) for k in _nats_keys(rig.nats.url) if k[0] == "stop_job"}
             if runs <= stopped and runs <= published:
                 time.sleep(3)  # stragglers (a duplicate on its way) still count
@@ -395,7 +409,7 @@ class _Received:
     @classmethod
     def read(cls, rig: Rig) -> _Received:
         requests: dict[int, int] = {}
-        for r in rig.standin.requests("/api/jobs/start_job/"):
+        for r in rig.cc.requests("/api/jobs/start_job/"):
             if r.status == 422 and isinstance(r.body, dict) and "jobId" in r.body:
                 requests[r.body["jobId"]] = requests.get(r.body["jobId"], 0) + 1
         nats: dict[tuple[str, int, int], list[dict]] = {}
@@ -404,8 +418,9 @@ class _Received:
             body = json.loads(point.fields["event"])
             key = (point.tags["function"], body["jobId"], body["startTime"])
             nats.setdefault(key, []).append(body)
-        return cls(by_run(rig.standin.started(rig.cluster.name)),
-                   by_run(rig.standin.stopped()), requests, nats)
+        rig.cc.wait_committed()  # what cc-backend holds, through its API
+        return cls(by_run(rig.cc.started(rig.cluster.name)),
+                   by_run(rig.cc.stopped(rig.cluster.name)), requests, nats)
 
     def check(self, cluster: str, job_id: int, t: dict, alloc: Allocation | None,
               tally: Tally) -> None:
@@ -472,7 +487,8 @@ class _Received:
         return wrong, unverified, forgotten
 
     def check_extras(self, truth: dict[int, dict], tally: Tally) -> None:
-        """A run cc-backend got that Slurm never had (e.g. a wrong startTime) is a duplicate."""
+        """A run cc-backend holds that Slurm never had (e.g. a wrong startTime) is a
+        duplicate."""
         real = {(j, t["start"]) for j, t in truth.items()}
         for run in self.starts:
             if run[0] in truth and run not in real:

@@ -1,6 +1,7 @@
-"""The sync engine end to end: real Slurm, the ccadapter daemon as a process, the strict
-cc-backend stand-in, and the faults of issue 3 (cc-backend 503 for minutes, the daemon
-SIGKILLed during delivery, slurmdbd stopped for a cycle)."""
+"""The sync engine end to end: real Slurm, the ccadapter daemon as a process, the real
+cc-backend 1.5.4 (tests/ccbackend.py) behind its fault proxy, and the faults of issue 3
+(cc-backend 503 for minutes, the daemon SIGKILLed during delivery, slurmdbd stopped for a
+cycle). What cc-backend holds is read back through its own API."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.integration.expect import by_run, delivery_problems
 from tests.integration.workload import (
     Allocation,
@@ -26,13 +28,14 @@ from tests.integration.workload import (
 )
 from tests.standin.ccbackend import CcBackendStandin
 
-TOKEN = "it-token-0123456789abcdef"
+TOKEN = "it-token-0123456789abcdef"  # the stand-in's (the real server's JWTs are its own)
 START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
 
 
-def write_config(cluster: Cluster, standin: CcBackendStandin, tmp: Path, **extra) -> Path:
+def write_config(cluster: Cluster, receiver: CcBackend | CcBackendStandin, tmp: Path,
+                 **extra) -> Path:
     cfg = {
-        "ccRestUrl": standin.url, "ccRestJwt": TOKEN,
+        "ccRestUrl": receiver.url, "ccRestJwt": receiver.token,
         "pidFilePath": str(tmp / "run" / "daemon.pid"),
         "prepSockListenPath": str(tmp / "run" / "daemon.sock"),
         "lastRunPath": str(tmp / "lastrun"), "stateDirectory": str(tmp / "state"),
@@ -96,15 +99,16 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
-def delivered(standin: CcBackendStandin, ids: list[int]) -> bool:
-    stopped = {b["jobId"] for b in standin.stopped()}
+def delivered(cc: CcBackend | CcBackendStandin, ids: list[int]) -> bool:
+    """Does cc-backend hold every one of these jobs as stopped?"""
+    stopped = {b["jobId"] for b in cc.stopped()}
     return set(ids) <= stopped
 
 
 @dataclass
 class Outcome:
     cluster: Cluster
-    standin: CcBackendStandin
+    cc: CcBackend
     ids: list[int] = field(default_factory=list)
     exit_code: int | None = None
     log: str = ""
@@ -113,9 +117,9 @@ class Outcome:
 
 
 def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
-    standin = CcBackendStandin(TOKEN, clusters=[cluster.name]).start()
-    out = Outcome(cluster, standin)
-    cfg = write_config(cluster, standin, tmp, ccPollInterval=3600)
+    cc = CcBackend(tmp / "cc-backend", [cluster]).start()
+    out = Outcome(cluster, cc)
+    cfg = write_config(cluster, cc, tmp, ccPollInterval=3600)
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
     # slurmctld's record of every job while it runs and MinJobAge after: the truth where
@@ -128,27 +132,27 @@ def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
         # A: plain operation
         ids = submit_batch(cluster, "a", 6)
         out.ids += ids
-        wait_for(lambda: delivered(standin, ids), 120, "batch a not delivered")
+        wait_for(lambda: delivered(cc, ids), 120, "batch a not delivered")
         out.phases["normal"] = time.time() - t0
         # B: cc-backend answers 503 for `outage` seconds while jobs run and end
-        standin.fail_with(503)
+        cc.fail_with(503)
         ids = submit_batch(cluster, "b", 6)
         out.ids += ids
         time.sleep(outage)
-        standin.fail_with(None)
+        cc.fail_with(None)
         t1 = time.time()
-        wait_for(lambda: delivered(standin, ids), 400, "batch b not delivered after 503s")
+        wait_for(lambda: delivered(cc, ids), 400, "batch b not delivered after 503s")
         out.phases["catch-up after 503"] = time.time() - t1
         # C: the daemon is SIGKILLed while it delivers (slow cc-backend), then restarted
-        standin.latency(0.3)
+        cc.latency(0.3)
         ids = submit_batch(cluster, "c", 8)
         out.ids += ids
-        wait_for(lambda: any(b["jobId"] in ids for b in standin.started()), 120,
+        wait_for(lambda: any(b["jobId"] in ids for b in cc.started()), 120,
                  "batch c: no start before the kill")
         daemon.kill()
-        standin.latency(0)
+        cc.latency(0)
         daemon.start()
-        wait_for(lambda: delivered(standin, ids), 180, "batch c not delivered after SIGKILL")
+        wait_for(lambda: delivered(cc, ids), 180, "batch c not delivered after SIGKILL")
         # D: slurmdbd stopped for a few cycles while jobs run and end
         dbd_pid = Path(cluster_root(cluster), "run/slurmdbd.pid").read_text().strip()
         os.kill(int(dbd_pid), signal.SIGTERM)
@@ -161,7 +165,7 @@ def resilience(cluster: Cluster, tmp: Path, outage: float) -> Outcome:
                        check=True, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
                        env={**os.environ,
                             "CCADAPTER_HOOK_PY": str(repo / "ccadapter" / "prep" / "hook.py")})
-        wait_for(lambda: delivered(standin, ids), 240, "batch d not delivered after slurmdbd")
+        wait_for(lambda: delivered(cc, ids), 240, "batch d not delivered after slurmdbd")
     finally:
         out.exit_code = daemon.terminate() if daemon.proc.poll() is None else daemon.proc.returncode
         out.log = daemon.log.read_text()
@@ -174,18 +178,22 @@ def cluster_root(cluster: Cluster) -> str:
     return cluster.prefix[1] if cluster.prefix else "/"
 
 
-def exactly_once(standin: CcBackendStandin, cluster: Cluster, ids: list[int],
+def exactly_once(cc: CcBackend | CcBackendStandin, cluster: Cluster, ids: list[int],
                  allocs: dict[int, Allocation] | None = None) -> list[str]:
-    """Compare what the stand-in received with Slurm's own answer (tests/integration/
-    expect.py: every field, exactly once); returns the problems. CPU ids come from what
-    slurmctld holds now (jobs ended within MinJobAge) unless ``allocs`` (read while the jobs
-    ran, with their GPU indices) says more. A het job is one job under its leader's id
+    """Compare what cc-backend holds (the real server: read back through its API once its job cache
+    is committed; the stand-in: what it received) with Slurm's own answer
+    (tests/integration/expect.py: every field, exactly once); returns the problems. CPU ids come
+    from what slurmctld holds now (jobs ended within MinJobAge) unless ``allocs`` (read while
+    the jobs ran, with their GPU indices) says more. A het job is one job under its leader's id
     (``het_merged``); its other components' ids must never reach cc-backend."""
     truth = het_merged(sacct_truth(cluster, ids))
     known = het_allocations(truth, {**controller_allocations(cluster), **(allocs or {})})
-    problems = delivery_problems(cluster.name, truth, by_run(standin.started(cluster.name)),
-                                 by_run(standin.stopped()), known)
-    bad = [r for r in standin.requests() if r.status == 400]
+    if isinstance(cc, CcBackend):
+        cc.wait_committed()
+    problems = delivery_problems(cluster.name, truth, by_run(cc.started(cluster.name)),
+                                 by_run([b for b in cc.stopped()
+                                        if b["cluster"] == cluster.name]), known)
+    bad = [r for r in cc.requests() if r.status == 400]
     if bad:
         problems.append(f"{len(bad)} answers 400: {bad[:2]}")
     return problems

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ccbackend import CcBackend
 from tests.integration.deployment import CONFIG, Container, install
-from tests.integration.sync_scenario import TOKEN, exactly_once, submit_batch, wait_for
-from tests.standin.ccbackend import CcBackendStandin
+from tests.integration.sync_scenario import exactly_once, submit_batch, wait_for
 from tests.testbed import history
 
 pytestmark = [pytest.mark.integration, pytest.mark.deploy]
@@ -37,19 +37,20 @@ def unit_value(key: str) -> str:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The container with ccadapter installed and started as the README says, and the
-    receiver it delivers to (on the host's loopback, which the container shares)."""
+    real cc-backend 1.5.4 it delivers to (on the host's loopback, which the container
+    shares)."""
     container = Container.up()
-    standin = CcBackendStandin(TOKEN, clusters=[container.cluster.name]).start()
+    cc = CcBackend(tmp_path_factory.mktemp("cc-backend"), [container.cluster]).start()
     try:
-        install(container, tmp_path_factory.mktemp("site"), standin.url, TOKEN)
-        yield container, standin
+        install(container, tmp_path_factory.mktemp("site"), cc.url, cc.token)
+        yield container, cc
     finally:
         container.run("systemctl", "stop", "ccadapter", check=False)
-        standin.stop()
+        cc.stop()
 
 
 def test_a_site_install_starts_ready_and_delivers_through_the_hook(site):
-    container, standin = site
+    container, cc = site
     container.wait_active()
     shown = container.show("ActiveState", "SubState", "StatusText", "User", "Group",
                            "NRestarts")
@@ -61,9 +62,9 @@ def test_a_site_install_starts_ready_and_delivers_through_the_hook(site):
     # the hook (the shipped script, run by slurmctld as slurm) announces them: delivered well
     # before the next poll (slurmPollInterval 60 s)
     ids = submit_batch(container.cluster, "deployed", 4)
-    wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 45,
+    wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 45,
              "not delivered within 45 s: the hook did not reach the daemon")
-    assert exactly_once(standin, container.cluster, ids) == []
+    assert exactly_once(cc, container.cluster, ids) == []
     log = (container.root / "var/log/slurm/slurmctld.log").read_text()
     assert "daemon not told" not in log
     config = container.run("stat", "-c", "%a %U:%G", CONFIG).split()
@@ -87,16 +88,16 @@ def test_the_hardening_is_in_force(site):
 
 
 def test_the_journal_says_what_an_operator_needs_and_no_line_per_event(site):
-    container, standin = site
+    container, cc = site
     lines = container.journal()
     text = "\n".join(lines)
     assert "serving cluster clusterdeploy" in text
     assert "listening for Prolog/Epilog messages on /run/cc-slurm-adapter/daemon.sock" in text
-    delivered = len(standin.started(container.cluster.name)) + len(standin.stopped())
+    delivered = len(cc.started(container.cluster.name)) + len(cc.stopped())
     assert delivered >= 8
     assert not [ln for ln in lines if "delivered start" in ln or "delivered stop" in ln]
     assert not [ln for ln in lines if re.search(r"slurm-window: \{", ln)]
-    assert "Traceback" not in text and TOKEN not in text
+    assert "Traceback" not in text and cc.token not in text
 
 
 def test_status_and_queue_list_for_a_user_who_may_only_read_the_state(site):
@@ -114,7 +115,7 @@ def test_status_and_queue_list_for_a_user_who_may_only_read_the_state(site):
 
 
 def test_a_slurm_that_does_not_answer_for_3_minutes_does_not_get_it_killed(site):
-    container, standin = site
+    container, cc = site
     container.wait_active()
     pid, restarts = container.main_pid(), container.show("NRestarts")["NRestarts"]
     container.run("systemctl", "kill", "-s", "SIGSTOP", "slurmdbd", "slurmctld")
@@ -125,7 +126,7 @@ def test_a_slurm_that_does_not_answer_for_3_minutes_does_not_get_it_killed(site)
     finally:
         container.run("systemctl", "kill", "-s", "SIGCONT", "slurmdbd", "slurmctld")
     ids = submit_batch(container.cluster, "afterstall", 2)
-    wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 120,
+    wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 120,
              "nothing delivered after Slurm answered again")
     assert container.main_pid() == pid
 
@@ -145,11 +146,12 @@ def test_a_hung_daemon_is_killed_and_restarted(site):
         "journalctl", "--no-pager", "-o", "cat", "--since", since).splitlines())
 
 
+@pytest.mark.timeout(1500)  # a start of minutes, then 40,000 events into cc-backend
 def test_a_3_day_catch_up_starts_without_hitting_the_start_timeout(site):
     """lastRun three days back over a history of 20,000 runs, and a slurmdbd that answers
     only a minute after the start (a busy one after a downtime): the first window takes
     longer than TimeoutStartSec, and systemd waits for its READY=1 all the same."""
-    container, standin = site
+    container, cc = site
     container.run("systemctl", "stop", "ccadapter")
     rows = history.spread(20_000, 3 * 86400, "slurm_acct_clusterdeploy", "clusterdeploy")
     assert rows >= 20_000
@@ -169,8 +171,14 @@ def test_a_3_day_catch_up_starts_without_hitting_the_start_timeout(site):
     assert took > START_TIMEOUT and shown["Result"] == "success"
     assert shown["StatusText"] == "first Slurm window synced"
     # the first window stored them all; the deliverers send them on
-    wait_for(lambda: len(standin.started(container.cluster.name)) >= 20_000, 300,
+    wait_for(lambda: cc.job_rows() >= 20_000, 600,
              "the history caught up on was not delivered")
+    cc.wait_committed()
+    held = cc.started(container.cluster.name)
+    copies = {b["jobId"] for b in held if b["jobId"] >= history.FIRST_COPY_ID}
+    print(f"cc-backend holds {len(held)} jobs of {container.cluster.name}, "
+          f"{len(copies)} of the history's copies")
+    assert len(copies) == 20_000
 
 
 def test_stop_is_clean(site):

@@ -12,7 +12,7 @@ slurmctld exits), the primary brought back (it takes control back), the primary 
 (the backup takes control ``SlurmctldTimeout`` later), the primary brought back. After each
 step the daemon beside the controller in control must work and the other report ``standby``
 in ``ccadapter status`` and in ``/metrics``. At the end every submitted job is compared with
-sacct: exactly one successful start and one stop at the stand-in, none lost, none
+sacct: cc-backend (the real 1.5.4) holds each run once, stopped as sacct says: none lost, none
 duplicated, no stop before its start. The figures (time to take over, counts) are printed.
 """
 
@@ -35,9 +35,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ccadapter.runtime.lastrun import LastRun
-from tests.integration.sync_scenario import START, STOP, TOKEN, exactly_once, wait_for
+from tests.ccbackend import CcBackend
+from tests.integration.sync_scenario import START, STOP, exactly_once, wait_for
 from tests.integration.workload import TERMINAL, TESTBED, Cluster, sacct_truth
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 
@@ -191,9 +191,9 @@ class Switch:
                 f"standby after {self.daemon_seconds} s; status {self.statuses}")
 
 
-def _write_config(home: Path, ha: HaCluster, standin: CcBackendStandin, role: str,
+def _write_config(home: Path, ha: HaCluster, cc: CcBackend, role: str,
                   shared: Path, port: int) -> Path:
-    cfg = {"ccRestUrl": standin.url, "ccRestJwt": TOKEN,
+    cfg = {"ccRestUrl": cc.url, "ccRestJwt": cc.token,
            "pidFilePath": str(home / "run" / "daemon.pid"),
            "prepSockListenPath": ha.sockets[role],
            "lastRunPath": str(shared / "lastrun"), "stateDirectory": str(home / "state"),
@@ -260,14 +260,14 @@ def _kill_primary(churn: Churn) -> None:
 
 
 def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
-    standin = CcBackendStandin(TOKEN, clusters=[ha.cluster.name]).start()
+    cc = CcBackend(tmp_path / "cc-backend", [ha.cluster]).start()
     shared = tmp_path / "shared"  # the storage both hosts mount (StateSaveLocation's)
     shared.mkdir()
     LastRun(shared / "lastrun").set(time.time() - 5)
     daemons = {}
     for role in ("primary", "backup"):
         port = free_port()
-        cfg = _write_config(tmp_path / role, ha, standin, role, shared, port)
+        cfg = _write_config(tmp_path / role, ha, cc, role, shared, port)
         # the backup host's daemon in a UTS namespace of that host's name
         prefix = (["unshare", "--uts", "sh", "-c", f'hostname {ha.hosts["backup"]} && exec "$@"',
                    "sh"] if role == "backup" else [])
@@ -311,7 +311,7 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
                         f"{[str(s) for s in switches]}")
         started = {i for i, t in sacct_truth(ha.cluster, ids).items() if t["start"]}
         with contextlib.suppress(TimeoutError):  # the comparison below says what is missing
-            wait_for(lambda: started <= {b["jobId"] for b in standin.stopped()}, 120, "")
+            wait_for(lambda: started <= {b["jobId"] for b in cc.stopped()}, 120, "")
         hooks = {r: (d.metric("ccadapter_hook_messages_received_total"),
                      d.metric("ccadapter_hook_messages_dropped_total", reason="standby"),
                      d.metric("ccadapter_events_delivered_total", kind="start"))
@@ -323,24 +323,28 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
         _testbed("ctld", "failover", "start", "primary")  # as the test bed had it
         ha.cluster.run("scontrol", "update", f"nodename={','.join(ha.cluster.nodes)}",
                        "state=resume", check=False)  # a drained node, should Slurm drain one
-        standin.stop()
 
-    problems = exactly_once(standin, ha.cluster, ids)
-    resent = standin.count(START, 422)
+    try:  # what cc-backend holds, through its API
+        problems = exactly_once(cc, ha.cluster, ids)
+        held, stopped = len(cc.started(ha.cluster.name)), len(cc.stopped())
+    finally:
+        cc.stop()
+    resent = cc.count(START, 422)
+    stops_404 = cc.count(STOP, 404)
     figures = [str(s) for s in switches]
     figures.append(f"{len(ids)} jobs submitted ({churn.failures} sbatch refused during "
-                   f"switches), {len(standin.started(ha.cluster.name))} starts (201), "
-                   f"{len(standin.stopped())} stops (200), {resent} starts and "
-                   f"{standin.count(STOP, 422)} stops answered 422 (sent again), "
-                   f"{standin.count(STOP, 404)} stops 404; problems: {len(problems)}")
+                   f"switches), cc-backend holds {held} jobs, {stopped} stopped; "
+                   f"{cc.count(START, 201)} starts taken (201), {resent} starts and "
+                   f"{cc.count(STOP, 422)} stops answered 422 (sent again), "
+                   f"{stops_404} stops 404; problems: {len(problems)}")
     figures += [f"{r} daemon: {int(got)} hook messages acted on, {int(dropped)} "
-                f"dropped while standing by; {int(starts)} starts delivered"
+                f"dropped while ccg by; {int(starts)} starts delivered"
                 for r, (got, dropped, starts) in hooks.items()]
     print("\nfailover figures:\n  " + "\n  ".join(figures), file=sys.stderr)
     (tmp_path / "figures.txt").write_text("\n".join(figures) + "\n")
 
     assert problems == [], problems[:10]
-    assert standin.count(STOP, 404) == 0
+    assert stops_404 == 0
     for s in switches:
         other = "backup" if s.expect == "primary" else "primary"
         assert s.statuses == {s.expect: "active", other: "standby"}, s
@@ -353,5 +357,5 @@ def test_failover_nothing_lost_nothing_duplicated(ha, tmp_path):
             assert s.active_seconds - s.slurm_seconds <= POLL + 3, s
     for role, d in daemons.items():
         log = d.log.read_text()
-        assert "Traceback" not in log and TOKEN not in log, role
+        assert "Traceback" not in log and cc.token not in log, role
     assert exits == {"primary": 0, "backup": 0}

@@ -1,10 +1,10 @@
 """Issue 14, item 4 on real Slurm 22.05, 24.11 and 26.05: a heterogeneous job reaches the
-(strict) cc-backend stand-in as one job -- one start and one stop under the leader's id,
+real cc-backend 1.5.4 as one job -- one start and one stop under the leader's id,
 with every component's resources and counts summed -- through the Prolog/Epilog fast path
 (the hook runs once per component; the poll runs at the daemon's start only here), and its
 stop waits for the last component. Slurm's truth is read with ``sacct -P`` and one
 ``scontrol show job -d`` per component (``workload.py``). The three clusters run at once
-(one daemon and one stand-in each), as the workload does: the test costs one cluster's time."""
+(one daemon and one cc-backend each), as the workload does: the test costs one cluster's time."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.ccbackend import CcBackend
 from tests.conftest import VERSIONS
 from tests.integration.conftest import hook_configured
 from tests.integration.sync_scenario import (
     STOP,
-    TOKEN,
     DaemonProc,
     exactly_once,
     wait_for,
@@ -33,7 +33,6 @@ from tests.integration.workload import (
     het_ids,
     sacct_truth,
 )
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +49,9 @@ HET_JOBS = {
 }
 
 
-def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path) -> DaemonProc:
+def start_daemon(cluster: Cluster, cc: CcBackend, tmp: Path) -> DaemonProc:
     """A daemon whose poll runs at its start only: what arrives later came through the hook."""
-    return start_hook_daemon(cluster, standin, tmp, poll=600)
+    return start_hook_daemon(cluster, cc, tmp, poll=600)
 
 
 def submit_het_jobs(sub: Submitted) -> None:
@@ -69,13 +68,13 @@ def running(cluster: Cluster, job_id: int) -> bool:
                                     check=False).split()
 
 
-def run_het_jobs(cluster: Cluster, standin: CcBackendStandin, sub: Submitted) -> float:
+def run_het_jobs(cluster: Cluster, cc: CcBackend, sub: Submitted) -> float:
     """Drive the het jobs to their end; returns when component 1 of "hetcut" was cancelled.
     Checks on the way that no stop came while a component ran."""
     leaders = {ids[0] for ids in sub.ids.values()}
     wait_for(lambda: capture_running(sub) or set(sub.all_ids()) <= set(sub.truth_cpus), 240,
              "the het jobs did not both run (only the backfill scheduler starts them)")
-    wait_for(lambda: {b["jobId"] for b in standin.started(cluster.name)} >= leaders, 20,
+    wait_for(lambda: {b["jobId"] for b in cc.started(cluster.name)} >= leaders, 20,
              "het job starts not delivered within 20 s although the poll interval is 600 s")
     cut = sub.ids["hetcut"]
     cluster.run("scancel", f"{cut[0]}+1")
@@ -84,8 +83,8 @@ def run_het_jobs(cluster: Cluster, standin: CcBackendStandin, sub: Submitted) ->
              60, "component 1 of hetcut did not end")
     time.sleep(5)  # the component's epilog came and went: still running as a whole
     assert running(cluster, cut[0]), "hetcut's leader ended too early for this test"
-    assert cut[0] not in {b["jobId"] for b in standin.stopped()}
-    wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= leaders, 120,
+    assert cut[0] not in {b["jobId"] for b in cc.stopped()}
+    wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= leaders, 120,
              "het job stops not delivered")
     return cut_at
 
@@ -96,27 +95,27 @@ class HetRun:
 
     cluster: Cluster
     sub: Submitted
-    standin: CcBackendStandin
+    cc: CcBackend
     cut_at: float
     exit_code: int
     log: str
 
 
 def het_run(cluster: Cluster, tmp: Path) -> HetRun:
-    standin = CcBackendStandin(TOKEN, clusters=[cluster.name]).start()
+    cc = CcBackend(tmp / "cc-backend", [cluster]).start()
     sub = Submitted(cluster)
     try:
-        daemon = start_daemon(cluster, standin, tmp)
+        daemon = start_daemon(cluster, cc, tmp)
         try:
             submit_het_jobs(sub)
-            cut_at = run_het_jobs(cluster, standin, sub)
+            cut_at = run_het_jobs(cluster, cc, sub)
         finally:
             cluster.run("scancel", *map(str, sub.all_ids()), check=False)  # after a failure
             code = daemon.terminate()
     except BaseException:
-        standin.stop()
+        cc.stop()
         raise
-    return HetRun(cluster, sub, standin, cut_at, code, daemon.log.read_text())
+    return HetRun(cluster, sub, cc, cut_at, code, daemon.log.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +137,7 @@ def het_runs(testbed, tmp_path_factory):
     yield runs
     for run in runs.values():
         if isinstance(run, HetRun):
-            run.standin.stop()
+            run.cc.stop()
 
 
 @pytest.mark.timeout(600)
@@ -147,13 +146,14 @@ def test_a_het_job_is_one_job_through_the_hook(het_runs, version):
     run = het_runs[version]
     if isinstance(run, BaseException):
         raise run
-    cluster, sub, standin, cut_at = run.cluster, run.sub, run.standin, run.cut_at
+    cluster, sub, cc, cut_at = run.cluster, run.sub, run.cc, run.cut_at
     assert run.exit_code == 0
-    assert exactly_once(standin, cluster, sub.all_ids()) == []
+    assert exactly_once(cc, cluster, sub.all_ids()) == []
     truth = sacct_truth(cluster, sub.all_ids())
-    starts = {r.body["jobId"]: r for r in standin.requests("/api/jobs/start_job/")
-              if r.status == 201}
-    stops = {r.body["jobId"]: r for r in standin.requests(STOP) if r.status == 200}
+    starts = {r.body["jobId"]: r for r in cc.requests("/api/jobs/start_job/")
+              if r.status == 201}  # when each passed the proxy; what is held, from the API
+    held = {b["jobId"]: b for b in cc.started(cluster.name)}
+    stops = {r.body["jobId"]: r for r in cc.requests(STOP) if r.status == 200}
     for name, ids in sub.ids.items():
         leader = ids[0]
         # through the hook: within seconds of Slurm's times (whole seconds: one more)
@@ -168,7 +168,7 @@ def test_a_het_job_is_one_job_through_the_hook(het_runs, version):
                 cpus.setdefault(host, set()).update(threads)
                 gpus.setdefault(host, set()).update(
                     str(i) for i in sub.truth_gpus[job_id][host])
-        body = starts[leader].body
+        body = held[leader]
         assert {r["hostname"]: set(r.get("hwthreads", ())) for r in body["resources"]} \
             == cpus, name
         assert {r["hostname"]: set(r.get("accelerators", ())) for r in body["resources"]} \
@@ -177,5 +177,5 @@ def test_a_het_job_is_one_job_through_the_hook(het_runs, version):
         assert body["numNodes"] == len(body["resources"]) == len(cpus), name
     assert stops[sub.ids["hetcut"][0]].time > cut_at + 5  # after the leader, not the part
     assert stops[sub.ids["hetcut"][0]].body["jobState"] == "cancelled"
-    assert starts[sub.ids["hetgpu"][0]].body["numAcc"] == 1
-    assert "Traceback" not in run.log and TOKEN not in run.log
+    assert held[sub.ids["hetgpu"][0]]["numAcc"] == 1
+    assert "Traceback" not in run.log and cc.token not in run.log

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from ccadapter.prep import hook
+from tests.ccbackend import CcBackend
 from tests.integration.conftest import hook_configured
-from tests.integration.sync_scenario import TOKEN, exactly_once, submit_batch, wait_for
+from tests.integration.sync_scenario import exactly_once, submit_batch, wait_for
 from tests.integration.test_hook_live import start_daemon
 from tests.integration.test_metrics_live import free_port, get, parse, scrape
 from tests.integration.workload import Cluster
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 
@@ -86,12 +86,12 @@ def test_a_flood_of_the_tcp_socket_costs_little_and_real_jobs_stay_right(testbed
     assert hook_configured(cluster) and cluster.hook_socket.startswith("tcp:")
     _, address = hook.parse_spec(cluster.hook_socket)
     metrics = f"127.0.0.1:{free_port()}"
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        daemon = start_daemon(cluster, standin, tmp_path, poll=10, metricsListen=metrics)
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        daemon = start_daemon(cluster, cc, tmp_path, poll=10, metricsListen=metrics)
         try:
             # the fast path learns what slurmctld's ids look like from a first real job
             warm = submit_batch(cluster, "warm", 1)
-            wait_for(lambda: {b["jobId"] for b in standin.started()} >= set(warm), 30,
+            wait_for(lambda: {b["jobId"] for b in cc.started()} >= set(warm), 30,
                      "the first job did not come through the hook")
             questions = sdiag_single_job_questions(cluster)
             log_lines = len(daemon.log.read_text().splitlines())
@@ -104,14 +104,14 @@ def test_a_flood_of_the_tcp_socket_costs_little_and_real_jobs_stay_right(testbed
             ids = warm + submit_batch(cluster, "flooded", 5)
             for thread in threads:
                 thread.join()
-            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
+            wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 60,
                      "the real jobs were not delivered")
             asked = sdiag_single_job_questions(cluster) - questions
             samples = parse(scrape(f"http://{metrics}/metrics"))
             peak = vm_hwm_mb(daemon.proc.pid)
         finally:
             assert daemon.terminate() == 0
-        problems = exactly_once(standin, cluster, ids)
+        problems = exactly_once(cc, cluster, ids)
     log = daemon.log.read_text().splitlines()[log_lines:]
     about_flood = [ln for ln in log if "dropped" in ln or "does not show" in ln]
     unknown = get(samples, "ccadapter_hook_unknown_jobs_total", cluster=cluster.name)

@@ -1,6 +1,6 @@
 """Issue 4 on real Slurm: slurmctld runs the hook for every job (the test bed is configured
 with it), the daemon syncs the announced jobs at once; the poll (60 s here) cannot explain
-what arrives within seconds."""
+what arrives within seconds. The receiver is the real cc-backend 1.5.4 (tests/ccbackend.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.conftest import HEAVY_VERSIONS
 from tests.integration.sync_scenario import (
-    TOKEN,
     DaemonProc,
     exactly_once,
     submit_batch,
@@ -21,7 +21,6 @@ from tests.integration.sync_scenario import (
     write_config,
 )
 from tests.integration.workload import Cluster, sacct_truth
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +30,11 @@ def hook_socket(cluster: Cluster) -> str:
     return cluster.hook_socket
 
 
-def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path,
+def start_daemon(cluster: Cluster, receiver: CcBackend, tmp: Path,
                  poll: int = 60, **extra) -> DaemonProc:
     """A daemon listening for the hook, its first poll cycle passed; ``poll`` seconds to the
     next (600: what arrives later came through the hook). ``extra``: more config keys."""
-    cfg = write_config(cluster, standin, tmp, slurmPollInterval=poll, ccPollInterval=3600,
+    cfg = write_config(cluster, receiver, tmp, slurmPollInterval=poll, ccPollInterval=3600,
                        prepSockListenPath=hook_socket(cluster), **extra)
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
@@ -46,22 +45,22 @@ def start_daemon(cluster: Cluster, standin: CcBackendStandin, tmp: Path,
 
 
 def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        daemon = start_daemon(cluster, standin, tmp_path)
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        daemon = start_daemon(cluster, cc, tmp_path)
         try:
             ids = submit_batch(cluster, "hook", 6)
-            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 25,
+            wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 25,
                      "not delivered within 25 s although the poll interval is 60 s")
         finally:
             assert daemon.terminate() == 0
-        assert exactly_once(standin, cluster, ids) == []
+        assert exactly_once(cc, cluster, ids) == []
         truth = sacct_truth(cluster, ids)
-        starts = {r.body["jobId"]: r.time for r in standin.requests("/api/jobs/start_job/")
+        starts = {r.body["jobId"]: r.time for r in cc.requests("/api/jobs/start_job/")
                   if r.status == 201}
         for job_id in ids:  # Slurm's StartTime has whole seconds: allow one more
             assert starts[job_id] - truth[job_id]["start"] < 3.0, job_id
         log = daemon.log.read_text()
-        assert "Traceback" not in log and TOKEN not in log
+        assert "Traceback" not in log and cc.token not in log
 
 
 @pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
@@ -79,14 +78,14 @@ def test_hook_without_daemon_exits_0_and_the_poll_delivers_later(cluster, tmp_pa
     wait_for(lambda: all(r["state"] == "COMPLETED" for r in
                          sacct_truth(cluster, ids).values()) and
              len(sacct_truth(cluster, ids)) == 3, 60, "jobs did not finish")
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, tmp_path, prepSockListenPath=hook_socket(cluster))
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        cfg = write_config(cluster, cc, tmp_path, prepSockListenPath=hook_socket(cluster))
         LastRun(tmp_path / "lastrun").set(time.time() - 60)
         daemon = DaemonProc(cfg, tmp_path / "daemon.log")
         daemon.start()
         try:
-            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
+            wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 60,
                      "the poll did not deliver the jobs the hook could not announce")
         finally:
             assert daemon.terminate() == 0
-        assert exactly_once(standin, cluster, ids) == []
+        assert exactly_once(cc, cluster, ids) == []

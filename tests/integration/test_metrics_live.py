@@ -1,10 +1,11 @@
 """Issue 6 on real Slurm 22.05: the daemon's ``/metrics`` move with a workload, and no log
 line of the run holds a secret of the config.
 
-One run serves both tests: the cc-backend stand-in as its own process (its request log goes
-to a file, as a site's would), the daemon with ``metricsListen``, a distinctive JWT and a
-NATS password. A few sbatch jobs; ``/metrics`` is scraped over HTTP before and after and
-parsed with prometheus_client's own parser.
+One run serves both tests: the real cc-backend 1.5.4 (tests/ccbackend.py; the fault proxy in
+front of it logs each request, as a site's proxy would), the daemon with ``metricsListen``,
+cc-backend's own JWT for its api user (new each run) and a distinctive NATS password. A few
+sbatch jobs; ``/metrics`` is scraped over HTTP before and after and parsed with
+prometheus_client's own parser.
 
 The hook program is run here for each job's start and end, with the environment slurmctld
 gives it, on a socket of this test's own: the counts are then exact, and the test does not
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ccadapter.kinds import EventKind
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.integration.sync_scenario import DaemonProc, submit_batch, wait_for, write_config
 from tests.integration.workload import Cluster, sacct_truth
 
@@ -38,8 +39,6 @@ REPO = Path(__file__).resolve().parents[2]
 HOOK_DIR = str(REPO / "ccadapter" / "prep")
 JOBS = 4
 # Random per run: a hit can only come from this run's config, never from a fixture.
-JWT_SECRET = secrets.token_urlsafe(24)
-JWT = f"eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.{JWT_SECRET}.c2lnbmF0dXJl"
 NATS_SECRET = secrets.token_hex(12)
 NATS_PASSWORD = f"nats-pw-{NATS_SECRET}"
 Samples = dict[tuple[str, frozenset], float]
@@ -54,51 +53,14 @@ def get(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-@dataclass
-class Standin:
-    """tests/standin/ccbackend.py as a process, logging every request to ``log``."""
+def answered(cc: CcBackend, method: str, path: str, *statuses: int) -> int:
+    """Requests to ``path`` cc-backend answered with one of these statuses (the proxy's log)."""
+    return sum(1 for r in cc.requests(path) if r.method == method and r.status in statuses)
 
-    proc: subprocess.Popen
-    url: str
-    log: Path
 
-    @classmethod
-    def start(cls, cluster: Cluster, log: Path) -> Standin:
-        with log.open("w") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.standin.ccbackend", "--port", "0", "--token",
-                 JWT, "--cluster", cluster.name], cwd=REPO, stdout=subprocess.PIPE,
-                stderr=err, stdin=subprocess.DEVNULL, text=True)
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), line
-        return cls(proc, line.split()[-1], log)
-
-    def answered(self, method: str, path: str, *statuses: int) -> int:
-        """Requests the stand-in logged with one of these statuses."""
-        wanted = {f"{method} {path} {s}" for s in statuses}
-        return sum(" ".join(ln.split()[1:4]) in wanted
-                   for ln in self.log.read_text().splitlines())
-
-    def completed(self, cluster: str) -> set[int]:
-        """Ids of the jobs cc-backend (the stand-in) holds as completed, from its REST API,
-        page by page (cc-backend answers 400 to an ``items-per-page`` below 1)."""
-        ids: set[int] = set()
-        page = 1
-        while True:
-            req = urllib.request.Request(
-                f"{self.url}/api/jobs/?cluster={cluster}&state=completed&items-per-page=100"
-                f"&page={page}", headers={"X-Auth-Token": JWT})
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                jobs = json.load(resp)["jobs"]
-            ids |= {j["jobId"] for j in jobs}
-            if len(jobs) < 100:
-                return ids
-            page += 1
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(30)
-        self.proc.stdout.close()
+def completed(cc: CcBackend, cluster: str) -> set[int]:
+    """Ids of the jobs cc-backend holds as completed (its REST API, page by page)."""
+    return {j["jobId"] for j in cc.jobs(cluster, state="completed")}
 
 
 @dataclass
@@ -109,7 +71,7 @@ class Run:
     ids: list[int]
     started: float
     daemon_log: str
-    standin: Standin
+    cc: CcBackend
     exit_code: int
     cluster: str  # the ``cluster`` label of per-cluster figures (the local cluster's name)
 
@@ -125,24 +87,24 @@ def scrape(url: str) -> str:
         return resp.read().decode()
 
 
-def _settled(now: dict, standin: Standin) -> bool:
+def _settled(now: dict, cc: CcBackend) -> bool:
     """Nothing waits in the outbox, node states included (the oldest pending age is asserted
-    on the same scrape), and the daemon's counts equal the stand-in's log."""
+    on the same scrape), and the daemon's counts equal what cc-backend answered."""
     if any(get(now, "ccadapter_outbox_pending_events", kind=k) for k in EventKind):
         return False
     return (get(now, "ccadapter_events_delivered_total", kind="start")
-            == standin.answered("POST", "/api/jobs/start_job/", 201, 422)
+            == answered(cc, "POST", "/api/jobs/start_job/", 201, 422)
             and get(now, "ccadapter_events_delivered_total", kind="stop")
-            == standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
+            == answered(cc, "POST", "/api/jobs/stop_job/", 200, 422))
 
 
-def settled_exposition(url: str, standin: Standin, timeout: float = 30) -> str:
+def settled_exposition(url: str, cc: CcBackend, timeout: float = 30) -> str:
     """The first scrape that finds delivery settled. A node state is enqueued every poll
     and waits some milliseconds: a later scrape could catch one pending."""
     until = time.time() + timeout
     while True:
         text = scrape(url)
-        if _settled(parse(text), standin):
+        if _settled(parse(text), cc):
             return text
         if time.time() > until:
             raise TimeoutError("delivery did not settle")
@@ -168,11 +130,11 @@ def send_garbage(path: Path) -> None:
         s.recv(16)
 
 
-def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
+def _workload(cluster: Cluster, cc: CcBackend, tmp: Path) -> Run:
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     hook_path = tmp / "hook.sock"
-    cfg = write_config(cluster, standin, tmp, ccRestJwt=JWT, ccPollInterval=3600,
+    cfg = write_config(cluster, cc, tmp, ccPollInterval=3600,
                        prepSockListenPath=f"unix:{hook_path}",
                        metricsListen=f"127.0.0.1:{port}",
                        # Nothing listens there: the password must stay secret all the same.
@@ -198,24 +160,24 @@ def _workload(cluster: Cluster, standin: Standin, tmp: Path) -> Run:
             "the jobs did not complete")
         for job_id in ids:
             run_hook(cluster, f"unix:{hook_path}", job_id, "epilog_slurmctld")
-        wait_for(lambda: standin.completed(cluster.name) >= set(ids), 30,
+        wait_for(lambda: completed(cc, cluster.name) >= set(ids), 30,
                  "the jobs did not reach cc-backend as completed")
-        exposition = settled_exposition(url, standin)
+        exposition = settled_exposition(url, cc)
     finally:
         code = daemon.terminate()
     return Run(before, parse(exposition), exposition, ids, started, daemon.log.read_text(),
-               standin, code, cluster.name)
+               cc, code, cluster.name)
 
 
 @pytest.fixture(scope="module")
 def run(testbed, tmp_path_factory) -> Run:
     cluster = testbed["22.05"]
     tmp = tmp_path_factory.mktemp("metrics")
-    standin = Standin.start(cluster, tmp / "standin.log")
+    cc = CcBackend(tmp / "cc-backend", [cluster]).start()
     try:
-        yield _workload(cluster, standin, tmp)
+        yield _workload(cluster, cc, tmp)
     finally:
-        standin.stop()
+        cc.stop()
 
 
 def delta(run: Run, name: str, **labels: str) -> float:
@@ -229,9 +191,9 @@ def test_counters_move_with_the_workload(run):
     assert delta(run, "ccadapter_events_delivered_total", kind="start") >= JOBS
     assert delta(run, "ccadapter_events_delivered_total", kind="stop") >= JOBS
     assert get(run.after, "ccadapter_events_rejected_total", kind="start") == 0
-    # Two readings of one truth: the daemon's counters and the stand-in's request log.
+    # Two readings of one truth: the daemon's counters and cc-backend's answers.
     assert get(run.after, "ccadapter_events_delivered_total", kind="stop") == (
-        run.standin.answered("POST", "/api/jobs/stop_job/", 200, 422))
+        answered(run.cc, "POST", "/api/jobs/stop_job/", 200, 422))
     assert delta(run, "ccadapter_cc_request_duration_seconds_count",
                  endpoint="/api/jobs/start_job/", status="201") >= JOBS
     # Slurm commands, cycles and hook messages carry the cluster they concern: in the
@@ -259,15 +221,17 @@ def test_counters_move_with_the_workload(run):
 
 def test_no_log_line_holds_a_secret(run):
     logs = {"daemon": run.daemon_log.splitlines(),
-            "stand-in": run.standin.log.read_text().splitlines(),
+            "requests": [f"{r.method} {r.path} {r.status} {json.dumps(r.body)}"
+                         for r in run.cc.requests()],
             "/metrics": run.exposition.splitlines()}
     # The grep means something only if the logs saw the secrets at work: the daemon
-    # delivered with the JWT (the stand-in refuses anything else with 401).
+    # delivered with the JWT (cc-backend refuses anything else with 401).
     assert any("delivered start of job" in ln for ln in logs["daemon"])
-    assert run.standin.answered("POST", "/api/jobs/start_job/", 201) >= JOBS
-    assert run.standin.answered("POST", "/api/jobs/start_job/", 401) == 0
+    assert answered(run.cc, "POST", "/api/jobs/start_job/", 201) >= JOBS
+    assert answered(run.cc, "POST", "/api/jobs/start_job/", 401) == 0
     assert len(logs["daemon"]) > 50  # --log-level debug: every line the daemon can write
-    for secret in (JWT_SECRET, NATS_SECRET):
+    # the JWT's claims and signature (its header is every EdDSA token's)
+    for secret in (run.cc.token.split(".", 1)[1], NATS_SECRET):
         # Any 12 characters of it: a secret cut short in a message is still a leak.
         pieces = {secret[i:i + 12] for i in range(len(secret) - 11)}
         # The report names the line, not the secret (the failure message is a log too).

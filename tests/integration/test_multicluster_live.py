@@ -8,8 +8,9 @@ when it is down does the test bring up a small one (4 nodes) and take it down ag
 hook sends to its own port, a second socket of the daemon (``prepSockClusterListenPaths``),
 unless that port is taken.
 
-1. Jobs on both clusters reach the cc-backend stand-in with their own cluster's name, each
-   exactly once as that cluster's sacct shows it (0 lost, 0 duplicated).
+1. Jobs on both clusters reach the real cc-backend 1.5.4 (tests/ccbackend.py: one server, a
+   cluster.json per cluster) with their own cluster's name, each held exactly once as that
+   cluster's sacct shows it (read back through cc-backend's API: 0 lost, 0 duplicated).
 2. clusterscale's Slurm fails (every command naming it exits 1, as when its slurmctld and
    the route to it are gone; a fault wrapper in ``slurmCommandPrefix``): cluster22's jobs
    of that time are still delivered, clusterscale's are not, and its failures are counted
@@ -40,11 +41,11 @@ import pytest
 
 from ccadapter.model import cc_state
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.conftest import unavailable
-from tests.integration.sync_scenario import TOKEN, DaemonProc, submit_batch, wait_for
+from tests.integration.sync_scenario import DaemonProc, submit_batch, wait_for
 from tests.integration.test_hook_live import hook_socket
 from tests.integration.workload import TESTBED, Cluster, sacct_truth
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 JOBS = 5  # per cluster and phase; each sleeps 1-4 s
@@ -130,53 +131,63 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def runs_of(standin: CcBackendStandin, path: str, cluster: str) -> Counter[tuple[int, int]]:
-    """(jobId, startTime) -> successful requests to ``path`` naming ``cluster``."""
+def runs_of(cc: CcBackend, path: str, cluster: str) -> Counter[tuple[int, int]]:
+    """(jobId, startTime) -> requests to ``path`` naming ``cluster`` that cc-backend accepted
+    (the fault proxy's log)."""
     ok = 201 if path.endswith("start_job/") else 200
-    return Counter((r.body["jobId"], r.body["startTime"]) for r in standin.requests(path)
+    return Counter((r.body["jobId"], r.body["startTime"]) for r in cc.requests(path)
                    if r.status == ok and r.body.get("cluster") == cluster)
 
 
-def problems(standin: CcBackendStandin, cluster: Cluster, ids: list[int]) -> list[str]:
-    """Each job as ``cluster``'s sacct shows it: one start and one stop under its name, the
-    stop with sacct's end and state. Returns what differs."""
+def held(cc: CcBackend, cluster: str) -> tuple[Counter[tuple[int, int]], dict]:
+    """What cc-backend holds of ``cluster`` (its API): jobs per run, and each stopped run's
+    stop (stopTime, jobState)."""
+    stops = {(b["jobId"], b["startTime"]): b for b in cc.stopped(cluster)}
+    return Counter((b["jobId"], b["startTime"]) for b in cc.started(cluster)), stops
+
+
+def problems(cc: CcBackend, cluster: Cluster, ids: list[int]) -> list[str]:
+    """Each job as ``cluster``'s sacct shows it: one job under its name in cc-backend,
+    stopped with sacct's end and state. Returns what differs."""
     truth = sacct_truth(cluster, ids)
-    starts = runs_of(standin, "/api/jobs/start_job/", cluster.name)
-    stops = runs_of(standin, "/api/jobs/stop_job/", cluster.name)
-    stop_bodies = {(r.body["jobId"], r.body["startTime"]): r.body
-                   for r in standin.requests("/api/jobs/stop_job/")
-                   if r.status == 200 and r.body.get("cluster") == cluster.name}
+    cc.wait_committed()
+    jobs, stops = held(cc, cluster.name)
     out = [f"job {j}: not in {cluster.name}'s sacct" for j in ids if j not in truth]
     for job_id, t in truth.items():
         run = (job_id, t["start"])
         if not (t["start"] and t["nodes"]):
-            continue  # never ran: must not be sent (checked below through the totals)
-        if starts[run] != 1 or stops[run] != 1:
-            out.append(f"{cluster.name} job {job_id}: {starts[run]} starts, {stops[run]} stops")
-        elif (stop_bodies[run]["stopTime"], stop_bodies[run]["jobState"]) != (
+            if any(j == job_id for j, _ in jobs):
+                out.append(f"{cluster.name} job {job_id}: never ran, yet cc-backend has it")
+            continue
+        if jobs[run] != 1 or run not in stops:
+            out.append(f"{cluster.name} job {job_id}: {jobs[run]} jobs held, "
+                       f"{'stopped' if run in stops else 'not stopped'}")
+        elif (stops[run]["stopTime"], stops[run]["jobState"]) != (
                 t["end"], cc_state(t["state"]).value):
-            out.append(f"{cluster.name} job {job_id}: stop {stop_bodies[run]} != sacct {t}")
+            out.append(f"{cluster.name} job {job_id}: stop {stops[run]} != sacct {t}")
     return out
 
 
-def duplicated(standin: CcBackendStandin, cluster: str) -> list[tuple[int, int]]:
-    """Runs of ``cluster`` started or stopped more than once (any job, not only the test's)."""
-    return sorted({run for path in ("/api/jobs/start_job/", "/api/jobs/stop_job/")
-                   for run, n in runs_of(standin, path, cluster).items() if n > 1})
+def duplicated(cc: CcBackend, cluster: str) -> list[tuple[int, int]]:
+    """Runs of ``cluster`` held or accepted (started or stopped) more than once (any job,
+    not only the test's)."""
+    counts = [held(cc, cluster)[0], *(runs_of(cc, path, cluster)
+                                      for path in ("/api/jobs/start_job/", "/api/jobs/stop_job/"))]
+    return sorted({run for c in counts for run, n in c.items() if n > 1})
 
 
-def in_all(standin: CcBackendStandin, cluster: Cluster) -> str:
-    """What the stand-in got of ``cluster`` in all: the first window reaches back
+def in_all(cc: CcBackend, cluster: Cluster) -> str:
+    """What cc-backend got of ``cluster`` in all: the first window reaches back
     slurmWindowOverlap (120 s) before lastRun, so jobs of a test run just before are in it."""
-    starts = runs_of(standin, "/api/jobs/start_job/", cluster.name)
-    stops = runs_of(standin, "/api/jobs/stop_job/", cluster.name)
-    return (f"{sum(starts.values())} starts and {sum(stops.values())} stops in all, "
+    starts = runs_of(cc, "/api/jobs/start_job/", cluster.name)
+    stops = runs_of(cc, "/api/jobs/stop_job/", cluster.name)
+    return (f"{sum(starts.values())} starts and {sum(stops.values())} stops accepted in all, "
             f"{len(starts)} and {len(stops)} distinct runs")
 
 
-def delivered(standin: CcBackendStandin, cluster: str, ids: list[int]) -> bool:
-    stopped = {job for job, _ in runs_of(standin, "/api/jobs/stop_job/", cluster)}
-    return set(ids) <= stopped
+def delivered(cc: CcBackend, cluster: str, ids: list[int]) -> bool:
+    """Does cc-backend hold each of these jobs of ``cluster`` as stopped?"""
+    return set(ids) <= {job for job, _ in held(cc, cluster)[1]}
 
 
 def metric(port: int, name: str, **labels: str) -> float:
@@ -211,8 +222,8 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
     wrapper.chmod(0o755)
     sockets = {"clusterscale": scale_hook} if port_free(scale_hook) else {}
     port = free_port()
-    cfg = {"ccRestJwt": TOKEN, "slurmPollInterval": 2,
-           "ccPollInterval": 3600, "pidFilePath": str(tmp_path / "run" / "daemon.pid"),
+    cfg = {"slurmPollInterval": 2, "ccPollInterval": 3600,
+           "pidFilePath": str(tmp_path / "run" / "daemon.pid"),
            "prepSockListenPath": hook_socket(c22), "prepSockClusterListenPaths": sockets,
            "lastRunPath": str(tmp_path / "lastrun"), "stateDirectory": str(tmp_path / "state"),
            "slurmCommandPrefix": [str(wrapper)], "slurmCommandTimeout": 20,
@@ -220,8 +231,8 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
     both = (c22, scale)
     ids: dict[str, dict[str, list[int]]] = {c.name: {} for c in both}
     figures = []
-    with CcBackendStandin(TOKEN, clusters=[c22.name, scale.name]) as standin:
-        cfg["ccRestUrl"] = standin.url
+    with CcBackend(tmp_path / "cc-backend", both) as cc:
+        cfg["ccRestUrl"], cfg["ccRestJwt"] = cc.url, cc.token
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         for c in both:
@@ -238,7 +249,7 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
                                                  both), strict=True):
                     ids[c.name]["both up"] = got
             for c in both:
-                wait_for(lambda c=c: delivered(standin, c.name, ids[c.name]["both up"]), 60,
+                wait_for(lambda c=c: delivered(cc, c.name, ids[c.name]["both up"]), 60,
                          f"{c.name}: phase 1 not delivered")
             figures.append(f"both up: {2 * JOBS} jobs delivered in "
                            f"{time.monotonic() - t0:.1f} s")
@@ -250,13 +261,13 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
                 for c, got in zip(both, pool.map(lambda c: submit_batch(c, "mc2-", JOBS),
                                                  both), strict=True):
                     ids[c.name]["clusterscale failing"] = got
-            wait_for(lambda: delivered(standin, c22.name, ids[c22.name]["clusterscale failing"]),
+            wait_for(lambda: delivered(cc, c22.name, ids[c22.name]["clusterscale failing"]),
                      60, "cluster22: delivered nothing while clusterscale failed")
             wait_for(lambda: not scale.run("squeue", "-h", "-j", ",".join(
                 map(str, ids[scale.name]["clusterscale failing"]))).strip(), 60,
                 "clusterscale: phase 2 jobs still running")
             time.sleep(3)  # a poll after the last one ended: nothing of them may get through
-            leaked = [j for j, _ in runs_of(standin, "/api/jobs/stop_job/", scale.name)
+            leaked = [j for j, _ in runs_of(cc, "/api/jobs/stop_job/", scale.name)
                       if j in ids[scale.name]["clusterscale failing"]]
             failures = metric(port, "ccadapter_reconciler_failures_total",
                               reconciler="slurm-window", cluster=scale.name)
@@ -268,7 +279,7 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
             # 3: clusterscale answers again: what ran meanwhile follows
             (faults / scale.name).unlink()
             t2 = time.monotonic()
-            wait_for(lambda: delivered(standin, scale.name,
+            wait_for(lambda: delivered(cc, scale.name,
                                        ids[scale.name]["clusterscale failing"]),
                      60, "clusterscale: phase 2 not delivered after it answered again")
             figures.append(f"clusterscale back: its {JOBS} jobs delivered in "
@@ -279,20 +290,20 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
         log = daemon.log.read_text()
 
     assert exit_code == 0
-    assert "Traceback" not in log and TOKEN not in log
+    assert "Traceback" not in log and cc.token not in log
     assert leaked == [], "clusterscale's Slurm failed, yet its jobs were delivered"
     assert failures >= 1 and healthy == 0
     assert f"slurm-window[{scale.name}] failed" in log
     for c in both:
         every = [j for phase in ids[c.name].values() for j in phase]
-        assert problems(standin, c, every) == []
-        sent = {j for j, _ in runs_of(standin, "/api/jobs/start_job/", c.name)}
+        assert problems(cc, c, every) == []
+        sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
         ran = {j for j, t in sacct_truth(c, every).items() if t["start"] and t["nodes"]}
         figures.append(f"{c.name}: {len(every)} jobs submitted, {len(ran)} ran in its sacct, "
-                       f"{len(sent & set(every))} delivered under its name; {in_all(standin, c)}")
+                       f"{len(sent & set(every))} delivered under its name; {in_all(cc, c)}")
         assert sent & set(every) == ran
-        assert duplicated(standin, c.name) == []
-    other = [r.body.get("cluster") for r in standin.requests()
+        assert duplicated(cc, c.name) == []
+    other = [r.body.get("cluster") for r in cc.requests()
              if isinstance(r.body, dict) and r.body.get("cluster")
              and r.body["cluster"] not in (c22.name, scale.name)]
     assert other == []
@@ -326,7 +337,7 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
     down = [name for name in listed if name not in (c22.name, scale.name) and unreachable(name)]
     sockets = {"clusterscale": scale_hook} if port_free(scale_hook) else {}
     port = free_port()
-    cfg = {"ccRestJwt": TOKEN, "slurmPollInterval": 2, "ccPollInterval": 3600,
+    cfg = {"slurmPollInterval": 2, "ccPollInterval": 3600,
            "pidFilePath": str(tmp_path / "run" / "daemon.pid"),
            "prepSockListenPath": hook_socket(c22), "prepSockClusterListenPaths": sockets,
            "lastRunPath": str(tmp_path / "lastrun"), "stateDirectory": str(tmp_path / "state"),
@@ -335,8 +346,10 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
     both = (c22, scale)
     figures = [f"slurmClusters [\"*\"]: sacctmgr lists {', '.join(listed)}; "
                f"controller down: {', '.join(down) or 'none'}"]
-    with CcBackendStandin(TOKEN, clusters=listed) as standin:
-        cfg["ccRestUrl"] = standin.url
+    # cc-backend knows the two clusters that run jobs; a request naming another would be
+    # refused (400) and is caught below through the proxy's log
+    with CcBackend(tmp_path / "cc-backend", both) as cc:
+        cfg["ccRestUrl"], cfg["ccRestJwt"] = cc.url, cc.token
         path = tmp_path / "config.json"
         path.write_text(json.dumps(cfg))
         LastRun(tmp_path / "lastrun").set(time.time() - 5)  # every cluster's seed
@@ -352,7 +365,7 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
                                pool.map(lambda c: submit_batch(c, "mcall-", JOBS), both),
                                strict=True))
             for c in both:
-                wait_for(lambda c=c: delivered(standin, c.name, ids[c.name]), 60,
+                wait_for(lambda c=c: delivered(cc, c.name, ids[c.name]), 60,
                          f"{c.name}: not delivered with slurmClusters [\"*\"]")
             figures.append(f"{2 * JOBS} jobs delivered in {time.monotonic() - t0:.1f} s")
             failed = {n: metric(port, "ccadapter_reconciler_failures_total",
@@ -363,15 +376,15 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
         log = daemon.log.read_text()
 
     assert exit_code == 0
-    assert "Traceback" not in log and TOKEN not in log
+    assert "Traceback" not in log and cc.token not in log
     for c in both:
-        assert problems(standin, c, ids[c.name]) == []
-        sent = {j for j, _ in runs_of(standin, "/api/jobs/start_job/", c.name)}
+        assert problems(cc, c, ids[c.name]) == []
+        sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
         figures.append(f"{c.name}: {JOBS} jobs submitted, "
                        f"{len(sent & set(ids[c.name]))} delivered under its name; "
-                       f"{in_all(standin, c)}")
-        assert duplicated(standin, c.name) == []
-    named = {r.body.get("cluster") for r in standin.requests()
+                       f"{in_all(cc, c)}")
+        assert duplicated(cc, c.name) == []
+    named = {r.body.get("cluster") for r in cc.requests()
              if isinstance(r.body, dict) and r.body.get("cluster")}
     assert named <= set(listed), named
     assert set(doc["clusters"]) == set(listed)

@@ -1,6 +1,8 @@
-"""Issue 5 end to end: real Slurm, the daemon (or `sync --once`) as a process, the strict
-cc-backend stand-in and a real nats-server. What NATS received is compared with what
-cc-backend received: the same JSON bodies, each once."""
+"""Issue 5 end to end: real Slurm, the daemon (or `sync --once`) as a process, the real
+cc-backend 1.5.4 (tests/ccbackend.py) and a real nats-server. What NATS received is compared
+with what cc-backend took over REST: the same JSON bodies, each once. In NATS-only mode
+cc-backend itself reads the subjects (``api-subjects``; its REST start/stop are off) and what
+it then holds, jobs and node states, is read back through its API."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend, scheduler_state
 from tests.conftest import HEAVY_VERSIONS
 from tests.integration.expect import delivery_problems
 from tests.integration.sync_scenario import (
-    TOKEN,
     DaemonProc,
     ccadapter,
     exactly_once,
@@ -35,13 +37,7 @@ from tests.integration.workload import (
 )
 from tests.lineproto import parse_line
 from tests.natsserver import NatsServer, add_stream, require_nats_server, stream_messages
-from tests.standin.ccbackend import (
-    JOB,
-    NODESTATE_REQUEST,
-    STOP_REQUEST,
-    CcBackendStandin,
-    decode_body,
-)
+from tests.standin.ccbackend import JOB, NODESTATE_REQUEST, STOP_REQUEST, decode_body
 
 pytestmark = pytest.mark.integration
 
@@ -89,12 +85,16 @@ def nats_matches_slurm(url: str, cluster: Cluster, ids: list[int],
     return delivery_problems(cluster.name, truth, starts, stops, known, where="NATS ")
 
 
-def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
-    """Each start and stop cc-backend got is in the stream once, with the same body."""
+def same_as_rest(cc: CcBackend, url: str, cluster: Cluster) -> list[str]:
+    """Each start and stop cc-backend took over REST is in the stream once, with the same
+    body."""
     got = received(url)
     problems = [f"{k}: {len(v)} copies" for k, v in got.items() if len(v) != 1]
-    for fn, bodies in (("start_job", standin.started(cluster.name)),
-                       ("stop_job", standin.stopped())):
+    taken = [e.body for e in cc.requests() if (e.path, e.status) in (
+        ("/api/jobs/start_job/", 201), ("/api/jobs/stop_job/", 200))
+        and e.body["cluster"] == cluster.name]
+    for fn, bodies in (("start_job", [b for b in taken if "user" in b]),
+                       ("stop_job", [b for b in taken if "stopTime" in b])):
         for body in bodies:
             copies = got.get((fn, body["jobId"], body["startTime"]), [])
             if copies[:1] != [body]:
@@ -106,19 +106,19 @@ def same_as_rest(standin, url: str, cluster: Cluster) -> list[str]:
 def test_workload_reaches_nats_once_with_rest_bodies(workload, tmp_path):
     cluster, sub = workload.sub.cluster, workload.sub
     with NatsServer(tmp_path / "nats") as server, \
-            CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+            CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
         add_stream(server.url)
-        cfg = write_config(cluster, standin, tmp_path, **nats_config(server))
+        cfg = write_config(cluster, cc, tmp_path, **nats_config(server))
         LastRun(tmp_path / "lastrun").set(sub.submitted_at - 5)
         for _ in range(2):  # the second run finds nothing owed
             res = ccadapter("sync", "--once", "--config", str(cfg))
             assert res.returncode == 0, res.stderr
         allocs = submitted_allocations(sub)
-        assert exactly_once(standin, cluster, sub.all_ids(), allocs) == []
+        assert exactly_once(cc, cluster, sub.all_ids(), allocs) == []
         assert nats_matches_slurm(server.url, cluster, sub.all_ids(), allocs) == []
-        assert same_as_rest(standin, server.url, cluster) == []
-        assert len(received(server.url)) == len(standin.started(cluster.name)) + len(
-            standin.stopped())
+        assert same_as_rest(cc, server.url, cluster) == []
+        assert len(received(server.url)) == cc.count("/api/jobs/start_job/", 201) + \
+            cc.count("/api/jobs/stop_job/", 200)
 
 
 def submit_script_job(cluster: Cluster, tmp: Path) -> int:
@@ -133,8 +133,8 @@ def submit_script_job(cluster: Cluster, tmp: Path) -> int:
 @pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp_path):
     server = NatsServer(tmp_path / "nats")  # not started: unreachable at first
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, tmp_path, slurmPollInterval=60,
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        cfg = write_config(cluster, cc, tmp_path, slurmPollInterval=60,
                            ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
                            natsUser="", natsPassword=NATS_PASSWORD, **nats_config(server))
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
@@ -143,17 +143,18 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
         try:
             daemon.wait_listening()
             ids = [*submit_batch(cluster, "natsdown", 3), submit_script_job(cluster, tmp_path)]
-            wait_for(lambda: {b["jobId"] for b in standin.stopped()} >= set(ids), 60,
+            wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 60,
                      "REST delivery stalled while NATS was unreachable")
             server.start()
             add_stream(server.url)
             # (the window's overlap may bring jobs of earlier tests too: all are compared)
-            wait_for(lambda: not same_as_rest(standin, server.url, cluster), 90,
+            wait_for(lambda: not same_as_rest(cc, server.url, cluster), 90,
                      "notifications did not follow once NATS was back")
             time.sleep(2)  # nothing more may come
             assert daemon.terminate() == 0
-            assert same_as_rest(standin, server.url, cluster) == []
+            assert same_as_rest(cc, server.url, cluster) == []
             assert nats_matches_slurm(server.url, cluster, ids) == []
+            assert exactly_once(cc, cluster, ids) == []
             assert {k[1] for k in received(server.url)} >= set(ids)
             got = received(server.url)
             script_job = ids[-1]
@@ -165,15 +166,17 @@ def test_daemon_delivers_rest_while_nats_is_down_then_notifies_once(cluster, tmp
             server.stop()
         log = daemon.log.read_text()
         assert "Traceback" not in log
-        assert TOKEN not in log and NATS_PASSWORD not in log
+        assert cc.token not in log and NATS_PASSWORD not in log
 
 
 @pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
 def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
+    """cc-backend in NATS-only mode reads the job subject itself; it holds what Slurm ran."""
     with NatsServer(tmp_path / "nats") as server, \
-            CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
+            CcBackend(tmp_path / "cc-backend", [cluster], nats={"address": server.url},
+                      api_subjects=("jobs", "nodestates")) as cc:
         add_stream(server.url)
-        cfg = write_config(cluster, standin, tmp_path, slurmPollInterval=60,
+        cfg = write_config(cluster, cc, tmp_path, slurmPollInterval=60,
                            ccPollInterval=3600, prepSockListenPath=hook_socket(cluster),
                            ccRestSubmitJobs=False, **nats_config(server))
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
@@ -189,17 +192,22 @@ def test_nats_only_daemon_is_durable_path(cluster, tmp_path):
         assert all(len(v) == 1 for v in got.values()), got
         assert {k[1] for k in got if k[0] == "start_job"} >= set(ids)
         assert nats_matches_slurm(server.url, cluster, ids) == []
-        assert standin.requests("/api/jobs/start_job/") == []  # REST jobs are off
-        assert standin.requests("/api/jobs/stop_job/") == []
+        assert cc.requests("/api/jobs/start_job/") == []  # REST jobs are off
+        assert cc.requests("/api/jobs/stop_job/") == []
+        wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 30,
+                 "cc-backend did not take the stops from NATS")
+        assert exactly_once(cc, cluster, ids) == []
 
 
 def stream_points(url: str, stream: str) -> list:
     return [parse_line(data.decode()) for data in stream_messages(url, stream)]
 
 
-def slurm_nodes(cluster: Cluster) -> set[str]:
+def slurm_nodes(cluster: Cluster) -> dict[str, str]:
+    """Each node's state as slurmctld answers it (``State=IDLE+DRAIN``)."""
     out = cluster.run("scontrol", "-o", "show", "node")
-    return {line.split()[0].removeprefix("NodeName=") for line in out.splitlines() if line}
+    return {line.split()[0].removeprefix("NodeName="): line.split(" State=", 1)[1].split()[0]
+            for line in out.splitlines() if line}
 
 
 @pytest.mark.parametrize("cluster", HEAVY_VERSIONS, indirect=True)
@@ -212,8 +220,11 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
     strictly as nats.go:272-274, 341-343 and 428-432 do; node states are durable (while NATS
     is down the newest waits in the outbox, older ones are replaced) and REST sees nothing."""
     server = NatsServer(tmp_path / "nats")  # not started: the first run finds NATS down
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, tmp_path, ccRestSubmitJobs=False,
+    # cc-backend connects to NATS once, at its start: it is started once NATS is up
+    cc = CcBackend(tmp_path / "cc-backend", [cluster], nats={"address": server.url},
+                   api_subjects=("cc.job.event", "cc.node.state")).prepare()
+    try:
+        cfg = write_config(cluster, cc, tmp_path, ccRestSubmitJobs=False,
                            natsSubject="cc.job.event", natsNodeStateSubject="cc.node.state",
                            **nats_config(server, natsPublishTimeout=1))
         since = time.time() - 5
@@ -224,6 +235,7 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
         assert down.returncode == 1 and "event(s) wait in the outbox" in down.stderr
         server.start()
         try:
+            cc.start()
             add_stream(server.url, "JOBS", "cc.job.event")
             add_stream(server.url, "NODES", "cc.node.state")
             before, outputs = int(time.time()), []
@@ -238,9 +250,20 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
             jobs = stream_points(server.url, "JOBS")
             nodes = stream_points(server.url, "NODES")
             job_problems = nats_matches_slurm(server.url, cluster, ids)
+            # what cc-backend took from the subjects: the jobs, and every node's state
+            wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 30,
+                     "cc-backend did not take the stops from NATS")
+            held_problems = exactly_once(cc, cluster, ids)
+            stored = cc.node_states(cluster.name)
+            slurm = slurm_nodes(cluster)
         finally:
             server.stop()
-        assert standin.requests() == []  # neither jobs nor node states over REST
+        assert cc.requests() == []  # neither jobs nor node states over REST
+    finally:
+        cc.stop()
+    assert held_problems == []
+    assert {h: n["schedulerState"] for h, n in stored.items()} == {
+        h: scheduler_state(state) for h, state in slurm.items()}, (stored, slurm)
     assert {p.measurement for p in jobs} == {"job"}
     got: dict[tuple[str, int], int] = {}
     for point in jobs:
@@ -260,5 +283,5 @@ def test_nats_only_sync_puts_node_states_and_jobs_on_their_subjects(cluster, tmp
         assert before * 10**9 <= point.timestamp <= time.time() * 10**9
         body = decode_body(json.loads(point.fields["event"]), None, NODESTATE_REQUEST)
         assert body["cluster"] == cluster.name
-        assert {n["hostname"] for n in body["nodes"]} == slurm_nodes(cluster)
+        assert {n["hostname"] for n in body["nodes"]} == set(slurm)
         assert all(n["states"] for n in body["nodes"])

@@ -1,5 +1,5 @@
 """The operator commands (issue 6, parts 3 and 4) on real Slurm 22.05 with the real daemon
-and the strict cc-backend stand-in: ``status`` while the daemon runs and after it stopped,
+and the real cc-backend 1.5.4: ``status`` while the daemon runs and after it stopped,
 backfill and recover refused beside it and idempotent after it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
 from tests.integration.sync_scenario import (
     START,
     STOP,
-    TOKEN,
     DaemonProc,
     ccadapter,
     delivered,
@@ -25,7 +25,6 @@ from tests.integration.sync_scenario import (
     write_config,
 )
 from tests.integration.workload import Cluster
-from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration
 ROUTINES = {"slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate"}
@@ -34,7 +33,8 @@ ROUTINES = {"slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodesta
 def status(cfg: Path) -> dict:
     res = ccadapter("status", "--format", "json", "--config", str(cfg), timeout=60)
     assert res.returncode == 0, res.stderr
-    assert TOKEN not in res.stdout + res.stderr
+    token = json.loads(cfg.read_text())["ccRestJwt"]
+    assert token not in res.stdout + res.stderr
     return json.loads(res.stdout)
 
 
@@ -56,8 +56,8 @@ def job_events_pending(doc: dict) -> int:
 
 def test_status_running_then_stopped_and_offline_commands(testbed, tmp_path):
     cluster = testbed["22.05"]
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, tmp_path, ccPollInterval=3600,
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        cfg = write_config(cluster, cc, tmp_path, ccPollInterval=3600,
                            prepSockListenPath=f"unix:{tmp_path}/run/hook.sock")
         os.chmod(cfg, 0o644)  # holds the JWT: the daemon must say so, without the JWT
         started_at = time.time()
@@ -66,7 +66,7 @@ def test_status_running_then_stopped_and_offline_commands(testbed, tmp_path):
         daemon.start()
         try:
             ids = submit_batch(cluster, "ops", 3)
-            wait_for(lambda: delivered(standin, ids), 120, "jobs not delivered")
+            wait_for(lambda: delivered(cc, ids), 120, "jobs not delivered")
             running = settled(cfg, 60)
             refused = ccadapter("backfill", "--since", "10m", "--config", str(cfg))
         finally:
@@ -78,8 +78,8 @@ def test_status_running_then_stopped_and_offline_commands(testbed, tmp_path):
         assert exit_code == 0
         log = daemon.log.read_text()
         assert f"{cfg} holds ccRestJwt and is readable by group root and others" in log
-        assert TOKEN not in log and "Traceback" not in log
-        check_offline_commands(cfg, standin, cluster, started_at, ids)
+        assert cc.token not in log and "Traceback" not in log
+        check_offline_commands(cfg, cc, cluster, started_at, ids)
 
 
 def check_running(doc: dict, pid: int, n_jobs: int) -> None:
@@ -108,19 +108,19 @@ def check_stopped(doc: dict, running: dict) -> None:
         running["outbox"]["counts"]["start"]["delivered"]
 
 
-def check_offline_commands(cfg: Path, standin: CcBackendStandin, cluster: Cluster,
+def check_offline_commands(cfg: Path, cc: CcBackend, cluster: Cluster,
                            since: float, ids: list[int]) -> None:
     """With the daemon stopped: a backfill over its range sends nothing again, and a
     recover finds nothing stale and nothing to repair."""
-    sent = len(standin.requests())
+    sent = len(cc.requests())
     res = ccadapter("backfill", "--since", f"@{since - 60:.0f}", "--chunk-hours", "0.01",
                     "--config", str(cfg))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith("chunk 1/") and ", 0 new, 0 resent" in lines[-2]
-    assert [r for r in standin.requests()[sent:] if r.path in (START, STOP)] == []
+    assert [r for r in cc.requests()[sent:] if r.path in (START, STOP)] == []
     res = ccadapter("recover", "--stale-wait", "1", "--config", str(cfg))
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[0] == "no stale PID file, no stale socket"
     assert '"ended": 0' in res.stdout and '"stopped": 0' in res.stdout
-    assert exactly_once(standin, cluster, ids) == []
+    assert exactly_once(cc, cluster, ids) == []

@@ -15,16 +15,15 @@ import pytest
 
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench.scale_probe import CYCLE_LINES, cycles
+from tests.ccbackend import CcBackend
 from tests.integration.scale_bed import QUEUED_JOBS, RUNNING, ScaleBed
 from tests.integration.sync_scenario import (
-    TOKEN,
     DaemonProc,
     exactly_once,
     wait_for,
     write_config,
 )
 from tests.integration.workload import sacct_truth
-from tests.standin.ccbackend import CcBackendStandin
 from tests.testbed.load import CHURN, QUEUED
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,8 +37,8 @@ JSON_DOC_BYTES = 5_000
 STEP_BYTES = 60  # squeue -s lines per running job (`12345|12345.batch|`, a few steps each)
 def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Path):
     bed = scale_cluster
-    with CcBackendStandin(TOKEN, clusters=[bed.name]) as standin:
-        cfg = write_config(bed.cluster, standin, tmp_path, slurmPollInterval=POLL,
+    with CcBackend(tmp_path / "cc-backend", [bed.cluster]) as cc:
+        cfg = write_config(bed.cluster, cc, tmp_path, slurmPollInterval=POLL,
                            prepSockListenPath=bed.hook_socket, ccPollInterval=3600)
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
         daemon = DaemonProc(cfg, tmp_path / "daemon.log",
@@ -51,17 +50,17 @@ def test_a_queue_costs_the_daemon_nothing(scale_cluster: ScaleBed, tmp_path: Pat
             bed.stop_churn()
             churn = sorted(bed.submitted_ids(CHURN))
             # the last churn jobs run 25 s; then slurmdbd and the daemon catch up
-            wait_for(lambda: not exactly_once(standin, bed.cluster, churn), 240,
+            wait_for(lambda: not exactly_once(cc, bed.cluster, churn), 240,
                      "churn jobs not delivered exactly once")
         finally:
             assert daemon.terminate() == 0
         log = daemon.log.read_text()
+        sent = {b["jobId"] for b in cc.started(bed.name)}  # what cc-backend holds
     assert "Traceback" not in log
     truth = sacct_truth(bed.cluster, churn)
     ran = [j for j, t in truth.items() if t["start"] and t["nodes"]]
     assert len(ran) >= 100, "too little churn to judge"
     queued = bed.submitted_ids(QUEUED)
-    sent = {b["jobId"] for b in standin.started(bed.name)}
     assert not sent & queued, "a queued job was sent"
     assert set(ran) <= sent
     seen = cycles(log)

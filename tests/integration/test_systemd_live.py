@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
-from tests.integration.sync_scenario import TOKEN, write_config
-from tests.standin.ccbackend import CcBackendStandin
+from tests.ccbackend import CcBackend
+from tests.integration.sync_scenario import write_config
 
 pytestmark = pytest.mark.integration
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "ccadapter.service"
@@ -37,8 +37,8 @@ def test_ready_then_watchdog(testbed, tmp_path):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify_path))
     listener.settimeout(30)
-    with CcBackendStandin(TOKEN, clusters=[cluster.name]) as standin:
-        cfg = write_config(cluster, standin, tmp_path, slurmPollInterval=60,
+    with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
+        cfg = write_config(cluster, cc, tmp_path, slurmPollInterval=60,
                            prepSockListenPath=f"unix:{tmp_path}/hook.sock")
         LastRun(tmp_path / "lastrun").set(time.time() - 5)
         env = {**os.environ, "NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "1000000"}

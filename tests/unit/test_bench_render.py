@@ -266,6 +266,18 @@ def test_ci_summary_line(line, want):
     assert {k: found[k] for k in want} == want
 
 
+def test_ci_summary_of_two_sessions_side_by_side():
+    """tests/run: the main session and the deployment suite, each deselecting the other's."""
+    log = ("== 1613 passed, 8 deselected in 2019.40s (0:33:39) ==\n"
+           "==== the deployment suite (marker deploy), run beside the rest ====\n"
+           "== 1 failed, 7 passed, 1613 deselected in 634.30s (0:10:34) ==\n")
+    found = ci_time.parse_summary(log)
+    assert {k: found[k] for k in ("passed", "failed", "tests", "deselected", "sessions",
+                                  "pytest_s")} == {
+        "passed": 1620, "failed": 1, "tests": 1621, "deselected": 0, "sessions": 2,
+        "pytest_s": 2019.40}
+
+
 def test_ci_log_without_summary_is_an_error():
     with pytest.raises(ValueError, match="no pytest summary"):
         ci_time.parse_summary("tests/run: test bed not up\n")
