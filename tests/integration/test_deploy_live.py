@@ -70,6 +70,11 @@ def test_a_site_install_starts_ready_and_delivers_through_the_hook(site):
     config = container.run("stat", "-c", "%a %U:%G", CONFIG).split()
     jwt = container.run("stat", "-c", "%a %U:%G", "/etc/cc-slurm-adapter/jwt").split()
     assert (config, jwt) == (["644", "root:root"], ["640", "root:cc-slurm-adapter"])
+    # what an administrator sees (pytest -s shows it)
+    print("\n# systemctl status ccadapter\n" + container.run(
+        "systemctl", "status", "ccadapter", "--no-pager", "-n", "0", check=False) +
+        "# journalctl -u ccadapter -b\n" + container.run(
+        "journalctl", "-u", "ccadapter", "-b", "--no-pager", "-n", "25", check=False))
 
 
 def test_the_hardening_is_in_force(site):
