@@ -289,29 +289,30 @@ def test_one_daemon_serves_two_clusters_of_one_slurmdbd(testbed, clusterscale, t
             exit_code = daemon.terminate()
         log = daemon.log.read_text()
 
-    assert exit_code == 0
-    assert "Traceback" not in log and cc.token not in log
-    assert leaked == [], "clusterscale's Slurm failed, yet its jobs were delivered"
-    assert failures >= 1 and healthy == 0
-    assert f"slurm-window[{scale.name}] failed" in log
-    for c in both:
-        every = [j for phase in ids[c.name].values() for j in phase]
-        assert problems(cc, c, every) == []
-        sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
-        ran = {j for j, t in sacct_truth(c, every).items() if t["start"] and t["nodes"]}
-        figures.append(f"{c.name}: {len(every)} jobs submitted, {len(ran)} ran in its sacct, "
-                       f"{len(sent & set(every))} delivered under its name; {in_all(cc, c)}")
-        assert sent & set(every) == ran
-        assert duplicated(cc, c.name) == []
-    other = [r.body.get("cluster") for r in cc.requests()
-             if isinstance(r.body, dict) and r.body.get("cluster")
-             and r.body["cluster"] not in (c22.name, scale.name)]
-    assert other == []
-    assert set(doc["clusters"]) == {c22.name, scale.name}
-    assert all(v["served"] for v in doc["clusters"].values())
-    hooks = "hook on its own socket" if sockets else "polls only (its hook port was taken)"
-    figures.append(f"clusterscale: {len(scale.nodes)} nodes, {hooks}")
-    print("\n" + "\n".join(figures), file=sys.stderr)
+        # cc-backend is read while it runs (the with block stops it)
+        assert exit_code == 0
+        assert "Traceback" not in log and cc.token not in log
+        assert leaked == [], "clusterscale's Slurm failed, yet its jobs were delivered"
+        assert failures >= 1 and healthy == 0
+        assert f"slurm-window[{scale.name}] failed" in log
+        for c in both:
+            every = [j for phase in ids[c.name].values() for j in phase]
+            assert problems(cc, c, every) == []
+            sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
+            ran = {j for j, t in sacct_truth(c, every).items() if t["start"] and t["nodes"]}
+            figures.append(f"{c.name}: {len(every)} jobs submitted, {len(ran)} ran in its sacct, "
+                           f"{len(sent & set(every))} delivered under its name; {in_all(cc, c)}")
+            assert sent & set(every) == ran
+            assert duplicated(cc, c.name) == []
+        other = [r.body.get("cluster") for r in cc.requests()
+                 if isinstance(r.body, dict) and r.body.get("cluster")
+                 and r.body["cluster"] not in (c22.name, scale.name)]
+        assert other == []
+        assert set(doc["clusters"]) == {c22.name, scale.name}
+        assert all(v["served"] for v in doc["clusters"].values())
+        hooks = "hook on its own socket" if sockets else "polls only (its hook port was taken)"
+        figures.append(f"clusterscale: {len(scale.nodes)} nodes, {hooks}")
+        print("\n" + "\n".join(figures), file=sys.stderr)
 
 
 def listed_clusters() -> list[str]:
@@ -375,30 +376,31 @@ def test_every_cluster_slurmdbd_names_is_served(testbed, clusterscale, tmp_path)
             exit_code = daemon.terminate()
         log = daemon.log.read_text()
 
-    assert exit_code == 0
-    assert "Traceback" not in log and cc.token not in log
-    for c in both:
-        assert problems(cc, c, ids[c.name]) == []
-        sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
-        figures.append(f"{c.name}: {JOBS} jobs submitted, "
-                       f"{len(sent & set(ids[c.name]))} delivered under its name; "
-                       f"{in_all(cc, c)}")
-        assert duplicated(cc, c.name) == []
-    named = {r.body.get("cluster") for r in cc.requests()
-             if isinstance(r.body, dict) and r.body.get("cluster")}
-    assert named <= set(listed), named
-    assert set(doc["clusters"]) == set(listed)
-    assert all(v["served"] for v in doc["clusters"].values())
-    for c in both:
-        cycles = doc["clusters"][c.name]["reconcilers"]
-        assert cycles and all(r["ok"] for r in cycles.values()), (c.name, cycles)
-        assert failed[c.name] == 0
-    for name in down:  # its own error, no one else's
-        cycles = doc["clusters"][name]["reconcilers"]
-        errors = {k: r["error"] for k, r in cycles.items() if not r["ok"]}
-        assert "nodestate" in errors and name in errors["nodestate"], (name, cycles)
-        assert failed[name] >= 1
-        assert f"nodestate[{name}] failed" in log
-        figures.append(f"{name} (controller down): served, {failed[name]:.0f} failed "
-                       f"nodestate cycles, status: {errors['nodestate'][:100]}")
-    print("\n" + "\n".join(figures), file=sys.stderr)
+        # cc-backend is read while it runs (the with block stops it)
+        assert exit_code == 0
+        assert "Traceback" not in log and cc.token not in log
+        for c in both:
+            assert problems(cc, c, ids[c.name]) == []
+            sent = {j for j, _ in runs_of(cc, "/api/jobs/start_job/", c.name)}
+            figures.append(f"{c.name}: {JOBS} jobs submitted, "
+                           f"{len(sent & set(ids[c.name]))} delivered under its name; "
+                           f"{in_all(cc, c)}")
+            assert duplicated(cc, c.name) == []
+        named = {r.body.get("cluster") for r in cc.requests()
+                 if isinstance(r.body, dict) and r.body.get("cluster")}
+        assert named <= set(listed), named
+        assert set(doc["clusters"]) == set(listed)
+        assert all(v["served"] for v in doc["clusters"].values())
+        for c in both:
+            cycles = doc["clusters"][c.name]["reconcilers"]
+            assert cycles and all(r["ok"] for r in cycles.values()), (c.name, cycles)
+            assert failed[c.name] == 0
+        for name in down:  # its own error, no one else's
+            cycles = doc["clusters"][name]["reconcilers"]
+            errors = {k: r["error"] for k, r in cycles.items() if not r["ok"]}
+            assert "nodestate" in errors and name in errors["nodestate"], (name, cycles)
+            assert failed[name] >= 1
+            assert f"nodestate[{name}] failed" in log
+            figures.append(f"{name} (controller down): served, {failed[name]:.0f} failed "
+                           f"nodestate cycles, status: {errors['nodestate'][:100]}")
+        print("\n" + "\n".join(figures), file=sys.stderr)
