@@ -4,6 +4,7 @@ result (:class:`RestDelivery`), for :class:`ccadapter.delivery.Deliverer` to rec
 from __future__ import annotations
 
 import logging
+import re
 from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
@@ -28,6 +29,13 @@ class Sender(Protocol):
 # long as it takes, like every event, but count as attempts.
 ENERGY_ATTEMPTS = 10
 _ENERGY_NOT_YET = frozenset({422, 500})
+
+# cc-backend's 422 to a stop of a run it holds stopped (internal/api/job.go
+# checkAndHandleStopJob). Our own stop sent again names our state; another state means
+# cc-backend applied someone else's stop to this run: cc-backend 1.5.4 does that when its
+# commit worker moves the job cache while a stop waits for the repository lock (the stop
+# then takes a stale row id; README, "cc-backend 1.5.4's job cache"). No API undoes it.
+_STOPPED_AS = re.compile(r"job has already been stopped \(state is: (\w+)\)")
 
 
 class RestDelivery:
@@ -71,7 +79,7 @@ class RestDelivery:
                 f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
             log.debug("delivered %s: HTTP %d", what, answer.status)
-            return Result(event.id, DELIVERED)
+            return Result(event.id, DELIVERED, self._stopped_by_another(event, answer))
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
             return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
@@ -88,6 +96,23 @@ class RestDelivery:
             log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,
                         answer.status, answer.detail)
         return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")
+
+    @staticmethod
+    def _stopped_by_another(event: Event, answer: Answer) -> str:
+        """The problem when cc-backend holds this run stopped in a state not ours ("" when
+        not): said as an error, and kept with the event (``queue list``)."""
+        if event.kind != EventKind.STOP or answer.status != 422:
+            return ""
+        held = _STOPPED_AS.search(answer.detail)
+        ours = event.payload["stop"].get("jobState")
+        if not held or held.group(1) == ours:
+            return ""
+        problem = (f"cc-backend holds job {event.job_id} ({event.cluster}, start "
+                   f"{event.start_time}) stopped as {held.group(1)}, Slurm ended it "
+                   f"{ours}: another stop was applied to it; correct it in cc-backend")
+        log.error("%s (cc-backend 1.5.4 stops the wrong job when its job cache is committed "
+                  "during a stop)", problem)
+        return problem
 
     def _energy_not_yet(self, event: Event, answer: Answer, what: str) -> Result:
         """An energy edit cc-backend could not apply yet (see :data:`ENERGY_ATTEMPTS`)."""

@@ -135,9 +135,10 @@ class DeliveryQueue:
     def _apply(self, db: sqlite3.Connection, res: Result, now: float) -> None:
         table, key = self.spec.table, self.spec.key
         if res.status == DELIVERED:
+            # a delivered event keeps a problem cc-backend showed in its answer, if any
             db.execute(f"UPDATE {table} SET status = 'delivered', delivered_at = ?, "
-                       f"attempts = attempts + 1, last_error = NULL WHERE {key} = ?",
-                       (now, res.event_id))
+                       f"attempts = attempts + 1, last_error = ? WHERE {key} = ?",
+                       (now, res.error or None, res.event_id))
         elif res.status == REJECTED:
             db.execute(f"UPDATE {table} SET status = 'rejected', attempts = attempts + 1, "
                        f"last_error = ? WHERE {key} = ?", (res.error, res.event_id))

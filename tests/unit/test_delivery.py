@@ -298,3 +298,33 @@ def test_an_event_whose_delivery_raises_does_not_stall_the_others(tmp_path, capl
     assert waiting["jobId"] == 2 and "KeyError" in waiting["error"]
     assert "delivering start of job 2 (c) failed" in caplog.text
     box.close()
+
+
+def test_a_run_stopped_by_another_stop_is_said_and_kept_with_the_event(tmp_path, caplog):
+    """cc-backend 1.5.4 can apply a stop to the wrong job (its job cache committed while the
+    stop waited): our own stop of that job then gets a 422 naming a state not ours. It is
+    delivered (nothing to retry), said as an error and kept in the outbox for the operator;
+    our own stop sent again (the same state) is not."""
+    from ccadapter.cc.client import Answer
+
+    class Wronged:
+        def send(self, kind, body):
+            held = "cancelled" if body["jobId"] == 2 else body["jobState"]
+            return Answer(Outcome.DELIVERED, 422, '{"status":"Unprocessable Entity","error":'
+                          f'"jobId {body["jobId"]} (id 7) on c : job has already been stopped '
+                          f'(state is: {held})"}}')
+
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([NewEvent("c", job, 1, "stop", {"stop": {**stop_body(job, 1)}})
+                 for job in (1, 2)])
+    deliverer = Deliverer(box.queue, RestDelivery(Wronged()), workers=1)
+    try:
+        assert deliverer.run_once().delivered == 2
+    finally:
+        deliverer.close()
+    kept = {e["jobId"]: e["error"] for e in admin.list_events(box.store, "delivered", None, 10)}
+    assert kept[1] is None
+    assert kept[2].startswith("cc-backend holds job 2 (c, start 1) stopped as cancelled, "
+                              "Slurm ended it completed")
+    assert caplog.text.count("another stop was applied to it") == 1
+    box.close()
