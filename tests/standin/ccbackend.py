@@ -3,8 +3,9 @@
 It follows cc-backend **v1.5.4** (tag v1.5.4, commit c94f5918) and cc-lib v2.12.0; the code
 cites the file and lines (or function) of each behaviour (``api/job.go:736`` is
 ``internal/api/job.go`` line 736 at v1.5.4). tests/integration/test_standin_conformance.py
-sends the same requests to it and to the real server and holds the two to the same answers;
-its table of known differences is the list of what this module does not model.
+sends the same requests to it and to the real server and holds the two to the same answers
+and the same jobs and node states afterwards; its table of known differences holds the
+answers that differ on purpose. What is not modelled at all is listed further down.
 
 Bodies are decoded as cc-backend's ``decode()`` does (Go's encoding/json with
 ``DisallowUnknownFields``): an unknown field (also inside ``resources[]``, ``tags[]``,
@@ -74,8 +75,8 @@ replaced. Served, on 127.0.0.1 or ::1, are the five endpoints ccadapter uses:
     default 25, ``page`` default 1. Answer ``{"jobs": [...], "items": N, "page": P}`` where
     ``items`` is, as in cc-backend, the *requested page size*, not the number of jobs
     returned: a client pages until a page has fewer than N jobs. ``metaData`` is only filled
-    with ``with-metadata``; ``energyFootprint`` and ``statistics`` are null, ``submitTime``
-    absent, as cc-backend reads them back.
+    with ``with-metadata``; ``energyFootprint`` is null, ``statistics`` null until the job
+    is archived (then ``{}``), ``submitTime`` absent, as cc-backend reads them back.
 
 The job cache. cc-backend 1.5 inserts a start into ``job_cache``; a commit worker moves the
 cached rows into ``job`` every ``commit-job-worker`` (default 2 min; the sample config says
@@ -83,11 +84,12 @@ cached rows into ``job`` every ``commit-job-worker`` (default 2 min; the sample 
 commits each start at once, so that tests that do not care see one table. ``cached()``
 shows the cache, ``commit_now()`` runs the worker once, ``jobs()`` is the job table.
 
-Not modelled, on purpose (the conformance test lists each): the NATS API (REST start/stop
+Not modelled, on purpose: the NATS API (REST start/stop
 answered 404 when cc-backend takes jobs from NATS); the commit worker's minimum of one
 interval (``commit_interval`` 0, the default, commits at once) and its races with stop and
-start; what archiving writes back into a listed job (``monitoringStatus`` 3 or 2,
-``statistics``, ``energy`` and ``footprint`` recomputed); a cluster given without nodes,
+start; a failed archiving (``monitoringStatus`` 2) and metric data (an archived job shows
+``monitoringStatus`` 3, ``footprint`` ``{}``, ``energy`` 0, as cc-backend with an empty metric
+store and no footprint or energy metrics shows it); a cluster given without nodes,
 which takes any host; the health check of the metric store (a node not down is
 ``failed``, as with no metric data); cc-backend's other routes (``GET /api/jobs/{id}``,
 ``/query``, ...); JWT signatures, roles, ``api-allowed-ips``, gzip.
@@ -679,7 +681,8 @@ class CcBackendStandin:
         database id. Not the starts still in the job cache (:meth:`cached`); a test that
         counts jobs at its end calls :meth:`commit_now` first."""
         with self._lock:
-            return [_job_json(j, with_meta=True) for j in self._jobs.rows.values()
+            return [_job_json(j, with_meta=True, listing=True)
+                    for j in self._jobs.rows.values()
                     if (cluster is None or j["cluster"] == cluster)
                     and (state is None or j["jobState"] == state)]
 
@@ -881,7 +884,8 @@ class CcBackendStandin:
             # api/job.go:1013-1018: empty means completed; any JobState.Valid() is taken,
             # running, pending and suspended too
             if state and state not in VALID_STATES:
-                return _error(400, f"{where} : invalid requested job state: {state!r}")
+                return _error(400, f"{where} : invalid requested job state: "
+                                   f"{json.dumps(state)}")  # Go's %#v of a string
             if cached:
                 # api/job.go:1026-1036: a cached run moves to `job` first
                 # (TransferCachedJobToMain, repository/jobCreate.go:143-172), by a plain
@@ -898,7 +902,7 @@ class CcBackendStandin:
             job["jobState"] = state or "completed"  # api/job.go:1020-1022, 1038
             job["duration"] = stop_time - job["startTime"]
             job["stopTime"] = stop_time
-            answer = _job_json(job, with_meta=False)
+            answer = _job_json(job, with_meta=False, stop_answer=True)
             # api/job.go:1054-1060: archived asynchronously, never with monitoringStatus 0
             job["_archivedAt"] = (math.inf if job.get("monitoringStatus", 1) == 0
                                   else time.monotonic() + (self._archive_after or 0.0))
@@ -925,7 +929,7 @@ class CcBackendStandin:
             archived_at = job["_archivedAt"]
             if time.monotonic() < archived_at:  # not archived yet, or never (status 0)
                 # http.Error(rw, err.Error(), 500) with os.ReadFile's error (job.go:526-529)
-                return 500, (f"open ./var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
+                return 500, (f"open var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
                              f"{job['jobId'] % 1000:03d}/{job['startTime']}/meta.json: no "
                              "such file or directory\n")
             if job["_metaSince"] > archived_at:
@@ -1005,7 +1009,7 @@ class CcBackendStandin:
                      and (span is None or span[0] <= j["startTime"] <= span[1])]
             found.sort(key=lambda j: (j["startTime"], j["id"]), reverse=True)
             found = found[(page - 1) * per_page: page * per_page]  # jobQuery.go:78-88
-            out = [_job_json(j, with_meta=with_meta, now=now) for j in found]
+            out = [_job_json(j, with_meta=with_meta, now=now, listing=True) for j in found]
         return 200, {"jobs": out, "items": per_page, "page": page}
 
 
@@ -1020,12 +1024,24 @@ def _error(status: int, message: str) -> tuple[int, dict[str, str]]:
     return status, {"status": reason, "error": message}
 
 
-def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
-              ) -> dict[str, Any]:
+def _archived(job: dict[str, Any]) -> bool:
+    """Whether the archiver has written the job (never with monitoringStatus 0)."""
+    return time.monotonic() >= job.get("_archivedAt", math.inf)
+
+
+def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None,
+              listing: bool = False, stop_answer: bool = False) -> dict[str, Any]:
     """A stored job as cc-backend reads it back and schema.Job marshals it (field order,
     omitempty): only the columns of repository/job.go:129-135 (jobColumns), so no
     submitTime, requestedMemory or energyFootprint; metaData only when asked for; the
-    duration of a running job computed at reading (repository/job.go:183-186)."""
+    duration of a running job computed at reading (repository/job.go:183-186). Once
+    archived (internal/archiver/archiveWorker.go: archivingWorker), monitoringStatus is 3
+    and footprint and energy are recomputed from the metric data (repository/job.go:
+    UpdateFootprint, UpdateEnergy) -- from the cluster's footprint and energy metrics, of
+    which the stand-in's clusters have none: ``{}`` and 0; ``GET /api/jobs/`` then reads
+    statistics from the archive (api/job.go:215-221), ``{}`` without metric data.
+    ``stop_answer``: the job as stop_job encodes it, before archiving, duration as set."""
+    archived = not stop_answer and _archived(job)
     out: dict[str, Any] = {
         "cluster": job.get("cluster", ""),
         "subCluster": job.get("subCluster", ""),
@@ -1040,23 +1056,25 @@ def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
         out["tags"] = copy.deepcopy(job["tags"])
     out["resources"] = [_resource_json(r) for r in job.get("resources", ())]
     out["energyFootprint"] = None  # stored, but not among the columns read (jobColumns)
-    out["footprint"] = dict(job["footprint"]) if "footprint" in job else None
+    out["footprint"] = {} if archived else (
+        dict(job["footprint"]) if "footprint" in job else None)
     out["metaData"] = dict(job["metaData"]) if with_meta and "metaData" in job else None
     out["concurrentJobs"] = {"items": None, "count": 0}
-    out["energy"] = job.get("energy", 0)
+    out["energy"] = 0 if archived else job.get("energy", 0)
     for key in ("arrayJobId", "walltime"):
         if job.get(key):
             out[key] = job[key]
     out["jobId"] = job["jobId"]
-    if job["jobState"] == "running":
+    if job["jobState"] == "running" and not stop_answer:
         out["duration"] = (now if now is not None else int(time.time())) - job["startTime"]
     else:
         out["duration"] = job["duration"]
+    shown = {**job, "monitoringStatus": 3} if archived else job
     for key in ("smt", "monitoringStatus", "numAcc", "numHwthreads"):
-        if job.get(key):
-            out[key] = job[key]
+        if shown.get(key):
+            out[key] = shown[key]
     out["numNodes"] = job["numNodes"]
-    out["statistics"] = None  # from the archive, once a job is archived (api/job.go:215-221)
+    out["statistics"] = {} if archived and listing else None
     out["id"] = job["id"]
     out["startTime"] = job["startTime"]
     return out

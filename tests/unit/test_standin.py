@@ -704,7 +704,7 @@ def test_edit_meta_of_a_stopped_job_waits_for_its_archive(api, standin):
     assert api.stop(stop_body()).status_code == 200
     r = edit(api, meta_request())
     assert r.status_code == 500 and r.headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert r.text == ("open ./var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
+    assert r.text == ("open var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
                       "file or directory\n")
     assert standin.jobs("cluster24")[0]["metaData"]["energy"] == "51234"  # stored already
     standin.finish_archiving()
