@@ -82,6 +82,13 @@ def nodes_of(cluster: Any, cpus: int = 4) -> Nodes:
     return Nodes(tuple(cluster.nodes), gpu, cpus)
 
 
+def subclusters(nodes: Nodes) -> dict[str, tuple[str, ...]]:
+    """The cluster's subclusters, in cluster.json's order: ``gpu`` for the nodes with GPUs,
+    ``main`` for the others (a stand-in given these places hosts as cc-backend does)."""
+    plain = tuple(h for h in nodes.names if h not in nodes.gpu)
+    return {sub: hosts for sub, hosts in (("gpu", nodes.gpu), ("main", plain)) if hosts}
+
+
 def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
     """A cluster.json cc-backend 1.5.4 accepts: a metric, and a subcluster per kind of node
     (its ``nodes`` a comma-separated host list; never ``*``, which makes cc-backend drop every
@@ -103,12 +110,8 @@ def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
                 "memoryBandwidth": {"unit": {"base": "B/s", "prefix": "G"}, "value": 20},
                 "topology": topology}
 
-    plain = [h for h in nodes.names if h not in nodes.gpu]
-    subs = []
-    if nodes.gpu:
-        subs.append(subcluster("gpu", nodes.gpu, nodes.gpus_per_node))
-    if plain:
-        subs.append(subcluster("main", plain, 0))
+    subs = [subcluster(sub, hosts, nodes.gpus_per_node if sub == "gpu" else 0)
+            for sub, hosts in subclusters(nodes).items()]
     return {"name": name, "subClusters": subs, "metricConfig": [
         {"name": "cpu_load", "unit": {"base": ""}, "scope": "node", "aggregation": "avg",
          "timestep": 60, "peak": 4, "normal": 2, "caution": 1, "alert": 0.5}]}

@@ -1,56 +1,72 @@
-"""A stand-in for ClusterCockpit's cc-backend 1.5 REST API, as strict as the real server.
+"""A stand-in for ClusterCockpit's cc-backend 1.5 REST API, answering as the real server.
 
 It follows cc-backend **v1.5.4** (tag v1.5.4, commit c94f5918) and cc-lib v2.12.0; the code
-cites the file and lines of each behaviour (``api/job.go:736`` is
-``internal/api/job.go`` line 736 at v1.5.4). Serves, on 127.0.0.1 or ::1, the five
-endpoints ccadapter uses:
+cites the file and lines (or function) of each behaviour (``api/job.go:736`` is
+``internal/api/job.go`` line 736 at v1.5.4). tests/integration/test_standin_conformance.py
+sends the same requests to it and to the real server and holds the two to the same answers
+and the same jobs and node states afterwards; its table of known differences holds the
+answers that differ on purpose. What is not modelled at all is listed further down.
+
+Bodies are decoded as cc-backend's ``decode()`` does (Go's encoding/json with
+``DisallowUnknownFields``): an unknown field (also inside ``resources[]``, ``tags[]``,
+``statistics``, ...) or a value of the wrong JSON type (an integer must be an integer: no
+bool, float or string; int32 fields in int32 range) is ``400``; but keys match
+case-insensitively, a JSON ``null`` leaves a field at its default (a top-level ``null``
+decodes to the defaults), data after the first JSON value is ignored, and invalid UTF-8 is
+replaced. Served, on 127.0.0.1 or ::1, are the five endpoints ccadapter uses:
 
 ``POST|PUT /api/jobs/start_job/``
-    Body decoded like cc-backend's ``decode()`` (Go ``DisallowUnknownFields``) into
-    ``schema.Job``: an unknown field (also inside ``resources[]``, ``tags[]``, ...) or a value of
-    the wrong JSON type (an integer must be an integer: no bool, float or string; int32 fields
-    in int32 range) is ``400``. Then ``importer.SanityChecks``: known cluster, a known
-    ``subCluster`` if one is given (else the first host must be one of the cluster's),
-    non-empty ``user`` and ``resources``, ``numNodes >= 1``, ``numHwthreads >= 0``,
-    ``numAcc >= 0``, ``len(resources) == numNodes``. A run with the same ``jobId`` and
-    ``cluster`` as one in the **job table** and ``new.startTime - old.startTime < 86400`` is
-    ``422`` (compared signed: an *earlier* start is always a duplicate). Then the job goes
-    into the **job cache** (with ``tags``: straight into the job table); the cache's
-    UNIQUE (jobId, cluster, startTime) and its CHECK on ``shared`` make a start sent again
-    while its run is cached, and a ``shared`` outside none/single_user/multi_user, a ``500``.
-    Success: ``201`` with ``{"msg": "success"}`` -- cc-backend 1.5 returns no database id;
-    see ``jobs()``. Stored as ``running``, ``shared`` defaulting to ``none``, without
+    ``schema.Job``; ``statistics`` is ``map[string]JobStatistics``. Then
+    ``importer.SanityChecks``: known cluster; the subcluster assignment (a given
+    ``subCluster`` must be one of the cluster's, else the first resource's host must be in a
+    subcluster's node list; no resources: ``job without any resources/hosts``); non-empty
+    ``user`` and ``resources``, ``numNodes >= 1``, ``numHwthreads >= 0``, ``numAcc >= 0``,
+    ``len(resources) == numNodes``. Nothing requires ``jobId`` or ``startTime`` (0 is
+    stored), and ``jobState`` is overwritten with ``running``. A run with the same ``jobId``
+    and ``cluster`` as one in the **job table** and ``new.startTime - old.startTime < 86400``
+    is ``422`` (compared signed: an *earlier* start is always a duplicate). Then the job goes
+    into the **job cache** (with ``tags``: straight into the job table); its constraints make
+    a ``500``: UNIQUE (jobId, cluster, startTime) for a start sent again while its run is
+    cached, the CHECKs on ``smt`` (0 or 1; the cache only), ``shared``
+    (none/single_user/multi_user) and ``monitoringStatus`` (0..3). Success: ``201`` with
+    ``{"msg": "success"}`` -- cc-backend 1.5 returns no database id; see ``jobs()``. Stored
+    as ``running``, ``shared`` defaulting to ``none``, ``monitoringStatus`` to 1, without
     ``submitTime``, ``requestedMemory`` and ``statistics`` (cc-backend does not store them).
 
 ``POST|PUT /api/jobs/stop_job/``
-    Fields ``jobId`` (required), ``cluster``, ``startTime``, ``stopTime`` (required),
-    ``jobState`` (required). The job is the newest (by id) in the **job cache** with that
-    ``jobId``, filtered by ``cluster`` and ``startTime`` when given, else the newest such in
-    the job table (cc-backend's ``FindCached``, then ``Find``: without ``cluster`` any
-    cluster matches). None: ``404``; not running: ``422``; ``stopTime < startTime``: ``400``;
-    a ``jobState`` that is not a terminal state of cc-lib's ``JobState.Valid()`` -- ``400``.
-    A cached job is moved to the job table first (a run there already: ``500``).
-    Note that cc-lib spells ``out_of_memory``; the swagger's ``out-of-memory`` is a
-    documentation typo the real server refuses, so this stand-in refuses it as well.
+    Fields ``jobId`` (required), ``cluster``, ``startTime``, ``stopTime``, ``jobState``.
+    The job is the newest (by id) in the **job cache** with that ``jobId``, filtered by
+    ``cluster`` and ``startTime`` when given, else the newest such in the job table
+    (cc-backend's ``FindCached``, then ``Find``: without ``cluster`` any cluster matches).
+    None: ``404``; not running: ``422``; then ``stopTime < startTime`` (a missing stopTime
+    is 0): ``400``; a ``jobState`` that is not one of cc-lib's ``JobState.Valid()``: ``400``
+    (``running``, ``pending`` and ``suspended`` are taken; empty or missing is
+    ``completed``). A cached job is moved to the job table first (a run there already:
+    ``500``). Note that cc-lib spells ``out_of_memory``; the swagger's ``out-of-memory`` is
+    a documentation typo the real server refuses, so this stand-in refuses it as well.
     Success: ``200`` with the stopped job (``schema.Job`` JSON, ``duration`` set).
 
 ``POST|PUT /api/nodestate/``
-    ``{"cluster": str, "nodes": [schema.NodePayload]}``, strict; ``cluster`` and every
-    ``hostname`` must be non-empty. The latest list per cluster is kept (``node_states()``).
-    Success: ``200`` with an *empty* body, as cc-backend 1.5 writes none.
+    ``{"cluster": str, "nodes": [schema.NodePayload]}``. Each node's latest state is kept
+    as cc-backend stores it: one scheduler state derived from ``states`` (determineState),
+    a health state, the counts, the time received (``node_states()``). A node left out of a
+    later post keeps its state, ``nodes: []`` changes nothing; a node outside the cluster's
+    node lists, of an unknown cluster, or with an empty name is dropped. Always ``200``
+    with an *empty* body, as cc-backend 1.5 writes none; only a body that does not decode
+    is ``400``.
 
 ``PATCH /api/jobs/edit_meta/`` (cc-backend v1.5.4 internal/api/job.go:503-534)
     ``JobMetaRequest`` (job.go:70-81): ``jobId`` (required), ``cluster``, ``startTime``,
-    ``payload: {"key", "value"}``, strict. The job is found as stop_job finds it (the newest
-    with that ``jobId``, filtered by ``cluster`` and ``startTime`` when given; none: ``422``
-    ``finding job failed``), and ``metaData[key] = value`` is stored. Success: ``200`` with
-    the job (``schema.Job`` JSON, ``metaData`` included). cc-backend then updates the job
-    archive of a stopped job, and answers ``500`` with a plain-text error when its
-    ``meta.json`` is not written yet -- after having stored the value
-    (repository/job.go:301-310, pkg/archive/archive.go:374-390, fsBackend.go:77-82).
-    ``archive_after(seconds)`` models the archiver taking that long after a stop (default
-    ``None``: archived at once). Not modelled: cc-backend's job_cache (its ``Find`` reads
-    only the job table, so a job never committed and not stopped is ``422`` there).
+    ``payload: {"key", "value"}``. The job is found as stop_job finds it, in the job table
+    only (a run still in the job cache, or none: ``422`` ``finding job failed``), and
+    ``metaData[key] = value`` is stored. Success: ``200`` with the job (``schema.Job``
+    JSON, ``metaData`` included). cc-backend then updates the job archive of a stopped job,
+    and answers ``500`` with a plain-text error when its ``meta.json`` is not written yet
+    -- after having stored the value (repository/job.go:301-310,
+    pkg/archive/archive.go:374-390, fsBackend.go:77-82); for good with ``monitoringStatus``
+    0 (never archived); and ``500`` with an empty body (a recovered panic) when the job had
+    no metaData when it was archived. ``archive_after(seconds)`` models the archiver taking
+    that long after a stop (default ``None``: archived at once).
 
 ``GET /api/jobs/?state=..&cluster=..&project=..&start-time=FROM-TO&items-per-page=N&page=P``
     The **job table** only: a start still in the job cache is not listed. Unknown query
@@ -59,8 +75,8 @@ endpoints ccadapter uses:
     default 25, ``page`` default 1. Answer ``{"jobs": [...], "items": N, "page": P}`` where
     ``items`` is, as in cc-backend, the *requested page size*, not the number of jobs
     returned: a client pages until a page has fewer than N jobs. ``metaData`` is only filled
-    with ``with-metadata``; ``energyFootprint`` and ``statistics`` are null, ``submitTime``
-    absent, as cc-backend reads them back.
+    with ``with-metadata``; ``energyFootprint`` is null, ``statistics`` null until the job
+    is archived (then ``{}``), ``submitTime`` absent, as cc-backend reads them back.
 
 The job cache. cc-backend 1.5 inserts a start into ``job_cache``; a commit worker moves the
 cached rows into ``job`` every ``commit-job-worker`` (default 2 min; the sample config says
@@ -68,14 +84,15 @@ cached rows into ``job`` every ``commit-job-worker`` (default 2 min; the sample 
 commits each start at once, so that tests that do not care see one table. ``cached()``
 shows the cache, ``commit_now()`` runs the worker once, ``jobs()`` is the job table.
 
-Stricter than cc-backend v1.5.4 on purpose (a client sending these is wrong; the real server
-would store something meaningless): on start_job a missing ``jobId`` or a ``startTime <= 0``,
-an empty ``resources[].hostname``, ``jobState`` not a job state (cc-backend overwrites it
-with ``running``, api/job.go:736), a JSON ``null`` for any field (Go leaves the field
-alone); on stop_job a missing ``stopTime`` (cc-backend: 0, then the ``400`` of stopTime <
-startTime) or ``jobState`` (cc-backend: ``completed``, api/job.go:1016-1018), and
-``running``/``pending``/``suspended`` as ``jobState`` (cc-backend takes them,
-api/job.go:1013); on nodestate an empty ``cluster`` or ``hostname``.
+Not modelled, on purpose: the NATS API (REST start/stop
+answered 404 when cc-backend takes jobs from NATS); the commit worker's minimum of one
+interval (``commit_interval`` 0, the default, commits at once) and its races with stop and
+start; a failed archiving (``monitoringStatus`` 2) and metric data (an archived job shows
+``monitoringStatus`` 3, ``footprint`` ``{}``, ``energy`` 0, as cc-backend with an empty metric
+store and no footprint or energy metrics shows it); a cluster given without nodes,
+which takes any host; the health check of the metric store (a node not down is
+``failed``, as with no metric data); cc-backend's other routes (``GET /api/jobs/{id}``,
+``/query``, ...); JWT signatures, roles, ``api-allowed-ips``, gzip.
 
 Every request needs ``X-Auth-Token: <token>`` (or ``Authorization: Bearer <token>``), else
 ``401``. Unknown paths are ``404``, a wrong method on a known path ``405``. Errors are
@@ -100,6 +117,7 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import re
 import signal
 import socket
@@ -140,14 +158,31 @@ _JSON = "application/json"
 
 
 # ---------------------------------------------------------------------------------------------
-# Strict decoding, after Go's encoding/json with DisallowUnknownFields.
+# Decoding as cc-backend's ``decode()`` does (api/rest.go: decode): Go's encoding/json with
+# DisallowUnknownFields, which is strict about unknown keys and types but keeps Go's
+# leniencies -- keys match case-insensitively, a JSON null leaves a field at its zero value,
+# data after the first JSON value is ignored, invalid UTF-8 is replaced.
 
 
 class BadRequest(Exception):
     """The body does not decode, or fails a sanity check: 400."""
 
 
-Check = Callable[[Any, str], None]
+class GoType:
+    """A Go type as encoding/json decodes into it. ``decode(v, where)`` checks a parsed JSON
+    value and returns what Go would hold (a Struct: only its fields, named as Go names them,
+    nulls left out); ``zero()`` is what a null inside a list or map becomes."""
+
+    def __init__(self, name: str, check: Callable[[Any, str], Any], zero: Any) -> None:
+        self.name = name
+        self._check = check
+        self._zero = zero  # immutable: 0, "" or None (a nil slice or map)
+
+    def decode(self, v: Any, where: str) -> Any:
+        return self._check(v, where)
+
+    def zero(self) -> Any:
+        return self._zero
 
 
 def _json_type(v: Any) -> str:
@@ -165,89 +200,92 @@ def _json_type(v: Any) -> str:
 
 
 def _mismatch(v: Any, where: str, go_type: str) -> BadRequest:
-    if v is None:
-        return BadRequest(f"json: null is not accepted for field {where} (type {go_type})")
     shown = f"number {v}" if _json_type(v) == "number" else _json_type(v)
     return BadRequest(f"json: cannot unmarshal {shown} into Go struct field {where} "
                       f"of type {go_type}")
 
 
-def _int(bits: int) -> Check:
+def _int(bits: int) -> GoType:
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     go_type = f"int{bits}"
 
-    def check(v: Any, where: str) -> None:
+    def check(v: Any, where: str) -> int:
         if type(v) is not int or not lo <= v <= hi:
             raise _mismatch(v, where, go_type)
+        return v
 
-    return check
+    return GoType(go_type, check, 0)
+
+
+def _string(v: Any, where: str) -> str:
+    if type(v) is not str:
+        raise _mismatch(v, where, "string")
+    return v
+
+
+def _number(v: Any, where: str) -> float | int:
+    if type(v) not in (int, float):
+        raise _mismatch(v, where, "float64")
+    return v
 
 
 INT32 = _int(32)
 INT64 = _int(64)
+STRING = GoType("string", _string, "")
+NUMBER = GoType("float64", _number, 0)
 
 
-def STRING(v: Any, where: str) -> None:
-    if type(v) is not str:
-        raise _mismatch(v, where, "string")
-
-
-def NUMBER(v: Any, where: str) -> None:
-    if type(v) not in (int, float):
-        raise _mismatch(v, where, "float64")
-
-
-def _list_of(item: Check) -> Check:
-    def check(v: Any, where: str) -> None:
+def _list_of(item: GoType) -> GoType:
+    def check(v: Any, where: str) -> list[Any]:
         if type(v) is not list:
-            raise _mismatch(v, where, "array")
-        for i, x in enumerate(v):
-            item(x, f"{where}[{i}]")
+            raise _mismatch(v, where, f"[]{item.name}")
+        return [item.zero() if x is None else item.decode(x, f"{where}[{i}]")
+                for i, x in enumerate(v)]
 
-    return check
+    return GoType(f"[]{item.name}", check, None)
 
 
-def _map_of(value: Check) -> Check:
-    def check(v: Any, where: str) -> None:
+def _map_of(value: GoType) -> GoType:
+    def check(v: Any, where: str) -> dict[str, Any]:
         if type(v) is not dict:
-            raise _mismatch(v, where, "map")
-        for k, x in v.items():
-            value(x, f"{where}[{k!r}]")
+            raise _mismatch(v, where, f"map[string]{value.name}")
+        return {k: value.zero() if x is None else value.decode(x, f"{where}[{k!r}]")
+                for k, x in v.items()}
 
-    return check
-
-
-def _statistics(v: Any, where: str) -> None:
-    # schema.JobStatisticsSet has its own (lenient) UnmarshalJSON: metric -> object, or
-    # group -> array of objects.
-    if type(v) is not dict:
-        raise _mismatch(v, where, "JobStatisticsSet")
-    for k, x in v.items():
-        if type(x) is list:
-            for i, inst in enumerate(x):
-                if type(inst) is not dict:
-                    raise _mismatch(inst, f"{where}[{k!r}][{i}]", "object")
-        elif type(x) is not dict:
-            raise _mismatch(x, f"{where}[{k!r}]", "JobStatistics")
+    return GoType(f"map[string]{value.name}", check, None)
 
 
-class Struct:
-    """A Go struct: known fields with their checks; anything else is an unknown field."""
+class Struct(GoType):
+    """A Go struct: its JSON field names and their types; any other key is an unknown
+    field. Keys match case-insensitively (a key spelled exactly wins over a folded one, as
+    in Go; here a later key of the same field simply overwrites, which is what Go does for
+    two exact spellings)."""
 
-    def __init__(self, name: str, fields: Mapping[str, Check]) -> None:
-        self.name = name
+    def __init__(self, name: str, fields: Mapping[str, GoType]) -> None:
         self.fields = dict(fields)
+        self._folded = {k.lower(): k for k in self.fields}
+        super().__init__(name, self._decode_struct, None)
 
-    def __call__(self, v: Any, where: str = "") -> None:
+    def zero(self) -> dict[str, Any]:
+        return {}  # a struct with every field at its zero value, fresh each time
+
+    def _decode_struct(self, v: Any, where: str) -> dict[str, Any]:
         if type(v) is not dict:
             raise _mismatch(v, where or self.name, self.name)
-        fields = self.fields
+        out: dict[str, Any] = {}
         for key, x in v.items():
-            check = fields.get(key)
-            if check is None:
+            name = key if key in self.fields else self._folded.get(key.lower())
+            if name is None:
                 raise BadRequest(f'json: unknown field "{key}"'
                                  + (f" in {where}" if where else ""))
-            check(x, f"{where or self.name}.{key}")
+            if x is None:  # Go leaves the field as it was: its zero value or default
+                out.pop(name, None)
+                continue
+            out[name] = self.fields[name].decode(x, f"{where or self.name}.{name}")
+        return out
+
+    def __call__(self, v: Any, where: str = "") -> dict[str, Any]:
+        return self.decode(v, where)
 
 
 RESOURCE = Struct("Resource", {
@@ -257,6 +295,12 @@ RESOURCE = Struct("Resource", {
 TAG = Struct("Tag", {"type": STRING, "name": STRING, "scope": STRING, "id": INT64})
 JOB_LINK = Struct("JobLink", {"id": INT64, "jobId": INT64})
 JOB_LINK_LIST = Struct("JobLinkResultList", {"items": _list_of(JOB_LINK), "count": INT64})
+UNIT = Struct("Unit", {"base": STRING, "prefix": STRING})
+# cc-lib v2.12.0 schema/job.go: Job.Statistics is map[string]JobStatistics, decoded as
+# strictly as the rest (no lenient JobStatisticsSet: that type is not in cc-lib v2.12.0).
+JOB_STATISTICS = Struct("JobStatistics", {
+    "unit": UNIT, "avg": NUMBER, "min": NUMBER, "max": NUMBER,
+})
 
 # cc-lib schema.Job (cc-backend 1.5), with the Go types of its fields.
 JOB = Struct("Job", {
@@ -267,8 +311,8 @@ JOB = Struct("Job", {
     "metaData": _map_of(STRING), "concurrentJobs": JOB_LINK_LIST, "energy": NUMBER,
     "arrayJobId": INT64, "walltime": INT64, "requestedMemory": INT64, "jobId": INT64,
     "duration": INT32, "smt": INT32, "monitoringStatus": INT32, "numAcc": INT32,
-    "numHwthreads": INT32, "numNodes": INT32, "statistics": _statistics, "id": INT64,
-    "submitTime": INT64, "startTime": INT64,
+    "numHwthreads": INT32, "numNodes": INT32, "statistics": _map_of(JOB_STATISTICS),
+    "id": INT64, "submitTime": INT64, "startTime": INT64,
 })
 STOP_REQUEST = Struct("StopJobAPIRequest", {
     "jobId": INT64, "cluster": STRING, "startTime": INT64, "jobState": STRING,
@@ -296,22 +340,24 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def parse_json(raw: bytes) -> Any:
-    """JSON as Go reads it: UTF-8, no NaN/Infinity; an empty body is EOF."""
-    text = raw.decode("utf-8")
-    if not text.strip():
+    """The first JSON value of the body, as Go's json.Decoder reads it: invalid UTF-8
+    replaced, no NaN/Infinity, anything after the value ignored; an empty body is EOF."""
+    text = raw.decode("utf-8", errors="replace").lstrip(" \t\r\n")
+    if not text:
         raise ValueError("EOF")
-    return _DECODER.decode(text)
+    return _DECODER.raw_decode(text)[0]
 
 
 def decode_body(body: Any, parse_error: str | None, struct: Struct) -> dict[str, Any]:
-    """Checks an already parsed body against a struct; the body is not modified."""
+    """What cc-backend's handler holds after decoding an already parsed body into
+    ``struct``: a new dict (the body is not modified); a top-level null decodes to the
+    struct's defaults (Go's Decode leaves the value alone)."""
     if parse_error is not None:
         raise BadRequest(f"parsing request body failed: {parse_error}")
     try:
-        struct(body)
+        return struct({} if body is None else body)
     except BadRequest as e:
         raise BadRequest(f"parsing request body failed: {e}") from None
-    return body
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,20 +386,28 @@ class _Table:
     """``job`` or ``job_cache`` as cc-backend's schema makes them (v1.5.4
     internal/repository/migrations/sqlite3/09_add-job-cache.up.sql: job_cache :1-34, job as
     job_new :36-69, renamed at :118-119): INTEGER PRIMARY KEY ids (max + 1: an emptied table
-    starts at 1 again), CHECK on ``shared`` (:26-27, :61-62), UNIQUE (job_id, cluster,
-    start_time) (:33, :68). Not thread-safe: the stand-in's lock guards it."""
+    starts at 1 again), CHECK on ``shared`` (:26-27, :61-62) and ``monitoring_status``
+    (:28-29, :63-64), CHECK on ``smt`` in ``job_cache`` only (:25; ``job`` has none, :60),
+    UNIQUE (job_id, cluster, start_time) (:33, :68). Not thread-safe: the stand-in's lock
+    guards it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._checks_smt = name == "job_cache"
         self.rows: dict[int, dict[str, Any]] = {}  # by id, ascending
         self._by_jobid: dict[int, list[int]] = {}
         self._last = 0
 
     def insert(self, job: dict[str, Any]) -> int:
         """Stores ``job`` (its ``id`` set); raises _SqlError where SQLite would."""
+        # SQLite tests the CHECKs in the order of the columns, then UNIQUE
+        if self._checks_smt and job.get("smt", 0) not in (0, 1):
+            raise _SqlError("CHECK constraint failed: smt IN (0, 1)")
         if job.get("shared") not in SHARED_VALUES:
             raise _SqlError('CHECK constraint failed: shared IN ("none", "single_user", '
                             '"multi_user")')
+        if job.get("monitoringStatus", 1) not in (0, 1, 2, 3):
+            raise _SqlError("CHECK constraint failed: monitoring_status IN (0, 1, 2, 3)")
         if self.find(job["jobId"], job["cluster"], job["startTime"]):
             raise _SqlError(f"UNIQUE constraint failed: {self.name}.job_id, "
                             f"{self.name}.cluster, {self.name}.start_time")
@@ -396,6 +450,51 @@ class _Table:
 
 
 # ---------------------------------------------------------------------------------------------
+# The clusters' node lists (cc-backend reads them from each cluster.json's subClusters).
+
+# A cluster's nodes: None (any host, in subcluster ``main``; no cluster.json does this for
+# jobs and node states alike: a test's convenience), its hostnames (one subcluster,
+# ``main``), or subcluster name -> hostnames in cluster.json's order.
+ClusterNodes = Iterable[str] | Mapping[str, Iterable[str]] | None
+# cluster -> subcluster -> its hosts, or None for any host
+Subclusters = dict[str, dict[str, frozenset[str]] | None]
+
+
+def _subclusters(clusters: Iterable[str] | Mapping[str, ClusterNodes]) -> Subclusters:
+    if not isinstance(clusters, Mapping):
+        return {name: None for name in clusters}
+    out: Subclusters = {}
+    for name, nodes in clusters.items():
+        if nodes is None:
+            out[name] = None
+        elif isinstance(nodes, Mapping):
+            out[name] = {sub: frozenset(hosts) for sub, hosts in nodes.items()}
+        else:
+            out[name] = {SUBCLUSTER: frozenset(nodes)}
+    return out
+
+
+def _subcluster_of_host(subs: dict[str, frozenset[str]] | None, host: str) -> str | None:
+    """The subcluster whose node list holds ``host`` (pkg/archive/clusterConfig.go:
+    AssignSubCluster and GetSubClusterByNode both look the host up in NodeLists)."""
+    if subs is None:
+        return SUBCLUSTER
+    return next((sub for sub, hosts in subs.items() if host in hosts), None)
+
+
+def _scheduler_state(states: Iterable[str]) -> str:
+    """api/node.go: determineState -- the states lower-cased, the first rule that matches
+    wins; a state is not split (``IDLE+DRAIN`` is unknown)."""
+    held = {s.lower() for s in states}
+    for state, rule in (("allocated", {"allocated"}), ("reserved", {"reserved"}),
+                        ("down", {"idle", "down"}), ("idle", {"idle"}), ("down", {"down"}),
+                        ("mixed", {"mixed"})):
+        if rule <= held:
+            return state
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
 # The stand-in.
 
 
@@ -405,7 +504,8 @@ class CcBackendStandin:
     def __init__(
         self,
         token: str = "test-token",
-        clusters: Iterable[str] = ("cluster22", "cluster24", "cluster26"),
+        clusters: Iterable[str] | Mapping[str, ClusterNodes] = (
+            "cluster22", "cluster24", "cluster26"),
         host: str = "127.0.0.1",
         port: int = 0,
         *,
@@ -413,13 +513,15 @@ class CcBackendStandin:
         keep_log: bool = True,
         commit_interval: float = 0.0,
     ) -> None:
-        """``clusters``: the names cc-backend knows; a mapping name -> hostnames also
-        restricts which host a job's first resource may name (cc-backend's subcluster
-        assignment), ``None`` as value allows any host. ``keep_log=False`` keeps no request
-        log (long benchmark runs). ``commit_interval``: seconds between two commits of the
-        job cache (cc-backend's ``commit-job-worker``: 2 min by default, 1 min in its sample
-        config); 0 commits each start at once (not a cc-backend setting: a test's
-        convenience)."""
+        """``clusters``: the names cc-backend knows, or a mapping name -> its nodes as
+        its cluster.json names them (:data:`ClusterNodes`): which host a job's first
+        resource may name and which subcluster it gets (pkg/archive/clusterConfig.go:
+        AssignSubCluster), and which nodes' states are kept (GetSubClusterByNode). A
+        cluster given without nodes takes any host, in subcluster ``main``.
+        ``keep_log=False`` keeps no request log (long benchmark runs).
+        ``commit_interval``: seconds between two commits of the job cache (cc-backend's
+        ``commit-job-worker``: 2 min by default, 1 min in its sample config); 0 commits
+        each start at once (not a cc-backend setting: a test's convenience)."""
         if commit_interval < 0:
             raise ValueError("commit_interval must be >= 0")
         self.token = token
@@ -428,13 +530,7 @@ class CcBackendStandin:
         self.port = port
         self.verbose = verbose
         self.keep_log = keep_log
-        self._hosts: dict[str, frozenset[str] | None] = {}
-        if isinstance(clusters, Mapping):
-            for name, hosts in clusters.items():
-                self._hosts[name] = None if hosts is None else frozenset(hosts)
-        else:
-            for name in clusters:
-                self._hosts[name] = None
+        self._subclusters = _subclusters(clusters)
         self.url = ""
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -443,7 +539,8 @@ class CcBackendStandin:
         self._log: list[LoggedRequest] = []
         self._jobs = _Table("job")
         self._cache = _Table("job_cache")
-        self._nodestates: dict[str, dict[str, Any]] = {}
+        # (cluster, hostname) -> the node's latest node_state row, as cc-backend reads it
+        self._nodes: dict[tuple[str, str], dict[str, Any]] = {}
 
         self._cond = threading.Condition()  # switches
         self._fail: int | None = None
@@ -459,7 +556,7 @@ class CcBackendStandin:
 
     @property
     def clusters(self) -> list[str]:
-        return list(self._hosts)
+        return list(self._subclusters)
 
     def start(self) -> CcBackendStandin:
         if self._server is not None:
@@ -539,11 +636,14 @@ class CcBackendStandin:
             self._archive_after = seconds
 
     def finish_archiving(self) -> None:
-        """The archiver has written every stopped job's archive now (edit_meta succeeds)."""
+        """The archiver has written every pending archive now (edit_meta succeeds, unless
+        the job had no metaData by then). A job stopped with ``monitoringStatus`` 0 is
+        never archived."""
+        now = time.monotonic()
         with self._lock:
-            for table in (self._jobs, self._cache):
-                for job in table.rows.values():
-                    job["_archivedAt"] = 0.0
+            for job in self._jobs.rows.values():  # a stopped job is in `job`
+                if now < job.get("_archivedAt", 0.0) < math.inf:
+                    job["_archivedAt"] = now
 
     def reset(self) -> None:
         """Switches off, log, jobs and node states cleared."""
@@ -555,7 +655,7 @@ class CcBackendStandin:
             self._log.clear()
             self._jobs.clear()
             self._cache.clear()
-            self._nodestates.clear()
+            self._nodes.clear()
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -581,7 +681,8 @@ class CcBackendStandin:
         database id. Not the starts still in the job cache (:meth:`cached`); a test that
         counts jobs at its end calls :meth:`commit_now` first."""
         with self._lock:
-            return [_job_json(j, with_meta=True) for j in self._jobs.rows.values()
+            return [_job_json(j, with_meta=True, listing=True)
+                    for j in self._jobs.rows.values()
                     if (cluster is None or j["cluster"] == cluster)
                     and (state is None or j["jobState"] == state)]
 
@@ -597,11 +698,15 @@ class CcBackendStandin:
         with self._lock:
             return self._sync_jobs()
 
-    def node_states(self, cluster: str) -> list[dict[str, Any]] | None:
-        """The latest node list posted for the cluster, or None."""
+    def node_states(self, cluster: str) -> dict[str, dict[str, Any]]:
+        """What cc-backend holds for the cluster's nodes, in the shape of
+        tests/ccbackend.py ``CcBackend.node_states``: hostname -> its latest row
+        (``hostname``, ``cluster``, ``subCluster``, ``schedulerState``, ``healthState``,
+        ``time_stamp``, ``cpus_allocated``, ``memory_allocated``, ``gpus_allocated``,
+        ``jobs_running``). A node never posted, or dropped, is absent."""
         with self._lock:
-            entry = self._nodestates.get(cluster)
-            return copy.deepcopy(entry["nodes"]) if entry else None
+            return {host: dict(row) for (c, host), row in self._nodes.items()
+                    if c == cluster}
 
     # -- request handling (called from handler threads) -------------------------------------------
 
@@ -658,18 +763,13 @@ class CcBackendStandin:
         """api/job.go:725-795 (startJob)."""
         # Stored as repository/jobCreate.go:17-23 inserts it: without submitTime,
         # requestedMemory, statistics, concurrentJobs, id. The logged body stays as sent.
-        job = {k: v for k, v in body.items() if k not in _NOT_STORED}
-        if "jobId" not in job:
-            raise BadRequest("the field 'jobId' is required")
-        if job.get("startTime", 0) <= 0:
-            raise BadRequest("the field 'startTime' is required and must be > 0")
-        state = job.get("jobState", "running")
-        if state not in VALID_STATES and state != "out-of-memory":
-            raise BadRequest(f"not a valid job state: {state}")
+        # Defaults set before decoding (api/job.go:726-729); the rest at Go's zero value, so
+        # a start without jobId or startTime is stored with 0 (nothing requires them).
+        job = {"jobId": 0, "startTime": 0, "numNodes": 0, "shared": "none",
+               "monitoringStatus": 1,
+               **{k: v for k, v in body.items() if k not in _NOT_STORED}}
+        job["jobState"] = "running"  # api/job.go:736, whatever was sent
         self._sanity_checks(job)
-        job["jobState"] = "running"  # api/job.go:736
-        job.setdefault("shared", "none")  # api/job.go:726-729: defaults set before decoding
-        job.setdefault("monitoringStatus", 1)
         job_id, cluster, start = job["jobId"], job["cluster"], job["startTime"]
         with self._lock:
             # api/job.go:748-762: FindAll reads the job table only (repository/jobFind.go:
@@ -682,9 +782,12 @@ class CcBackendStandin:
             # api/job.go:764-772: with tags straight into `job` (StartDirect,
             # repository/jobCreate.go:198-215), else into `job_cache` (Start -> InsertJob,
             # :174-193, :54-70). Its constraints fail the insert: a start sent again while
-            # its run is cached (UNIQUE) or a `shared` outside the three values (CHECK) is
-            # a 500 (api/job.go:773-776).
+            # its run is cached (UNIQUE), an `smt` other than 0/1 (job_cache only), a
+            # `shared` outside the three values or a `monitoringStatus` outside 0..3 (CHECK)
+            # is a 500 (api/job.go:773-776).
             table = self._jobs if job.get("tags") else self._cache
+            # since when the job's metaData is not null (what its archive will hold)
+            job["_metaSince"] = time.monotonic() if "metaData" in job else None
             try:
                 table.insert(job)
             except _SqlError as e:
@@ -694,33 +797,43 @@ class CcBackendStandin:
         return 201, {"msg": "success"}
 
     def _sanity_checks(self, job: dict[str, Any]) -> None:
-        """importer/initDB.go:260-282 (SanityChecks), with the subcluster assignment of
-        pkg/archive/clusterConfig.go:235-268; and, stricter than cc-backend on purpose, a
-        resource without hostname."""
+        """importer/initDB.go:260-282 (SanityChecks), in its order, with the subcluster
+        assignment of pkg/archive/clusterConfig.go (AssignSubCluster). Only the first
+        resource's host is looked at: an empty hostname further on is taken."""
         cluster = job.get("cluster", "")
-        if cluster not in self._hosts:
+        if cluster not in self._subclusters:
             raise BadRequest(f"no such cluster: {cluster}")
+        job["subCluster"] = self._assign_subcluster(cluster, job)
         resources = job.get("resources") or []
         if not resources or not job.get("user"):
             raise BadRequest("'resources' and 'user' should not be empty")
-        hosts = self._hosts[cluster]
-        if job.get("subCluster"):  # clusterConfig.go:241-248: it must be a known one
-            if job["subCluster"] != SUBCLUSTER:
-                raise BadRequest(f"ARCHIVE/CLUSTERCONFIG > already assigned subcluster "
-                                 f"{job['subCluster']} unkown (cluster: {cluster})")
-        elif hosts is not None and resources[0].get("hostname") not in hosts:
-            raise BadRequest(f"no subcluster found for cluster {cluster} and host "
-                             f"{resources[0].get('hostname')}")
-        job["subCluster"] = SUBCLUSTER
-        num_nodes = job.get("numNodes", 0)
+        num_nodes = job["numNodes"]
         if job.get("numAcc", 0) < 0 or job.get("numHwthreads", 0) < 0 or num_nodes < 1:
             raise BadRequest("'numNodes', 'numAcc' or 'numHWThreads' invalid")
         if len(resources) != num_nodes:
             raise BadRequest(f"len(resources) does not equal numNodes "
                              f"({len(resources)} vs {num_nodes})")
-        for i, res in enumerate(resources):
-            if not res.get("hostname"):
-                raise BadRequest(f"resources[{i}].hostname must not be empty")
+
+    def _assign_subcluster(self, cluster: str, job: dict[str, Any]) -> str:
+        """pkg/archive/clusterConfig.go: AssignSubCluster -- a given subcluster must be one
+        of the cluster's (its host is then not checked); else the first resource's host
+        picks it."""
+        subs = self._subclusters[cluster]
+        given = job.get("subCluster", "")
+        if given:
+            if given not in (subs if subs is not None else (SUBCLUSTER,)):
+                raise BadRequest(f"ARCHIVE/CLUSTERCONFIG > already assigned subcluster "
+                                 f"{given} unkown (cluster: {cluster})")
+            return given
+        resources = job.get("resources") or []
+        if not resources:
+            raise BadRequest("ARCHIVE/CLUSTERCONFIG > job without any resources/hosts")
+        host = resources[0].get("hostname", "")
+        sub = _subcluster_of_host(subs, host)
+        if sub is None:
+            raise BadRequest(f"ARCHIVE/CLUSTERCONFIG > no subcluster found for cluster "
+                             f"{cluster} and host {host}")
+        return sub
 
     def _sync_jobs(self) -> int:
         """The commit worker's step, repository/jobCreate.go:72-139 (SyncJobs): every cached
@@ -745,11 +858,13 @@ class CcBackendStandin:
             next_at += self.commit_interval
 
     def _stop_job(self, req: dict[str, Any]) -> tuple[int, Any]:
-        """api/job.go:813-843 (stopJobByRequest) and :1001-1061 (checkAndHandleStopJob)."""
-        for field in ("jobId", "stopTime", "jobState"):
-            if field not in req:
-                raise BadRequest(f"the field '{field}' is required")
+        """api/job.go:813-843 (stopJobByRequest) and :1001-1061 (checkAndHandleStopJob):
+        only ``jobId`` is required; the lookup (404) and the already-stopped check (422)
+        come before the checks of the request's own fields (400)."""
+        if "jobId" not in req:
+            raise BadRequest("the field 'jobId' is required")
         job_id, cluster, start = req["jobId"], req.get("cluster"), req.get("startTime")
+        stop_time, state = req.get("stopTime", 0), req.get("jobState", "")
         with self._lock:
             # api/job.go:829-840: the cache first (FindCached, repository/jobFind.go:57-79),
             # then `job` (Find, :25-49); in each the newest matching row by id.
@@ -763,12 +878,14 @@ class CcBackendStandin:
             if job["jobState"] != "running":  # api/job.go:1003-1006
                 return _error(422, f"{where} : job has already been stopped "
                                    f"(state is: {job['jobState']})")
-            if job["startTime"] > req["stopTime"]:  # api/job.go:1008-1011
-                return _error(400, f"{where} : stopTime {req['stopTime']} must be larger/equal "
+            if job["startTime"] > stop_time:  # api/job.go:1008-1011; a missing stopTime is 0
+                return _error(400, f"{where} : stopTime {stop_time} must be larger/equal "
                                    f"than startTime {job['startTime']}")
-            if req["jobState"] not in STOP_STATES:  # api/job.go:1013-1018, stricter
+            # api/job.go:1013-1018: empty means completed; any JobState.Valid() is taken,
+            # running, pending and suspended too
+            if state and state not in VALID_STATES:
                 return _error(400, f"{where} : invalid requested job state: "
-                                   f"{req['jobState']!r}")
+                                   f"{json.dumps(state)}")  # Go's %#v of a string
             if cached:
                 # api/job.go:1026-1036: a cached run moves to `job` first
                 # (TransferCachedJobToMain, repository/jobCreate.go:143-172), by a plain
@@ -782,13 +899,18 @@ class CcBackendStandin:
                                        f"failed: {e}")
                 self._cache.delete(job["id"])
                 job = moved
-            job["jobState"] = req["jobState"]  # api/job.go:1020-1022, 1038
-            job["duration"] = req["stopTime"] - job["startTime"]
-            job["stopTime"] = req["stopTime"]
-            job["_archivedAt"] = time.monotonic() + (self._archive_after or 0.0)
-            return 200, _job_json(job, with_meta=False)
+            job["jobState"] = state or "completed"  # api/job.go:1020-1022, 1038
+            job["duration"] = stop_time - job["startTime"]
+            job["stopTime"] = stop_time
+            answer = _job_json(job, with_meta=False, stop_answer=True)
+            # api/job.go:1054-1060: archived asynchronously, never with monitoringStatus 0
+            job["_archivedAt"] = (math.inf if job.get("monitoringStatus", 1) == 0
+                                  else time.monotonic() + (self._archive_after or 0.0))
+            return 200, answer
 
     def _edit_meta(self, req: dict[str, Any]) -> tuple[int, Any]:
+        """api/job.go:503-534 (editMetaByRequest) and repository/job.go: UpdateMetadata:
+        the value is stored, then a stopped job's archive (meta.json) updated."""
         if "jobId" not in req:
             raise BadRequest("the field 'jobId' is required")
         payload = req.get("payload", {})
@@ -800,23 +922,45 @@ class CcBackendStandin:
             if job is None:
                 return _error(422, "finding job failed: sql: no rows in result set")
             job["metaData"] = {**job.get("metaData", {}), key: value}
-            if job["jobState"] != "running" and time.monotonic() < job["_archivedAt"]:
+            if job["_metaSince"] is None:
+                job["_metaSince"] = time.monotonic()
+            if job["jobState"] == "running":  # pkg/archive/archive.go: UpdateMetadata no-op
+                return 200, _job_json(job, with_meta=True)
+            archived_at = job["_archivedAt"]
+            if time.monotonic() < archived_at:  # not archived yet, or never (status 0)
                 # http.Error(rw, err.Error(), 500) with os.ReadFile's error (job.go:526-529)
-                return 500, (f"open ./var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
+                return 500, (f"open var/job-archive/{job['cluster']}/{job['jobId'] // 1000}/"
                              f"{job['jobId'] % 1000:03d}/{job['startTime']}/meta.json: no "
                              "such file or directory\n")
+            if job["_metaSince"] > archived_at:
+                # The archiver wrote the metaData the job had then: none, so meta.json holds
+                # null, and archive.UpdateMetadata's maps.Copy into that nil map panics;
+                # middleware.Recoverer answers 500 with an empty body (A7 of the study).
+                return 500, ""
             return 200, _job_json(job, with_meta=True)
 
     def _nodestate(self, req: dict[str, Any]) -> tuple[int, Any]:
-        if not req.get("cluster"):
-            raise BadRequest("the field 'cluster' is required")
-        nodes = req.get("nodes") or []
-        for i, node in enumerate(nodes):
-            if not node.get("hostname"):
-                raise BadRequest(f"nodes[{i}].hostname must not be empty")
+        """api/node.go: updateNodeStates and repository/node.go: BatchUpdateNodeStates. Each
+        post appends a row per node (only the latest row of each is kept here, which is all
+        cc-backend reads back); a node left out keeps its last state, ``nodes: []`` changes
+        nothing. A node outside the cluster's node lists, or of an unknown (or empty)
+        cluster, is dropped with an error in cc-backend's log, and the answer is 200 with an
+        empty body all the same: only decoding is ever a 400."""
+        cluster = req.get("cluster", "")
+        now = int(time.time())
         with self._lock:
-            self._nodestates[req["cluster"]] = {"time": time.time(),
-                                                "nodes": copy.deepcopy(nodes)}
+            for node in req.get("nodes") or []:
+                host = node.get("hostname", "")
+                known = self._nodes.get((cluster, host))
+                if known is None:
+                    if cluster not in self._subclusters:
+                        continue
+                    sub = _subcluster_of_host(self._subclusters[cluster], host)
+                    if sub is None:
+                        continue
+                else:  # the node row, with its subcluster, is made once
+                    sub = known["subCluster"]
+                self._nodes[(cluster, host)] = _node_row(cluster, sub, node, now)
         return 200, None
 
     def _get_jobs(self, query: str) -> tuple[int, Any]:
@@ -865,7 +1009,7 @@ class CcBackendStandin:
                      and (span is None or span[0] <= j["startTime"] <= span[1])]
             found.sort(key=lambda j: (j["startTime"], j["id"]), reverse=True)
             found = found[(page - 1) * per_page: page * per_page]  # jobQuery.go:78-88
-            out = [_job_json(j, with_meta=with_meta, now=now) for j in found]
+            out = [_job_json(j, with_meta=with_meta, now=now, listing=True) for j in found]
         return 200, {"jobs": out, "items": per_page, "page": page}
 
 
@@ -880,12 +1024,24 @@ def _error(status: int, message: str) -> tuple[int, dict[str, str]]:
     return status, {"status": reason, "error": message}
 
 
-def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
-              ) -> dict[str, Any]:
+def _archived(job: dict[str, Any]) -> bool:
+    """Whether the archiver has written the job (never with monitoringStatus 0)."""
+    return time.monotonic() >= job.get("_archivedAt", math.inf)
+
+
+def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None,
+              listing: bool = False, stop_answer: bool = False) -> dict[str, Any]:
     """A stored job as cc-backend reads it back and schema.Job marshals it (field order,
     omitempty): only the columns of repository/job.go:129-135 (jobColumns), so no
     submitTime, requestedMemory or energyFootprint; metaData only when asked for; the
-    duration of a running job computed at reading (repository/job.go:183-186)."""
+    duration of a running job computed at reading (repository/job.go:183-186). Once
+    archived (internal/archiver/archiveWorker.go: archivingWorker), monitoringStatus is 3
+    and footprint and energy are recomputed from the metric data (repository/job.go:
+    UpdateFootprint, UpdateEnergy) -- from the cluster's footprint and energy metrics, of
+    which the stand-in's clusters have none: ``{}`` and 0; ``GET /api/jobs/`` then reads
+    statistics from the archive (api/job.go:215-221), ``{}`` without metric data.
+    ``stop_answer``: the job as stop_job encodes it, before archiving, duration as set."""
+    archived = not stop_answer and _archived(job)
     out: dict[str, Any] = {
         "cluster": job.get("cluster", ""),
         "subCluster": job.get("subCluster", ""),
@@ -900,30 +1056,46 @@ def _job_json(job: dict[str, Any], *, with_meta: bool, now: int | None = None
         out["tags"] = copy.deepcopy(job["tags"])
     out["resources"] = [_resource_json(r) for r in job.get("resources", ())]
     out["energyFootprint"] = None  # stored, but not among the columns read (jobColumns)
-    out["footprint"] = dict(job["footprint"]) if "footprint" in job else None
+    out["footprint"] = {} if archived else (
+        dict(job["footprint"]) if "footprint" in job else None)
     out["metaData"] = dict(job["metaData"]) if with_meta and "metaData" in job else None
     out["concurrentJobs"] = {"items": None, "count": 0}
-    out["energy"] = job.get("energy", 0)
+    out["energy"] = 0 if archived else job.get("energy", 0)
     for key in ("arrayJobId", "walltime"):
         if job.get(key):
             out[key] = job[key]
     out["jobId"] = job["jobId"]
-    if job["jobState"] == "running":
+    if job["jobState"] == "running" and not stop_answer:
         out["duration"] = (now if now is not None else int(time.time())) - job["startTime"]
     else:
         out["duration"] = job["duration"]
+    shown = {**job, "monitoringStatus": 3} if archived else job
     for key in ("smt", "monitoringStatus", "numAcc", "numHwthreads"):
-        if job.get(key):
-            out[key] = job[key]
+        if shown.get(key):
+            out[key] = shown[key]
     out["numNodes"] = job["numNodes"]
-    out["statistics"] = None  # from the archive, once a job is archived (api/job.go:215-221)
+    out["statistics"] = {} if archived and listing else None
     out["id"] = job["id"]
     out["startTime"] = job["startTime"]
     return out
 
 
+def _node_row(cluster: str, sub: str, node: dict[str, Any], now: int) -> dict[str, Any]:
+    """A node's latest state as cc-backend holds it: its scheduler state derived
+    (api/node.go: determineState); health ``full`` for a down node, else the metric
+    store's verdict, ``failed`` without metric data (updateNodeStates); the counts as
+    sent; the time the post was received, in seconds."""
+    state = _scheduler_state(node.get("states") or ())
+    return {"hostname": node.get("hostname", ""), "cluster": cluster, "subCluster": sub,
+            "schedulerState": state, "healthState": "full" if state == "down" else "failed",
+            "time_stamp": now, "cpus_allocated": node.get("cpusAllocated", 0),
+            "memory_allocated": node.get("memoryAllocated", 0),
+            "gpus_allocated": node.get("gpusAllocated", 0),
+            "jobs_running": node.get("jobsRunning", 0)}
+
+
 def _resource_json(res: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"hostname": res["hostname"]}
+    out: dict[str, Any] = {"hostname": res.get("hostname", "")}
     if res.get("configuration"):
         out["configuration"] = res["configuration"]
     if res.get("hwthreads"):

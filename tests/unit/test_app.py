@@ -117,7 +117,8 @@ def test_nats_only_without_the_subject_keeps_node_states_on_rest(tmp_path):
         finally:
             app.close()
         assert [r.path for r in standin.requests()] == ["/api/nodestate/"]
-        assert standin.node_states("c") == NODES["nodes"]
+        held = standin.node_states("c")["n1"]  # what cc-backend holds of the node
+        assert (held["schedulerState"], held["cpus_allocated"]) == ("idle", 0)
     assert [m.subject for m in published.sent] == ["cc.job.event"]
 
 
@@ -223,7 +224,8 @@ def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, cap
 def test_nats_only_sends_energy_over_rest(tmp_path):
     """cc-backend's NATS API has no message for metadata; its REST edit_meta stays."""
     start = {"jobId": 7, "cluster": "c", "user": "u", "project": "p", "startTime": 100,
-             "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}]}
+             "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}],
+             "metaData": {"jobName": "j"}}  # as ccadapter sends it: see test_delivery
     stop = {"jobId": 7, "cluster": "c", "startTime": 100, "stopTime": 160,
             "jobState": "completed"}
     energy = {"jobId": 7, "cluster": "c", "startTime": 100,

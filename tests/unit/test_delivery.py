@@ -48,8 +48,11 @@ def setup(tmp_path, standin):
 
 
 def start_body(job=1, t=1_700_000_000, **extra):
+    """With metaData, as ccadapter always sends it (cc/payload.py): cc-backend's edit_meta
+    of an archived job started without any fails (pkg/archive/archive.go UpdateMetadata)."""
     return {"jobId": job, "cluster": "c", "user": "u", "project": "p", "startTime": t,
-            "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}], **extra}
+            "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}],
+            "metaData": {"jobName": "j", "submitTime": str(t - 1)}, **extra}
 
 
 def stop_body(job=1, t=1_700_000_000):

@@ -173,7 +173,7 @@ def test_start_stores_defaults(api, standin):
 @pytest.mark.parametrize(("changes", "named"), [
     ({"exclusive": 1}, "exclusive"),  # cc-backend < 1.5 had it; 1.5 refuses it
     ({"jobName": "x"}, "jobName"),
-    ({"JobID": 3}, "JobID"),
+    ({"start_time": T0}, "start_time"),  # case is folded, underscores are not
     ({"resources": [{"hostname": "m1", "cpus": [1]}, {"hostname": "m2"}]}, "cpus"),
     ({"tags": [{"type": "t", "name": "n", "color": "red"}]}, "color"),
 ])
@@ -192,8 +192,10 @@ def test_start_unknown_field(api, standin, changes, named):
     {"resources": [{"hostname": "m1", "accelerators": [0]}, {"hostname": "m2"}]},
     {"resources": [{"hostname": 1}, {"hostname": "m2"}]},
     {"resources": ["m1", "m2"]}, {"resources": {"hostname": "m1"}},
-    {"energy": "1"}, {"footprint": {"flops": "1"}}, {"walltime": True},
-    {"jobState": "bogus"}, {"jobState": 1},
+    {"energy": "1"}, {"footprint": {"flops": "1"}}, {"walltime": True}, {"jobState": 1},
+    {"statistics": {"flops": [{"avg": 1}]}}, {"statistics": {"flops": {"avg": "1"}}},
+    {"statistics": {"flops": {"mean": 1}}}, {"statistics": [{"avg": 1}]},
+    {"statistics": {"flops": {"unit": "F/s"}}},
 ])
 def test_start_type_errors(api, standin, changes):
     r = api.start(start_body(**changes))
@@ -202,7 +204,7 @@ def test_start_type_errors(api, standin, changes):
 
 
 @pytest.mark.parametrize("raw", [
-    b"", b"null", b"[]", b'"job"', b"{", b'{"jobId": NaN}', b"\xff\xfe", b'{"jobId": 3} x',
+    b"", b"[]", b'"job"', b"{", b'{"jobId": NaN}', b"\xff\xfe", b"x{}",
 ])
 def test_start_undecodable_body(api, raw):
     r = api.s.post(api.st.url + START, data=raw, timeout=10,
@@ -216,20 +218,16 @@ def test_start_undecodable_body(api, raw):
     ({"cluster": _DELETE}, "no such cluster"),
     ({"user": ""}, "'resources' and 'user' should not be empty"),
     ({"user": _DELETE}, "'resources' and 'user' should not be empty"),
-    ({"resources": [], "numNodes": 0}, "'resources' and 'user' should not be empty"),
-    ({"resources": _DELETE}, "'resources' and 'user' should not be empty"),
+    # AssignSubCluster comes before the check of resources and user (initDB.go: SanityChecks)
+    ({"resources": [], "numNodes": 0}, "ARCHIVE/CLUSTERCONFIG > job without any resources"),
+    ({"resources": _DELETE}, "ARCHIVE/CLUSTERCONFIG > job without any resources/hosts"),
+    ({"resources": [], "subCluster": "main"}, "'resources' and 'user' should not be empty"),
     ({"numNodes": 0}, "'numNodes', 'numAcc' or 'numHWThreads' invalid"),
     ({"numNodes": _DELETE}, "'numNodes', 'numAcc' or 'numHWThreads' invalid"),
     ({"numHwthreads": -1}, "'numNodes', 'numAcc' or 'numHWThreads' invalid"),
     ({"numAcc": -1}, "'numNodes', 'numAcc' or 'numHWThreads' invalid"),
     ({"numNodes": 3}, "len(resources) does not equal numNodes (2 vs 3)"),
     ({"numNodes": 1}, "len(resources) does not equal numNodes (2 vs 1)"),
-    ({"jobId": _DELETE}, "'jobId' is required"),
-    ({"startTime": _DELETE}, "'startTime' is required"),
-    ({"startTime": 0}, "'startTime' is required"),
-    ({"startTime": -1}, "'startTime' is required"),
-    ({"resources": [{"hostname": ""}, {"hostname": "m2"}]}, "hostname must not be empty"),
-    ({"resources": [{"hwthreads": [1]}, {"hostname": "m2"}]}, "hostname must not be empty"),
 ])
 def test_start_sanity_checks(api, standin, changes, message):
     r = api.start(start_body(**changes))
@@ -246,6 +244,64 @@ def test_start_minimal_and_zero_counts_pass(api):
     assert api.start({**body, "jobId": 2, "numHwthreads": 0, "numAcc": 0}).status_code == 201
 
 
+@pytest.mark.parametrize(("changes", "stored"), [
+    # cc-backend v1.5.4 requires neither (api/job.go: startJob): Go's zero value is stored
+    ({"jobId": _DELETE}, {"jobId": 0}),
+    ({"startTime": _DELETE}, {"startTime": 0}),
+    ({"startTime": -1}, {"startTime": -1}),
+    ({"jobState": "bogus"}, {"jobState": "running"}),  # overwritten (api/job.go:736)
+    ({"jobState": None, "partition": None}, {"jobState": "running"}),  # null: left alone
+    # only the first resource's host is looked at (AssignSubCluster)
+    ({"resources": [{"hostname": "m1"}, {"hwthreads": [1]}]}, {"numNodes": 2}),
+    ({"JOBID": 5, "jobId": _DELETE, "Cluster": "cluster22", "cluster": _DELETE},
+     {"jobId": 5, "cluster": "cluster22"}),  # keys match case-insensitively
+    ({"smt": 1, "monitoringStatus": 3}, {"smt": 1, "monitoringStatus": 3}),
+    ({"statistics": {"flops": {"unit": {"base": "F/s", "prefix": "G"}, "avg": 1.5}}}, {}),
+])
+def test_start_what_cc_backend_takes(api, standin, changes, stored):
+    r = api.start(start_body(**changes))
+    assert r.status_code == 201, r.text
+    (job,) = standin.jobs()
+    assert {k: job.get(k) for k in stored} == stored
+
+
+def test_start_body_as_go_reads_it(api, standin):
+    def post(raw: bytes) -> requests.Response:
+        return api.s.post(api.st.url + START, data=raw, timeout=10,
+                          headers={"Content-Type": "application/json"})
+
+    r = post(b"null")  # decodes to the defaults: then no such cluster
+    assert r.status_code == 400 and error_of(r) == "no such cluster: "
+    body = json.dumps(start_body()).encode()
+    assert post(body + b" trailing } data").status_code == 201  # after the value: ignored
+    meta = json.dumps(start_body(4, metaData={"jobName": "x"})).encode()
+    assert post(meta.replace(b'"x"', b'"a\xffb"')).status_code == 201  # replaced
+    assert standin.jobs()[1]["metaData"] == {"jobName": "a\ufffdb"}
+
+
+@pytest.mark.parametrize(("changes", "constraint"), [
+    # the job cache's CHECKs (09_add-job-cache.up.sql), answered as any failed insert
+    ({"smt": 2}, "smt IN (0, 1)"),
+    ({"smt": -1}, "smt IN (0, 1)"),
+    ({"monitoringStatus": 7}, "monitoring_status IN (0, 1, 2, 3)"),
+    ({"shared": ""}, "shared IN"),
+])
+def test_start_check_constraints_are_500(api, standin, changes, constraint):
+    r = api.start(start_body(**changes))
+    assert r.status_code == 500
+    assert error_of(r).startswith("insert into database failed: CHECK constraint failed: ")
+    assert constraint in error_of(r)
+    assert standin.jobs() == [] and standin.cached() == []
+
+
+def test_start_with_tags_skips_the_smt_check_of_the_cache(api, standin):
+    # a start with tags goes into `job`, whose smt column has no CHECK
+    tags = [{"type": "t", "name": "n"}]
+    assert api.start(start_body(smt=2, tags=tags)).status_code == 201
+    r = api.start(start_body(4, monitoringStatus=4, tags=tags))
+    assert r.status_code == 500 and "monitoring_status IN" in error_of(r)
+
+
 def test_cluster_host_lists():
     with CcBackendStandin(clusters={"a": ["n1", "n2"], "b": None}) as st, \
             requests.Session() as s:
@@ -258,7 +314,37 @@ def test_cluster_host_lists():
         assert s.post(st.url + START, json=body, timeout=10).status_code == 201
         body.update(cluster="b", resources=[{"hostname": "anything"}])
         assert s.post(st.url + START, json=body, timeout=10).status_code == 201
+        body.update(cluster="a", resources=[{"hostname": ""}])
+        assert s.post(st.url + START, json=body, timeout=10).status_code == 400
         assert st.clusters == ["a", "b"]
+        assert {j["cluster"]: j["subCluster"] for j in st.jobs()} == {"a": "main", "b": "main"}
+
+
+def test_subclusters_as_cluster_json_names_them():
+    """pkg/archive/clusterConfig.go: AssignSubCluster -- the first host's subcluster; a
+    given subCluster must be one of the cluster's, and its host is then not checked."""
+    clusters = {"a": {"gpu": ["n1"], "main": ["n2", "n3"]}}
+    with CcBackendStandin(clusters=clusters, commit_interval=0) as st, \
+            requests.Session() as s:
+        s.headers["X-Auth-Token"] = "test-token"
+
+        def start(job_id: int, host: str, **extra: Any) -> requests.Response:
+            body = {"jobId": job_id, "user": "u", "cluster": "a", "numNodes": 1,
+                    "startTime": 1, "resources": [{"hostname": host}], **extra}
+            return s.post(st.url + START, json=body, timeout=10)
+
+        assert start(1, "n1").status_code == 201
+        assert start(2, "n3").status_code == 201
+        assert start(3, "x9", subCluster="gpu").status_code == 201
+        r = start(4, "n1", subCluster="main2")
+        assert r.status_code == 400
+        assert r.json()["error"] == ("ARCHIVE/CLUSTERCONFIG > already assigned subcluster "
+                                     "main2 unkown (cluster: a)")
+        r = start(5, "x9")
+        assert r.json()["error"] == ("ARCHIVE/CLUSTERCONFIG > no subcluster found for "
+                                     "cluster a and host x9")
+        assert {j["jobId"]: j["subCluster"] for j in st.jobs()} == {
+            1: "gpu", 2: "main", 3: "gpu"}
 
 
 # --- authentication, routing ---------------------------------------------------------------------
@@ -369,7 +455,7 @@ def test_stop_before_start_is_400(api, standin):
 
 
 @pytest.mark.parametrize("state", [
-    "running", "pending", "suspended", "out-of-memory", "stopped", "COMPLETED", "bogus", "",
+    "out-of-memory", "stopped", "COMPLETED", "bogus",
 ])
 def test_stop_invalid_state_is_400(api, standin, state):
     assert api.start(start_body()).status_code == 201
@@ -388,15 +474,40 @@ def test_stop_terminal_states(api, standin, state):
     assert standin.jobs()[0]["jobState"] == state
 
 
+@pytest.mark.parametrize(("changes", "state"), [
+    # api/job.go: checkAndHandleStopJob takes any JobState.Valid(), and "" as completed
+    ({"jobState": "running"}, "running"), ({"jobState": "pending"}, "pending"),
+    ({"jobState": "suspended"}, "suspended"), ({"jobState": ""}, "completed"),
+    ({"jobState": _DELETE}, "completed"), ({"jobState": None}, "completed"),
+    ({"cluster": None}, "completed"),  # null: as if left out, any cluster
+    ({"JobState": "failed", "jobState": _DELETE}, "failed"),  # keys fold case
+])
+def test_stop_what_cc_backend_takes(api, standin, changes, state):
+    assert api.start(start_body()).status_code == 201
+    r = api.stop(stop_body(**changes))
+    assert r.status_code == 200, r.text
+    assert r.json()["jobState"] == state == standin.jobs()[0]["jobState"]
+
+
+def test_stop_checks_the_job_before_the_request(api, standin):
+    """404 and 422 come before the 400s of the request's own fields (api/job.go:
+    stopJobByRequest, then checkAndHandleStopJob)."""
+    assert api.stop(stop_body(stopTime=_DELETE, jobState="bogus")).status_code == 404
+    assert api.start(start_body()).status_code == 201
+    assert api.stop(stop_body()).status_code == 200
+    r = api.stop(stop_body(stopTime=_DELETE, jobState="bogus"))
+    assert r.status_code == 422 and "already been stopped" in error_of(r)
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"jobId": _DELETE}, "'jobId' is required"),
-    ({"stopTime": _DELETE}, "'stopTime' is required"),
-    ({"jobState": _DELETE}, "'jobState' is required"),
+    ({"jobId": None}, "'jobId' is required"),
+    # a missing stopTime is 0, before the start (api/job.go:1008-1011)
+    ({"stopTime": _DELETE}, f"stopTime 0 must be larger/equal than startTime {T0}"),
     ({"duration": 100}, 'unknown field "duration"'),
     ({"id": 1}, 'unknown field "id"'),
     ({"stopTime": "1"}, "cannot unmarshal string"),
     ({"jobId": 3.5}, "cannot unmarshal number"),
-    ({"cluster": None}, "null"),
 ])
 def test_stop_body_is_strict(api, standin, changes, message):
     assert api.start(start_body()).status_code == 201
@@ -467,17 +578,74 @@ def node(hostname: str = "m1", **changes: Any) -> dict[str, Any]:
             "memoryAllocated": 1000, "gpusAllocated": 0, "jobsRunning": 1, **changes}
 
 
+def held(standin: CcBackendStandin, cluster: str) -> dict[str, tuple[str, str, int]]:
+    """hostname -> (schedulerState, healthState, cpus_allocated) the stand-in holds."""
+    return {h: (n["schedulerState"], n["healthState"], n["cpus_allocated"])
+            for h, n in standin.node_states(cluster).items()}
+
+
 def test_nodestate(api, standin):
+    """api/node.go: updateNodeStates, repository/node.go: BatchUpdateNodeStates."""
     body = {"cluster": "cluster24", "nodes": [node("m1"), node("m2", states=["idle"])]}
     r = api.nodestate(body)
     assert r.status_code == 200
     assert r.content == b""  # cc-backend 1.5 writes no body here
-    assert standin.node_states("cluster24") == body["nodes"]
-    assert api.nodestate({"cluster": "cluster24", "nodes": [node("m3")]}).status_code == 200
-    assert standin.node_states("cluster24") == [node("m3")]  # the latest list
-    assert standin.node_states("cluster22") is None
-    assert api.nodestate({"cluster": "cluster22", "nodes": []}).status_code == 200
-    assert standin.node_states("cluster22") == []
+    assert held(standin, "cluster24") == {"m1": ("allocated", "failed", 4),
+                                          "m2": ("idle", "failed", 4)}
+    row = standin.node_states("cluster24")["m1"]
+    assert row == {"hostname": "m1", "cluster": "cluster24", "subCluster": "main",
+                   "schedulerState": "allocated", "healthState": "failed",
+                   "time_stamp": row["time_stamp"], "cpus_allocated": 4,
+                   "memory_allocated": 1000, "gpus_allocated": 0, "jobs_running": 1}
+    assert abs(row["time_stamp"] - time.time()) < 60
+    # a node left out keeps its last state; nodes: [] changes nothing
+    assert api.nodestate({"cluster": "cluster24", "nodes": [
+        node("m1", states=["DOWN"], cpusAllocated=0)]}).status_code == 200
+    assert api.nodestate({"cluster": "cluster24", "nodes": []}).status_code == 200
+    assert held(standin, "cluster24") == {"m1": ("down", "full", 0),
+                                          "m2": ("idle", "failed", 4)}
+    assert standin.node_states("cluster22") == {}
+
+
+@pytest.mark.parametrize(("states", "held_as"), [
+    (["allocated", "idle"], "allocated"), (["RESERVED"], "reserved"),
+    (["idle", "down"], "down"), (["Idle", "drain"], "idle"), (["mixed"], "mixed"),
+    (["drain"], "unknown"), (["IDLE+DRAIN"], "unknown"), ([], "unknown"),
+])
+def test_nodestate_reduces_the_states_as_cc_backend(api, standin, states, held_as):
+    assert api.nodestate({"cluster": "cluster24", "nodes": [node(states=states)]}
+                         ).status_code == 200
+    assert standin.node_states("cluster24")["m1"]["schedulerState"] == held_as
+
+
+@pytest.mark.parametrize("body", [
+    {"cluster": "cluster24", "nodes": [node("x9")]},  # not in the cluster's node list
+    {"cluster": "fritz", "nodes": [node("m1")]},  # no such cluster
+    {"cluster": "", "nodes": [node("m1")]},
+    {"nodes": [node("m1")]},
+    {"cluster": "cluster24", "nodes": [node("")]},
+    {"cluster": "cluster24", "nodes": None},
+    None,
+])
+def test_nodestate_drops_what_it_cannot_place_with_200(body):
+    """BatchUpdateNodeStates logs an error and skips a node GetSubClusterByNode does not
+    place; the answer is 200 all the same."""
+    with CcBackendStandin(clusters={"cluster24": ["m1", "m2"]}) as st, \
+            requests.Session() as s:
+        s.headers["X-Auth-Token"] = TOKEN
+        r = s.post(st.url + NODESTATE, data=json.dumps(body), timeout=10)
+        assert r.status_code == 200 and r.content == b""
+        assert st.node_states("cluster24") == {} and st.node_states("fritz") == {}
+
+
+def test_nodestate_keeps_the_subcluster_it_first_found():
+    with CcBackendStandin(clusters={"c": {"gpu": ["n1"], "main": ["n2"]}}) as st, \
+            requests.Session() as s:
+        s.headers["X-Auth-Token"] = TOKEN
+        body = {"cluster": "c", "nodes": [node("n1"), node("n2"), node("n3")]}
+        assert s.post(st.url + NODESTATE, json=body, timeout=10).status_code == 200
+        assert {h: n["subCluster"] for h, n in st.node_states("c").items()} == {
+            "n1": "gpu", "n2": "main"}
 
 
 @pytest.mark.parametrize("body", [
@@ -488,17 +656,14 @@ def test_nodestate(api, standin):
     {"cluster": "cluster24", "nodes": [node(states=[1])]},
     {"cluster": "cluster24", "nodes": [node(cpusAllocated="4")]},
     {"cluster": "cluster24", "nodes": [node(memoryAllocated=1.5)]},
-    {"cluster": "cluster24", "nodes": [node(hostname="")]},
     {"cluster": "cluster24", "nodes": {"m1": node()}},
-    {"cluster": "", "nodes": []},
-    {"nodes": [node()]},
     {"cluster": 24, "nodes": []},
     [node()],
 ])
 def test_nodestate_is_strict(api, standin, body):
     r = api.nodestate(body)
     assert r.status_code == 400, r.text
-    assert standin.node_states("cluster24") is None
+    assert standin.node_states("cluster24") == {}
 
 
 # --- edit_meta -----------------------------------------------------------------------------------
@@ -539,11 +704,47 @@ def test_edit_meta_of_a_stopped_job_waits_for_its_archive(api, standin):
     assert api.stop(stop_body()).status_code == 200
     r = edit(api, meta_request())
     assert r.status_code == 500 and r.headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert r.text == ("open ./var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
+    assert r.text == ("open var/job-archive/cluster24/0/003/1795301534/meta.json: no such "
                       "file or directory\n")
     assert standin.jobs("cluster24")[0]["metaData"]["energy"] == "51234"  # stored already
     standin.finish_archiving()
     assert edit(api, meta_request()).status_code == 200
+
+
+def test_edit_meta_of_an_archived_job_started_without_metadata_is_500(api, standin):
+    """The archive holds the metaData the job had when it was archived: null, for a job
+    started without any. pkg/archive/archive.go: UpdateMetadata then copies into that nil
+    map, which panics: middleware.Recoverer's 500 with an empty body, every time (the
+    value is stored in the database first)."""
+    assert api.start(start_body(metaData=_DELETE)).status_code == 201
+    assert api.start(start_body(4, metaData={})).status_code == 201  # {} is not null
+    for job_id in (3, 4):
+        assert api.stop(stop_body(job_id)).status_code == 200
+    for _ in range(2):
+        r = edit(api, meta_request())
+        assert (r.status_code, r.content) == (500, b"")
+    assert standin.jobs("cluster24")[0]["metaData"] == {"energy": "51234"}
+    assert edit(api, meta_request(4)).status_code == 200
+
+
+def test_edit_meta_before_the_archive_saves_a_job_started_without_metadata(api, standin):
+    """A value stored while the archive is pending is in what the archiver writes."""
+    standin.archive_after(3600)
+    assert api.start(start_body(metaData=_DELETE)).status_code == 201
+    assert api.stop(stop_body()).status_code == 200
+    assert edit(api, meta_request()).status_code == 500  # meta.json not written yet
+    standin.finish_archiving()
+    assert edit(api, meta_request()).status_code == 200
+
+
+def test_edit_meta_of_a_job_never_archived_is_500_for_good(api, standin):
+    """monitoringStatus 0: stop_job does not archive (api/job.go: checkAndHandleStopJob),
+    so meta.json never exists."""
+    assert api.start(start_body(monitoringStatus=0)).status_code == 201
+    assert api.stop(stop_body()).status_code == 200
+    standin.finish_archiving()
+    r = edit(api, meta_request())
+    assert r.status_code == 500 and r.text.endswith("meta.json: no such file or directory\n")
 
 
 @pytest.mark.parametrize(("body", "status", "message"), [
