@@ -76,7 +76,7 @@ def status_cmd(deps: Deps, config_path: str | None, fmt: str) -> None:
     """Outbox depth, rejected events, last cycle per reconciler, lock holder, lastRun.
 
     Read from the files alone: works whether or not the daemon runs, never takes its lock,
-    never prints a secret. The JSON shape is documented in the README."""
+    never prints a secret. The README shows the JSON's shape; ARCHITECTURE.md each field."""
     config = load(config_path)
     try:
         doc = collect_status(config, outbox_path(config), deps.clock)

@@ -67,7 +67,8 @@ class CycleLog:
 
 def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time.time,
             rejected_limit: int = 50) -> dict[str, Any]:
-    """The whole status document (its shape is documented in the README)."""
+    """The whole status document (the README shows its shape; ARCHITECTURE.md gives each
+    field)."""
     now = clock()
     doc = {
         "version": __version__,

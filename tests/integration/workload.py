@@ -451,8 +451,8 @@ def het_merged(rows: dict[int, dict]) -> dict[int, dict]:
             **lead, "state": state, "end": 0 if running or 0 in ends else max(ends),
             "nodes": tuple(dict.fromkeys(h for _, r in parts for h in r["nodes"])),
             "cpus": sum(r["cpus"] for _, r in parts),
-            # README "Heterogeneous jobs": distinct hosts; GPUs summed; the components'
-            # distinct partitions; the longest limit, none if a component has none
+            # ARCHITECTURE.md "Heterogeneous jobs: the details": distinct hosts; GPUs summed;
+            # the components' distinct partitions; the longest limit, none if one has none
             "nnodes": len(dict.fromkeys(h for _, r in parts for h in r["nodes"])),
             "gpus": sum(r["gpus"] for _, r in parts),
             "partition": ",".join(dict.fromkeys(r["partition"] for _, r in parts)),
