@@ -34,7 +34,7 @@ _ENERGY_NOT_YET = frozenset({422, 500})
 # checkAndHandleStopJob). Our own stop sent again names our state; another state means
 # cc-backend applied someone else's stop to this run: cc-backend 1.5.4 does that when its
 # commit worker moves the job cache while a stop waits for the repository lock (the stop
-# then takes a stale row id; README, "cc-backend 1.5.4's job cache"). No API undoes it.
+# then takes a stale row id; README, Troubleshooting). No API undoes it.
 _STOPPED_AS = re.compile(r"job has already been stopped \(state is: (\w+)\)")
 
 
