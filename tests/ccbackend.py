@@ -431,13 +431,15 @@ class CcBackend:
                 raise TimeoutError(f"cc-backend's job cache not committed in {timeout} s")
             time.sleep(0.5)
 
-    def job_rows(self) -> int:
-        """How many jobs cc-backend's database holds, committed or cached (a cheap progress
-        count for a large delivery; what it holds is read through :meth:`jobs`)."""
+    def job_rows(self, first_job_id: int = 0) -> int:
+        """How many jobs cc-backend's database holds, committed or cached, of job ids from
+        ``first_job_id`` on (a cheap progress count for a large delivery; what it holds is
+        read through :meth:`jobs`)."""
         db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
                              timeout=30)
         try:
-            return sum(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            return sum(db.execute(f"SELECT count(*) FROM {t} WHERE job_id >= ?",
+                                  (first_job_id,)).fetchone()[0]
                        for t in ("job", "job_cache"))
         finally:
             db.close()
