@@ -241,28 +241,31 @@ class Outbox:
                 details.add(job_id)
         return details, starts
 
-    def start_deliveries(self, cluster: str, runs: Iterable[tuple[int, int]]
+    def start_deliveries(self, cluster: str, runs: Iterable[tuple[int, int]], kind: str = "start"
                          ) -> dict[tuple[int, int], tuple[str, float | None]]:
-        """(status, delivered_at) of the stored starts of these runs (cc-cache)."""
+        """(status, delivered_at) of the stored starts (or ``kind`` events) of these runs
+        (cc-cache)."""
         wanted = set(runs)
         out: dict[tuple[int, int], tuple[str, float | None]] = {}
         with self.store.read() as db:
             for chunk in batches(sorted({j for j, _ in wanted})):
                 for job_id, start, status, at in db.execute(
                         "SELECT job_id, start_time, status, delivered_at FROM events WHERE "
-                        f"cluster = ? AND kind = 'start' AND job_id IN ({marks(chunk)})",
-                        (cluster, *chunk)):
+                        f"cluster = ? AND kind = ? AND job_id IN ({marks(chunk)})",
+                        (cluster, kind, *chunk)):
                     if (job_id, start) in wanted:
                         out[(job_id, start)] = (status, at)
         return out
 
-    def reopen_start(self, cluster: str, job_id: int, start_time: int) -> bool:
-        """cc-backend lost a run we delivered: send its start again."""
+    def reopen_start(self, cluster: str, job_id: int, start_time: int, kind: str = "start"
+                     ) -> bool:
+        """cc-backend lost a run we delivered (or its stop, ``kind="stop"``): send it again.
+        False when it is not delivered here, or its body was compacted away."""
         with self.store.tx() as db:
             return bool(db.execute(
                 "UPDATE events SET status = 'pending', next_attempt_at = 0 WHERE cluster = ? "
-                "AND job_id = ? AND start_time = ? AND kind = 'start' AND status = 'delivered' "
-                "AND payload != ''", (cluster, job_id, start_time)).rowcount)
+                "AND job_id = ? AND start_time = ? AND kind = ? AND status = 'delivered' "
+                "AND payload != ''", (cluster, job_id, start_time, kind)).rowcount)
 
 
 _OPEN = ("SELECT r.job_id, r.start_time FROM runs r JOIN events e ON e.cluster = r.cluster "

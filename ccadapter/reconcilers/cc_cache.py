@@ -8,10 +8,13 @@ page by page (only the two numbers of each are kept), and the runs Slurm runs no
 none per queued one, and the runs the outbox holds open; only running jobs it does not hold
 open are listed by id in slurmdbd). Only the runs that differ are read in detail:
 
-- running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent. A run
-  that slurmctld lists without a step (an allocation before its first srun, without
-  PrologFlags=Contain) is read too: its details show it has not ended, and it is left
-  running.
+- running in cc-backend, ended in Slurm: cc-backend missed the stop; it is sent. A stop
+  delivered more than :data:`LOST_STOP_AFTER` seconds ago is sent again: cc-backend 1.5.4
+  answers 200 to a stop that meets a commit of its job cache and applies it to another job
+  (internal/api/job.go stopJobByRequest looks in the cache before it takes the lock), and a
+  stop published on NATS may be dropped. A run that slurmctld lists without a step (an
+  allocation before its first srun, without PrologFlags=Contain) is read too: its details
+  show it has not ended, and it is left running.
 - running in Slurm, not in cc-backend: if the outbox never had its start, the start is sent;
   if the start was delivered, cc-backend lost it (restored from a backup) and it is sent
   again -- unless it was delivered less than ``commit_interval`` seconds ago: cc-backend 1.5
@@ -38,6 +41,10 @@ from ccadapter.reconcilers.events import events_for
 log = logging.getLogger(__name__)
 
 Run = tuple[int, int]
+# A stop delivered this long ago whose run cc-backend still lists running was lost. Shorter
+# gaps are a stop that crossed this cycle's read of cc-backend (or is still on its way over
+# NATS): sending it again would only cost a 422.
+LOST_STOP_AFTER = 60.0
 
 
 @dataclass(eq=False)
@@ -57,9 +64,24 @@ class CcCache(OneCluster):
         # phase 2: what to change
         # runs cc-backend shows running that Slurm no longer lists as running
         ended = self.enqueue_ended(cc_runs - slurm_runs)
+        stops_again = self._lost_stops(cc_runs - slurm_runs, now)
         reopened, added, waiting = self._missing(slurm_runs - cc_runs, now)
         return {"cc_running": len(cc_runs), "slurm_running": len(slurm_runs), "ended": ended,
-                "reopened": reopened, "new_events": added, "in_cc_job_cache": waiting}
+                "stops_again": stops_again, "reopened": reopened, "new_events": added,
+                "in_cc_job_cache": waiting}
+
+    def _lost_stops(self, runs: set[Run], now: float) -> int:
+        """Runs cc-backend lists running whose stop we delivered: their stops again."""
+        if not runs:
+            return 0
+        stops = self.outbox.start_deliveries(self.cluster, runs, kind="stop")
+        again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop")
+                    for run, (status, at) in sorted(stops.items())
+                    if status == DELIVERED and at is not None and now - at > LOST_STOP_AFTER)
+        if again:
+            log.warning("cc-cache: cc-backend still lists %d run(s) running whose stop it "
+                        "took; their stops are sent again", again)
+        return again
 
     def _missing(self, runs: set[Run], now: float) -> tuple[int, int, int]:
         """Runs Slurm lists running that cc-backend does not list."""

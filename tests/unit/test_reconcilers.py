@@ -332,6 +332,27 @@ def test_cc_cache_sends_the_stop_cc_backend_missed(env, standin, client):
     assert summary["reopened"] == 0 and summary["new_events"] == 0
 
 
+def test_cc_cache_sends_again_a_stop_cc_backend_took_and_lost(env, standin, client):
+    """cc-backend 1.5.4 answers 200 to a stop that meets a commit of its job cache and applies
+    it to another job: the run stays running there. A stop delivered over a minute ago whose
+    run cc-backend still lists running is sent again; one delivered just now is left alone
+    (it may have crossed the read)."""
+    meta, clock, _, collector, box, _ = env
+    jobs = {j.job_id: j for j in collector.window(meta["since"]).jobs}
+    done = jobs[meta["ids"]["complete"][0]]
+    _deliver_start_only(box, standin, done)  # cc-backend holds it running
+    box.enqueue(events_for(done)[1:])
+    clock.now = done.end_time + 30
+    (stop,) = box.queue.due()
+    box.queue.record([Result(stop.id, DELIVERED)])  # answered 200, applied elsewhere
+    cache = CcCache(collector, box, CLUSTER, client, commit_interval=300, clock=clock)
+    assert cache.run_once()["stops_again"] == 0
+    assert box.queue.due() == []
+    clock.now += 61
+    assert cache.run_once()["stops_again"] == 1
+    assert [e.kind for e in box.queue.due()] == ["stop"]
+
+
 def _deliver_start_only(box, standin, job):
     box.enqueue(events_for(job)[:1])
     _deliver(box, standin)
