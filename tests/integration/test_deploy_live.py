@@ -161,7 +161,10 @@ def test_a_3_day_catch_up_starts_without_hitting_the_start_timeout(site):
     container.run("systemctl", "stop", "ccadapter")
     rows = history.spread(20_000, 3 * 86400, "slurm_acct_clusterdeploy", "clusterdeploy")
     assert rows >= 20_000
-    three_days = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 3 * 86400))
+    # the copies end over the 3 days before the last ten minutes: lastRun a quarter of an
+    # hour before the oldest, so that the first window (from lastRun) covers all of them
+    three_days = time.strftime("%Y-%m-%d %H:%M:%S",
+                               time.localtime(time.time() - 3 * 86400 - 900))
     container.run("touch", "-d", three_days, "/var/lib/cc-slurm-adapter/lastrun")
     container.run("systemctl", "kill", "-s", "SIGSTOP", "slurmdbd")
     started = time.monotonic()
