@@ -46,6 +46,7 @@ from typing import Any
 from tests.conftest import unavailable
 from tests.faultproxy import Exchange, FaultProxy
 from tests.natsserver import free_port
+from tests.standin.ccbackend import scheduler_state as standin_scheduler_state
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "tests" / "testbed" / "ccbackend"
@@ -518,12 +519,5 @@ def _as_stop(job: Mapping[str, Any]) -> dict[str, Any]:
 def scheduler_state(slurm_state: str) -> str:
     """The scheduler state cc-backend 1.5.4 stores for a node whose Slurm state is
     ``slurm_state`` (scontrol's ``State=``, flags joined by ``+``: ``IDLE+DRAIN``), sent as
-    its parts: cc-backend lower-cases them and takes the first rule that matches
-    (internal/api/node.go ``determineState``, restated here)."""
-    parts = {p.lower() for p in slurm_state.split("+")}
-    for state, rule in (("allocated", {"allocated"}), ("reserved", {"reserved"}),
-                        ("down", {"idle", "down"}), ("idle", {"idle"}), ("down", {"down"}),
-                        ("mixed", {"mixed"})):
-        if rule <= parts:
-            return state
-    return "unknown"
+    its parts (internal/api/node.go ``determineState``, the stand-in's restatement)."""
+    return standin_scheduler_state(slurm_state.split("+"))

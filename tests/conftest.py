@@ -27,7 +27,7 @@ HEAVY_VERSIONS = ("22.05", "24.11", "26.05")
 
 # The first workload recorded in tests/fixtures/<version>/ (see tests/fixtures/README.md):
 # job name -> job id. "cancelled_pending": a job cancelled before it started.
-_REFERENCE_IDS = {  # 22.05, 24.11, 26.05: the table of ../shared/reference/README.md
+_REFERENCE_IDS = {  # 22.05, 24.11, 26.05: the ids of their recorded reference fixtures
     "22.05": {"complete": 2, "fail": 3, "multinode": 4, "gpujob": 5, "cancelled_pending": 7,
               "timeout": 9, "excl": 10},
     "24.11": {"complete": 1, "fail": 2, "multinode": 3, "gpujob": 4, "cancelled_pending": 6,

@@ -99,6 +99,21 @@ def _run_workload(cluster: Cluster, tmp_dir: Path) -> WorkloadRun:
                        busy["listings"], listings(cluster, lister, sub.submitted_at - 5))
 
 
+def each_at_once(run, clusters, tmp_path_factory, prefix: str) -> dict:
+    """``run(cluster, tmp_dir)`` on every cluster at once (version -> cluster); version ->
+    its result, or the exception it raised (for that cluster's test to re-raise)."""
+    results: dict = {}
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        futures = {v: pool.submit(run, c, tmp_path_factory.mktemp(f"{prefix}{v}"))
+                   for v, c in clusters.items()}
+        for v, future in futures.items():
+            try:
+                results[v] = future.result()
+            except Exception as exc:
+                results[v] = exc
+    return results
+
+
 @pytest.fixture(scope="session")
 def workloads(testbed, tmp_path_factory) -> dict[str, WorkloadRun]:
     """The workload mix on every cluster at once (the timeout job alone takes ~1.5 min)."""

@@ -9,7 +9,6 @@ stop waits for the last component. Slurm's truth is read with ``sacct -P`` and o
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from tests.ccbackend import CcBackend
 from tests.conftest import VERSIONS
-from tests.integration.conftest import hook_configured
+from tests.integration.conftest import each_at_once, hook_configured
 from tests.integration.sync_scenario import (
     STOP,
     DaemonProc,
@@ -125,15 +124,7 @@ def het_runs(testbed, tmp_path_factory):
         if not hook_configured(c):
             pytest.fail(f"{c.name}: slurm.conf has no hook (run tests/run, which sets "
                         "CCADAPTER_HOOK_PY for tests/testbed/slurm up)")
-    runs: dict[str, HetRun | BaseException] = {}
-    with ThreadPoolExecutor(len(testbed)) as pool:
-        futures = {v: pool.submit(het_run, c, tmp_path_factory.mktemp(f"het{v}"))
-                   for v, c in testbed.items()}
-        for v, future in futures.items():
-            try:
-                runs[v] = future.result()
-            except Exception as exc:  # re-raised by that cluster's test
-                runs[v] = exc
+    runs = each_at_once(het_run, testbed, tmp_path_factory, "het")
     yield runs
     for run in runs.values():
         if isinstance(run, HetRun):

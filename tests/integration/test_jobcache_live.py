@@ -12,7 +12,6 @@ outbox, no answer 400."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from ccadapter.outbox import Outbox, admin
 from ccadapter.runtime.lastrun import LastRun
 from tests.ccbackend import CcBackend
 from tests.conftest import HEAVY_VERSIONS
+from tests.integration.conftest import each_at_once
 from tests.integration.sync_scenario import (
     START,
     DaemonProc,
@@ -117,16 +117,8 @@ def cache_run(cluster: Cluster, tmp_path: Path) -> CacheRun:
 def cache_runs(testbed, tmp_path_factory):
     """The heavy versions' runs at once (each waits out cc-backend's 2-minute commit); a
     cluster's failure is raised by its own test."""
-    runs: dict[str, CacheRun | BaseException] = {}
-    with ThreadPoolExecutor(len(HEAVY_VERSIONS)) as pool:
-        futures = {v: pool.submit(cache_run, testbed[v], tmp_path_factory.mktemp(f"cache{v}"))
-                   for v in HEAVY_VERSIONS}
-        for v, future in futures.items():
-            try:
-                runs[v] = future.result()
-            except Exception as exc:  # re-raised by that cluster's test
-                runs[v] = exc
-    return runs
+    return each_at_once(cache_run, {v: testbed[v] for v in HEAVY_VERSIONS},
+                        tmp_path_factory, "cache")
 
 
 @pytest.mark.timeout(900)

@@ -482,7 +482,7 @@ def _subcluster_of_host(subs: dict[str, frozenset[str]] | None, host: str) -> st
     return next((sub for sub, hosts in subs.items() if host in hosts), None)
 
 
-def _scheduler_state(states: Iterable[str]) -> str:
+def scheduler_state(states: Iterable[str]) -> str:
     """api/node.go: determineState -- the states lower-cased, the first rule that matches
     wins; a state is not split (``IDLE+DRAIN`` is unknown)."""
     held = {s.lower() for s in states}
@@ -1085,7 +1085,7 @@ def _node_row(cluster: str, sub: str, node: dict[str, Any], now: int) -> dict[st
     (api/node.go: determineState); health ``full`` for a down node, else the metric
     store's verdict, ``failed`` without metric data (updateNodeStates); the counts as
     sent; the time the post was received, in seconds."""
-    state = _scheduler_state(node.get("states") or ())
+    state = scheduler_state(node.get("states") or ())
     return {"hostname": node.get("hostname", ""), "cluster": cluster, "subCluster": sub,
             "schedulerState": state, "healthState": "full" if state == "down" else "failed",
             "time_stamp": now, "cpus_allocated": node.get("cpusAllocated", 0),
