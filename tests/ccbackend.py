@@ -353,12 +353,16 @@ class CcBackend:
         """Every job cc-backend lists (``GET /api/jobs/``, page by page, with metaData):
         the ``job`` table; with :data:`NO_COMMIT` also the starts in its job cache, which
         no API lists (they would be listed at a commit)."""
-        listed = self._listed(cluster, state)
         if self.commit_interval != NO_COMMIT:
-            return listed
-        return listed + [job for job in self._cached_jobs()
-                         if cluster in (None, job["cluster"])
-                         and state in (None, job["jobState"])]
+            return self._listed(cluster, state)
+        # A stop moves its job from the cache to the job table: the cache is read first, so a
+        # job that moves meanwhile is listed (and counted once), never missed by both reads.
+        cached = [job for job in self._cached_jobs()
+                  if cluster in (None, job["cluster"]) and state in (None, job["jobState"])]
+        listed = self._listed(cluster, state)
+        seen = {(j["cluster"], j["jobId"], j["startTime"]) for j in listed}
+        return listed + [j for j in cached
+                         if (j["cluster"], j["jobId"], j["startTime"]) not in seen]
 
     def _listed(self, cluster: str | None, state: str | None) -> list[dict[str, Any]]:
         query = "with-metadata=true" + (f"&cluster={cluster}" if cluster else "") + (
@@ -445,13 +449,14 @@ class CcBackend:
         finally:
             db.close()
 
-    def cached(self) -> int:
+    def cached(self, first_job_id: int = 0) -> int:
         """How many starts wait in cc-backend's job cache (its SQLite ``job_cache``; no API
-        lists them)."""
+        lists them), of job ids from ``first_job_id`` on."""
         db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
                              timeout=30)
         try:
-            return db.execute("SELECT count(*) FROM job_cache").fetchone()[0]
+            return db.execute("SELECT count(*) FROM job_cache WHERE job_id >= ?",
+                              (first_job_id,)).fetchone()[0]
         finally:
             db.close()
 
