@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
+from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 
 OUT = results.REPO / "BENCHMARKS.md"
@@ -703,6 +704,10 @@ SECTIONS: list[Section] = [
             ".venv/bin/python -m tests.bench.scale_catchup", sec_history, sum_history),
     Section("faults", "Fault matrix: lost, duplicated, wrong (issues 7 and 13)",
             FAULTS_COMMAND, sec_faults, sum_faults),
+    *[Section(f"regression-{bench}", f"Before and after the layout change: {bench} (issue 31)",
+              f"flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.regression "
+              f"--before REV --only {bench}", sec_regression, sum_regression)
+      for bench in ("pipeline", "scale", "hook")],
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

@@ -84,6 +84,31 @@ def _fault(name: str, seconds: float | None, jobs: int, wrong: int = 0) -> dict:
             "problems": [f"job {i}: numAcc 0 != Slurm's 1" for i in range(wrong)]}
 
 
+def regression_docs() -> dict[str, dict]:
+    """Before/after documents of tests.bench.regression: the after side slower in one row."""
+    def side(commit: str, slow: float) -> dict:
+        run = {"jobs": 2000, "events_per_s": 500.0 / slow, "ceiling_events_per_s": 600.0,
+               "ratio": 0.83 / slow, "jobs_per_s": 1500.0, "parse_jobs_per_s": 9000.0,
+               "peak_rss_mb": 60.0}
+        return {"commit": commit, "took_s": 300.0, "date": "2026-11-23T10:30:00Z", "plan": {},
+                "small": run, "large": {**run, "jobs": 20000},
+                "start_from_prolog_p50_s": 0.1 * slow, "end_from_epilog_p50_s": 0.1,
+                "samples": 320, "unannounced": 0, "hook_s": 0.016, "bare_s": 0.013,
+                "hook_ratio": 0.016 / 0.013,
+                "levels": {"0": {"cpu_share": 0.01, "rss_peak_mb": 50.0,
+                                 "start_from_prolog_p50_s": 0.09}},
+                "lost": 0, "duplicated": 0, "ran": 400}
+
+    out = {}
+    for bench, slow in (("pipeline", 1.0), ("scale", 1.0), ("hook", 1.5)):
+        name = f"regression-{bench}"
+        out[name] = doc(name, {"benchmark": bench, "command": ["python", "-m", bench]},
+                        {"before": side("aaaaaaa", 1.0), "after": side("bbbbbbb", slow)})
+        if bench == "pipeline":
+            out[name]["receiver"] = "cc-backend 1.5.4"
+    return out
+
+
 def synthetic() -> dict[str, dict]:
     """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
@@ -132,6 +157,7 @@ def synthetic() -> dict[str, dict]:
                                  "exit_code": 0, "traceback": False, "secret_logged": False,
                                  "faults": [_fault("normal", None, 40),
                                             _fault("state disk full", 30, 197, wrong=2)]}]}),
+        **regression_docs(),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -196,6 +222,13 @@ def test_every_figure_comes_from_the_results():
         "**2** | |" in text
     assert "0 / 0 / 2; NATS 0 / 0 / 0 (of 237 jobs)" in text
     assert "26.05.5, state disk full: job 1: numAcc 0 != Slurm's 1" in text
+    # before/after (issue 31): the hook's start latency 1.5x slower is beyond noise
+    assert "| start, PrologSlurmctld to cc-backend (p50) | 0.100 s | 0.150 s | 1.50x | **no** |" \
+        in text
+    assert "| 2,000 jobs: events/s into cc-backend | 500 | 500 | 1.00x | yes |" in text
+    assert "hook: figures beyond noise, bbbbbbb against aaaaaaa (issue 31) | 1 | 0 | — | " \
+        "stand-in | **no** |" in text
+    assert "before 400 ran, 0 lost, 0 duplicated" in text
 
 
 def test_numbers_change_with_the_results():
