@@ -65,8 +65,11 @@ class Deliverer:
         self.batch = batch
         self.on_result = on_result
         # Set by a batch in which nothing got through: the target is down and events wait
-        # with growing delays (up to minutes). The first success afterwards makes all of
-        # them due at once, so a backlog drains when the target is back, not minutes later.
+        # with growing delays (up to minutes). While it is set, a burst starts with one
+        # event, a probe: the events enqueued meanwhile (a catch-up's thousands) are not
+        # each sent once to a target that refuses them all, at the cost of CPU the
+        # reconcilers need. The first success afterwards makes all of them due at once, so
+        # a backlog drains when the target is back, not minutes later.
         self._failing = False
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
 
@@ -76,13 +79,14 @@ class Deliverer:
     def run_once(self, max_batches: int = 1_000_000,
                  stopping: Callable[[], bool] = lambda: False) -> DeliveryStats:
         """Deliver until nothing is due (burst mode) or ``max_batches`` were sent. A batch
-        in which nothing got through ends the burst: cc-backend is down, wait for backoff.
-        ``stopping`` is asked between batches; the batch in flight is always finished."""
+        in which nothing got through ends the burst: cc-backend is down, wait for backoff;
+        the next burst sends a probe of one event first. ``stopping`` is asked between
+        batches; the batch in flight is always finished."""
         stats = DeliveryStats()
         for _ in range(max_batches):
             if stopping():
                 break
-            events = self.queue.due(self.batch)
+            events = self.queue.due(1 if self._failing else self.batch)
             if not events:
                 break
             results = list(self._pool.map(self._deliver_one, events))
@@ -94,11 +98,11 @@ class Deliverer:
             if not any(r.status != PENDING for r in results):
                 self._failing = True
                 break
-            if self._failing and any(r.status == DELIVERED for r in results):
+            if self._failing:  # the probe got an answer
                 self._failing = False
-                self.queue.retry_now()
+                if any(r.status == DELIVERED for r in results):
+                    self.queue.retry_now()
         return stats
-
 
     def _deliver_one(self, event: Event) -> Result:
         try:

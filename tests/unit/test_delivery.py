@@ -331,3 +331,34 @@ def test_a_run_stopped_by_another_stop_is_said_and_kept_with_the_event(tmp_path,
                               "Slurm ended it completed")
     assert caplog.text.count("another stop was applied to it") == 1
     box.close()
+
+
+def test_while_the_target_is_down_a_burst_sends_one_probe_not_every_new_event(tmp_path):
+    """A catch-up enqueues thousands of events while cc-backend is down: each burst tries
+    one of them, not each once (refused connections cost the CPU the reconcilers need);
+    once the probe gets through, the burst goes on with everything at once."""
+    from ccadapter.outbox import DELIVERED, PENDING, Result
+
+    box = Outbox(tmp_path / "o.sqlite")
+    up = False
+    sent: list[int] = []
+
+    def deliver(event):
+        sent.append(event.job_id)
+        return Result(event.id, DELIVERED if up else PENDING, "" if up else "refused")
+
+    deliverer = Deliverer(box.queue, deliver, workers=2, batch=8)
+    try:
+        box.enqueue([NewEvent("c", 1, 1, "start", {"jobId": 1})])
+        assert deliverer.run_once().retried == 1  # a batch: nothing got through
+        box.enqueue([NewEvent("c", job, 1, "start", {"jobId": job}) for job in range(2, 40)])
+        for _ in range(3):
+            assert deliverer.run_once().retried == 1  # one probe per burst
+        assert len(sent) == 4
+        up = True
+        stats = deliverer.run_once()
+        assert stats.delivered == 39 and admin.stats(box.store)["pending"] == 0
+        assert len(sent) == 4 + 39
+    finally:
+        deliverer.close()
+        box.close()
