@@ -1,8 +1,13 @@
 """Drains a queue of the outbox with a bounded pool of workers.
 
-One batch at a time: take the due events, deliver them in parallel, record every result in
-one transaction. A batch never holds a start and the stop of the same run (the queue hands
-out a stop only after its start was delivered), so the per-job order needs no locking here.
+Batch by batch: take the due events, deliver them in parallel, record every result in one
+transaction. The next batch is taken and handed to the workers while one is answered, so
+that they never wait for a batch's recording (a transaction synced to disk) nor for its
+slowest request: two batches at most are in flight, answered and recorded in the order they
+were taken. An event in flight is still pending in the outbox, so the next batch leaves it
+out by its id, and the queue holds back whatever must follow it (a stop until its start was
+delivered or rejected, a run's energy until its stop, a requeued job's next run until the
+last one's events): the per-job order needs no locking here.
 
 What "deliver" means is a function of one event: :class:`ccadapter.cc.delivery.RestDelivery`
 (cc-backend's REST API, with its 404 dance) or :class:`ccadapter.notify.delivery.NatsDelivery`.
@@ -16,8 +21,9 @@ one event cannot hold the outbox.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,6 +62,16 @@ class DeliveryStats:
             self.retried += 1
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """Events handed to the workers, and their answers to come (one future each: a
+    delivery never raises, :meth:`Deliverer._deliver_one` turns an exception into a
+    retry)."""
+
+    events: list[Event]
+    futures: list[Future[Result]]
+
+
 class Deliverer:
     def __init__(self, queue: Queue, deliver: Callable[[Event], Result], workers: int = 8,
                  batch: int = 256,
@@ -80,29 +96,50 @@ class Deliverer:
                  stopping: Callable[[], bool] = lambda: False) -> DeliveryStats:
         """Deliver until nothing is due (burst mode) or ``max_batches`` were sent. A batch
         in which nothing got through ends the burst: cc-backend is down, wait for backoff;
-        the next burst sends a probe of one event first. ``stopping`` is asked between
-        batches; the batch in flight is always finished."""
+        the next burst sends a probe of one event first (and nothing beside it).
+        ``stopping`` is asked before each batch is taken; the batches in flight are always
+        finished."""
         stats = DeliveryStats()
-        for _ in range(max_batches):
-            if stopping():
+        flying: deque[_Batch] = deque()
+        sent = 0
+        while True:
+            while len(flying) < (1 if self._failing else 2) and sent < max_batches \
+                    and not stopping():
+                events = self._due(flying)
+                if not events:
+                    break
+                flying.append(_Batch(events, [self._pool.submit(self._deliver_one, ev)
+                                              for ev in events]))
+                sent += 1
+            if not flying:
                 break
-            events = self.queue.due(1 if self._failing else self.batch)
-            if not events:
-                break
-            results = list(self._pool.map(self._deliver_one, events))
-            self.queue.record(results)
-            for ev, res in zip(events, results, strict=True):
-                stats.add(res)
-                if self.on_result:
-                    self.on_result(ev, res)
+            results = self._finish(flying.popleft(), stats)
             if not any(r.status != PENDING for r in results):
                 self._failing = True
+                while flying:  # sent already: their answers are recorded too
+                    self._finish(flying.popleft(), stats)
                 break
             if self._failing:  # the probe got an answer
                 self._failing = False
                 if any(r.status == DELIVERED for r in results):
                     self.queue.retry_now()
         return stats
+
+    def _due(self, flying: deque[_Batch]) -> list[Event]:
+        """The next batch (one event while failing), without the events in flight."""
+        limit = 1 if self._failing else self.batch
+        busy = {ev.id for batch in flying for ev in batch.events}
+        return [ev for ev in self.queue.due(limit + len(busy)) if ev.id not in busy][:limit]
+
+    def _finish(self, batch: _Batch, stats: DeliveryStats) -> list[Result]:
+        """Wait for a batch's answers and record them in one transaction."""
+        results = [future.result() for future in batch.futures]
+        self.queue.record(results)
+        for ev, res in zip(batch.events, results, strict=True):
+            stats.add(res)
+            if self.on_result:
+                self.on_result(ev, res)
+        return results
 
     def _deliver_one(self, event: Event) -> Result:
         try:

@@ -362,3 +362,50 @@ def test_while_the_target_is_down_a_burst_sends_one_probe_not_every_new_event(tm
     finally:
         deliverer.close()
         box.close()
+
+
+def test_the_next_batch_is_answered_while_one_is_recorded_and_order_is_kept(tmp_path):
+    """Two batches in flight: the workers go on with the next one while the last is
+    recorded (a synced transaction), yet no event is sent twice and no stop goes out
+    before its start was answered."""
+    import threading
+    import time
+
+    from ccadapter.outbox import DELIVERED, Result
+
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([ev for job in range(1, 13) for ev in events(job, 1_700_000_000 + job)])
+    log_lock = threading.Lock()
+    happened: list[tuple[str, object]] = []
+    answered: set[tuple[int, str]] = set()
+
+    def deliver(event):
+        with log_lock:
+            happened.append(("send", event.id))
+            if event.kind == "stop":
+                assert (event.job_id, "start") in answered, event
+        time.sleep(0.05)
+        with log_lock:
+            answered.add((event.job_id, event.kind))
+        return Result(event.id, DELIVERED)
+
+    record = box.queue.record
+
+    def slow_record(results):
+        results = list(results)
+        time.sleep(0.05)
+        record(results)
+        with log_lock:
+            happened.append(("recorded", len(results)))
+
+    box.queue.record = slow_record
+    deliverer = Deliverer(box.queue, deliver, workers=4, batch=4)
+    try:
+        stats = deliverer.run_once()
+    finally:
+        deliverer.close()
+        box.close()
+    sent = [what for kind, what in happened if kind == "send"]
+    assert stats.delivered == 24 and len(sent) == len(set(sent)) == 24
+    first_record = happened.index(next(h for h in happened if h[0] == "recorded"))
+    assert len([h for h in happened[:first_record] if h[0] == "send"]) > 4  # overlapped
