@@ -10,7 +10,8 @@ Run as root with the test bed up (with the hook), holding the test bed's lock:
     flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.all [--runs 5]
 
 ``--only SECTION,...`` measures some sections; the others keep their results files. The
-sections that need no Slurm (parse, pipeline, nats) run without the test bed:
+sections that need no Slurm (parse, pipeline, nats) run without the test bed (the pipeline
+delivers to the real cc-backend: its binary must be built, ``tests/testbed/ccbackend build``):
 
     .venv/bin/python -m tests.bench.all --only parse,pipeline,nats
 
@@ -30,11 +31,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tests.bench import render, results
+from tests.bench.receivers import CC_BACKEND, STANDIN
 
 # Run in this order: the test bed's parts last, after the Slurm-free ones, so that the idle
 # measurements (idle CPU first) see clusters that are really idle.
 SECTIONS = ("parse", "pipeline", "nats", "idle-cpu", "cycles", "memory", "hook")
 NEEDS_TESTBED = frozenset({"idle-cpu", "cycles", "memory", "hook"})
+# What each section's daemon delivers to (tests.bench.results.RECEIVERS): the pipeline to the
+# real cc-backend (tests.bench.receivers), the idle and hook measurements to the in-process
+# stand-in, the NATS rates to a nats-server alone; the parser delivers nothing.
+RECEIVER_OF = {"parse": "none", "pipeline": CC_BACKEND, "nats": "nats-server",
+               "idle-cpu": STANDIN, "cycles": STANDIN, "memory": STANDIN, "hook": STANDIN}
 
 
 @dataclass(frozen=True)
@@ -80,15 +87,21 @@ def measure_parse(plan: Plan, clusters: list) -> Measured:
 
 
 def measure_pipeline(plan: Plan, clusters: list) -> Measured:
-    from tests.bench import delivery
+    from tests.bench import ceiling, delivery, receivers
 
     data = {}
     for key, jobs in (("small", plan.small_jobs), ("large", plan.large_jobs)):
         data[key] = delivery.throughput(plan.runs, jobs)
         _progress(f"pipeline {jobs} jobs: " + ", ".join(
-            f"{r['events'] / r['drain_s']:,.0f}/s" for r in data[key]))
+            f"{r['events_per_s']:,.0f} events/s of {r['ceiling_events_per_s']:,.0f}, "
+            f"enqueue {r['jobs_per_s']:,.0f} jobs/s (parse {r['parse_jobs_per_s']:,.0f})"
+            for r in data[key]))
     return ({"runs": plan.runs, "small_jobs": plan.small_jobs, "large_jobs": plan.large_jobs,
-             "workers": delivery.daemon_workers(), "latency_s": delivery.STANDIN_LATENCY,
+             "workers": delivery.daemon_workers(), "receiver": receivers.CC_BACKEND,
+             "commit_interval": receivers.COMMIT_INTERVAL
+             or f"{receivers.DEFAULT_COMMIT} (cc-backend's default)",
+             "ceiling_threads": list(ceiling.THREADS),
+             "ceiling_sample_jobs": ceiling.SAMPLE_JOBS,
              "chunk_jobs": delivery.CHUNK_JOBS, "poll_s": delivery.BACKLOG_POLL,
              "quick": plan.quick}, data)
 
@@ -184,8 +197,8 @@ def run_sections(plan: Plan, sections: list[str], command: str) -> list[str]:
             traceback.print_exc()
             failed.append(name)
             continue
-        path = results.write(name, command=command, plan=section_plan, data=data,
-                             took_s=time.monotonic() - started)
+        path = results.write(name, command=command, receiver=RECEIVER_OF[name],
+                             plan=section_plan, data=data, took_s=time.monotonic() - started)
         _progress(f"{name} took {time.monotonic() - started:.0f} s: {path}")
     return failed
 

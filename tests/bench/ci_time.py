@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ci_time: {exc}", file=sys.stderr)
         return 2
     data.update(total_s=total, returncode=code, source=source)
-    results.write("ci", command=command, took_s=total or data["pytest_s"],
+    results.write("ci", command=command, took_s=total or data["pytest_s"], receiver="none",
                   plan={"run": args.command or None,
                         "log": str(args.from_log) if args.from_log else None}, data=data,
                   machine_info={"commit": args.commit, "dirty": False} if args.commit else None)

@@ -16,6 +16,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from ccadapter.config import Config
@@ -80,6 +81,50 @@ def parse_times(version: str, n: int, runs: int) -> tuple[list[float], int]:
         assert len(result.jobs) == n and not result.errors
     return times, len(text)
 
+
+class _BacklogSlurm:
+    """The replayed Slurm (tests.bench.replay_slurm) asked each question once, then
+    answered again from memory: its cost is not the collector's."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.answers: dict[tuple[str, ...], str] = {}
+
+    def run(self, argv: Sequence[str], *, retry: bool = True, timeout: float | None = None,
+            env: Mapping[str, str] | None = None) -> str:
+        from tests.bench.replay_slurm import answer
+
+        key = tuple(argv)
+        if key not in self.answers:
+            self.answers[key] = answer(self.base, list(argv), "")[0]
+        return self.answers[key]
+
+
+def backlog_parse_rate(base: Path, n_jobs: int) -> dict:
+    """Jobs/s at which the collector alone (JSON decoding, the 24.11 parser, building the
+    jobs) reads the pipeline backlog's sacct answers, in the batches of ids the daemon asks
+    (:data:`~ccadapter.slurm.collector.IDS_PER_QUERY`), its Slurm answering from memory and
+    slurmctld never asked (the clock is far after the runs ended): the limit of the enqueue
+    rate for the same sacct output (tests.bench.delivery.write_backlog wrote it in
+    ``base``). The second of two passes is timed."""
+    from tests.bench.replay_slurm import FIRST_ID
+
+    chunks = len(list(base.glob("window-*.json")))
+    (base / "served").write_text(str(chunks))  # every chunk may be asked by id
+    slurm = _BacklogSlurm(base)
+    collector = Collector(slurm, CollectorSettings(fetch_job_scripts=False),
+                          clock=lambda: 4e9, tz=ZoneInfo("UTC"))
+    ids = list(range(FIRST_ID, FIRST_ID + n_jobs))
+    for _ in collector.iter_jobs(ids, starts=()):
+        pass  # the replayed Slurm asked, once
+    started = time.perf_counter()
+    jobs = sum(len(result.jobs) for result in collector.iter_jobs(ids, starts=()))
+    seconds = time.perf_counter() - started
+    if jobs != n_jobs:
+        raise RuntimeError(f"the collector read {jobs} jobs of {n_jobs}")
+    return {"jobs": n_jobs, "seconds": seconds, "jobs_per_s": n_jobs / seconds,
+            "bytes": sum(len(text) for key, text in slurm.answers.items() if "--json" in key),
+            "queries": sum("--json" in key for key in slurm.answers)}
 
 if __name__ == "__main__":
     from tests.bench.all import main

@@ -3,9 +3,12 @@
 1. Pipeline (``throughput``): the whole ``ccadapter daemon`` process enqueues a backlog of
    N jobs (start + stop each) from a replayed Slurm (tests.bench.replay_slurm: copies of the
    recorded 24.11 jobs, joined with slurmctld's recorded view) while cc-backend is down, then
-   drains it once the stand-in (its own process, 5 ms per request) is up. Events/s over the
-   drain; RSS of the daemon sampled throughout, peak from VmHWM. A run fails unless every
-   event was delivered and none rejected.
+   drains it once the real cc-backend 1.5.4 (tests.bench.receivers) is up. Jobs/s over the
+   enqueue, beside the collector's parse rate of the same sacct answers
+   (tests.bench.collector); events/s over the drain, beside the ceiling of the same server
+   measured in the same run by a minimal client (tests.bench.ceiling); RSS of the daemon
+   sampled throughout, peak from VmHWM. A run fails unless every event was delivered, none
+   rejected, and cc-backend holds every job.
 2. Steady RSS of `ccadapter daemon` idling on each test-bed cluster (2 s poll, so that
    several cycles are seen).
 3. Slurm invocations per cycle per cluster (slurm-window, stale-jobs, nodestate), idle and busy
@@ -18,9 +21,11 @@ Run: .venv/bin/python -m tests.bench.all --only pipeline (or cycles, memory, idl
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -34,10 +39,17 @@ from zoneinfo import ZoneInfo
 from ccadapter.config import Config
 from ccadapter.reconcilers.events import events_for
 from ccadapter.runtime.lastrun import LastRun
+from tests.bench.receivers import (
+    CC_BACKEND,
+    STANDIN,
+    RealCcBackend,
+    Receiver,
+    Standin,
+)
+from tests.ccbackend import Nodes
 from tests.conftest import FIXTURES
 
 BENCH_CLUSTER = "cluster24"
-STANDIN_LATENCY = 0.005  # seconds the stand-in takes per request in the pipeline benchmark
 QUIET_WAIT = 130.0  # idle cycles: how long to wait for a window without jobs
 MEMORY_POLL = 2  # steady RSS: the daemon's slurmPollInterval ...
 MEMORY_EVERY = 4.0  # ... and the seconds between two readings
@@ -83,10 +95,13 @@ def fill_outbox(path: Path, n_events: int) -> None:
 
 CHUNK_JOBS = 5_000  # jobs per sacct window the replayed Slurm hands out
 FIRST_ID = 1_000_000  # the first job id of the backlog (tests.bench.replay_slurm knows it)
-# The pipeline daemon's slurmPollInterval: short, so that the backlog comes in within a few
-# minutes, yet not 1 s: stale-jobs reads the whole outbox every cycle (about 0.5 s with a
-# 100,000-job backlog on the 2-core machine of BENCHMARKS.md), which would crowd out delivery.
-BACKLOG_POLL = 5
+# The pipeline daemon's slurmPollInterval. The replayed Slurm hands out a chunk per listing,
+# whatever span it asks: CHUNK_JOBS runs ending every poll, 2,500 jobs/s at 2 s, more than
+# the daemon takes, so that the enqueue rate is the daemon's, not the offered load's (at
+# 5 s, 1,000 jobs/s was the most it could show). A cycle that takes longer than the poll is
+# followed at once (ccadapter.daemon); a real backlog is one window read in slices, never
+# paced by the poll.
+BACKLOG_POLL = 2
 
 
 def write_backlog(base: Path, n_jobs: int, now: float) -> None:
@@ -94,6 +109,8 @@ def write_backlog(base: Path, n_jobs: int, now: float) -> None:
     the recorded 24.11 runs that started and ended (ids renumbered, times moved to end a few
     minutes before ``now`` so that the collector joins slurmctld's view), in windows of
     CHUNK_JOBS, with the matching ``scontrol show job -d`` blocks of the busy snapshot."""
+    from tests.bench.replay_slurm import listing_lines
+
     src = FIXTURES / "24.11" / "testbed"
     doc = json.loads((src / "sacct-window.json").read_text())
     busy = (src / "scontrol-d-busy.txt").read_text()
@@ -126,6 +143,13 @@ def write_backlog(base: Path, n_jobs: int, now: float) -> None:
                     "%Y-%m-%dT%H:%M:%S", time.gmtime(start)), block)
                 ctl.append(block)
         (base / f"window-{chunk:03d}.json").write_text(json.dumps({**doc, "jobs": recs}))
+        # the same chunk as the replayed Slurm reads it by job id: a record per line, and
+        # its listing line per line, in job-id order (see tests.bench.replay_slurm)
+        lines = [json.dumps(r) + "\n" for r in recs]
+        (base / f"records-{chunk:03d}.jsonl").write_text("".join(lines))
+        (base / f"records-{chunk:03d}.at").write_text(" ".join(map(str, itertools.accumulate(
+            (len(line.encode()) for line in lines), initial=0))))
+        (base / f"listing-{chunk:03d}.txt").write_text(listing_lines({"jobs": recs}))
         (base / f"controller-{chunk:03d}.txt").write_text("\n\n".join(ctl) + "\n")
 
 
@@ -154,17 +178,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def backlog_nodes() -> Nodes:
+    """The hosts of the backlog's jobs as cc-backend's cluster.json must name them (a start
+    on a host it does not know is a 400), those given GPUs in a subcluster of their own."""
+    from ccadapter.cc.payload import start_job_body
+
+    hosts: set[str] = set()
+    gpu: set[str] = set()
+    for job in real_jobs():
+        for res in start_job_body(job)["resources"]:
+            hosts.add(res["hostname"])
+            if res.get("accelerators"):
+                gpu.add(res["hostname"])
+    return Nodes(tuple(sorted(hosts)), tuple(sorted(gpu)))
+
+
+def receiver_of(name: str) -> Receiver:
+    """The receiver called ``name`` (tests.bench.receivers), made for BENCH_CLUSTER."""
+    if name == CC_BACKEND:
+        return RealCcBackend(BENCH_CLUSTER, backlog_nodes())
+    if name == STANDIN:
+        return Standin(BENCH_CLUSTER)
+    raise ValueError(f"no receiver {name!r}")
+
+
 def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
-                   lookback: float = 600) -> dict:
+                   lookback: float = 600, receiver: str = CC_BACKEND,
+                   keep_outbox: Path | None = None) -> dict:
     """One run: ``ccadapter daemon`` enqueues ``n_jobs`` jobs (start + stop each) from the
-    replayed Slurm while cc-backend is down; then the stand-in (5 ms per request) comes up
-    and the daemon drains the backlog. ``lookback``: seconds from lastRun to now (three
-    days: a catch-up in hourly slices). Returns the raw figures; raises unless the outbox
-    drained with every event delivered and none rejected."""
+    replayed Slurm while the receiver is down; then the receiver (tests.bench.receivers:
+    the real cc-backend, or the stand-in) comes up and the daemon drains the backlog.
+    ``lookback``: seconds from lastRun to now (three days: a catch-up in hourly slices).
+    ``keep_outbox``: where to copy the outbox afterwards (the ceiling reads the bodies
+    sent). Returns the raw figures; raises unless the outbox drained with every event
+    delivered and none rejected, and the receiver holds every job stopped."""
     (base / "served").unlink(missing_ok=True)
-    port = _free_port()
+    server = receiver_of(receiver)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = {"ccRestUrl": f"http://127.0.0.1:{port}", "ccRestJwt": "bench-token",
+        cfg = {"ccRestUrl": server.url, "ccRestJwt": server.token,
                "pidFilePath": f"{tmp}/daemon.pid", "lastRunPath": f"{tmp}/lastrun",
                "prepSockListenPath": f"{tmp}/daemon.sock", "stateDirectory": f"{tmp}/state",
                "slurmCommandPrefix": [sys.executable, "-m", "tests.bench.replay_slurm",
@@ -174,9 +225,9 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
         outbox = Path(tmp, "state", "outbox.sqlite")
         started = time.monotonic()
         daemon = _start_daemon(cfg, tmp, env={**os.environ, "TZ": "UTC"})
-        server = None
         rss_enqueue: list[int] = []
         rss_drain: list[int] = []
+        cpu_enqueue = (0.0, 0.0)
         try:
             want = {"start": n_jobs, "stop": n_jobs}
 
@@ -186,7 +237,8 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
                            for kind, n in want.items())
             _until(stored, started + timeout, daemon, rss_enqueue, tmp, "backlog not enqueued")
             enqueued = time.monotonic()
-            server, _ = standin_process(STANDIN_LATENCY, port)
+            cpu_enqueue = cpu_seconds(daemon.pid)
+            server.start()
             up = time.monotonic()
 
             def drained() -> bool:
@@ -194,6 +246,7 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
                 return not c.get("start:pending") and not c.get("stop:pending")
             _until(drained, up + timeout, daemon, rss_drain, tmp, "backlog not drained")
             done = time.monotonic()
+            cpu_end = cpu_seconds(daemon.pid)
             counts = _outbox_counts(outbox)
             hwm = _status_kb(daemon.pid, "VmHWM")
             rss_end = _status_kb(daemon.pid, "VmRSS")
@@ -201,9 +254,12 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
                         Path(tmp, "daemon.log").read_text().splitlines() if ": slice " in line]
         finally:
             _stop(daemon)
-            if server is not None:
-                server.send_signal(signal.SIGTERM)
-                server.wait(30)
+            if daemon.returncode == 0 and keep_outbox is not None:
+                shutil.copyfile(outbox, keep_outbox)
+        try:
+            held = server.check(n_jobs) if daemon.returncode == 0 else {}
+        finally:
+            server.stop()
         if daemon.returncode != 0:
             raise RuntimeError(f"daemon exited {daemon.returncode}: "
                                f"{Path(tmp, 'daemon.log').read_text()[-2000:]}")
@@ -212,11 +268,15 @@ def daemon_backlog(n_jobs: int, base: Path, timeout: float = 3600,
     if rejected or delivered != want:
         raise RuntimeError(f"outbox after the drain: {counts} (want {want} delivered, none "
                            "rejected)")
-    return {"jobs": n_jobs, "events": 2 * n_jobs, "enqueue_s": enqueued - started,
-            "drain_s": done - up, "rss_end_mb": rss_end / 1024, "peak_rss_mb": hwm / 1024,
+    return {"receiver": server.name, "jobs": n_jobs, "events": 2 * n_jobs,
+            "enqueue_s": enqueued - started, "jobs_per_s": n_jobs / (enqueued - started),
+            "drain_s": done - up, "events_per_s": 2 * n_jobs / (done - up),
+            "cpu_enqueue_s": cpu_enqueue[0], "slurm_cpu_enqueue_s": cpu_enqueue[1],
+            "cpu_drain_s": cpu_end[0] - cpu_enqueue[0],
+            "rss_end_mb": rss_end / 1024, "peak_rss_mb": hwm / 1024,
             "rss_enqueue_mb": [round(r / 1024, 1) for r in rss_enqueue],
             "rss_drain_mb": [round(r / 1024, 1) for r in rss_drain], "outbox": counts,
-            "progress_lines": len(progress), "progress_last": progress[-1:]}
+            "held": held, "progress_lines": len(progress), "progress_last": progress[-1:]}
 
 
 def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp: str,
@@ -241,22 +301,29 @@ def _until(pred, deadline: float, daemon: subprocess.Popen, rss: list[int], tmp:
         time.sleep(0.5)
 
 
-def standin_process(latency: float, port: int = 0) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.standin.ccbackend", "--port", str(port), "--token",
-         "bench-token", "--cluster", BENCH_CLUSTER, "--latency", str(latency), "--quiet"],
-        stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    line = proc.stdout.readline().strip()
-    return proc, line.rsplit(" ", 1)[1]
+def throughput(runs: int, n_jobs: int, ceiling_runs: int = 1) -> list[dict]:
+    """``runs`` runs of :func:`daemon_backlog` against the real cc-backend, each over a
+    freshly written backlog, and beside each the ceiling of the same server
+    (tests.bench.ceiling) for the same bodies; and with each, the rate at which the
+    collector alone reads the backlog's sacct answers (tests.bench.collector)."""
+    from tests.bench.ceiling import bodies_of, ceiling
+    from tests.bench.collector import backlog_parse_rate
 
-
-def throughput(runs: int, n_jobs: int) -> list[dict]:
-    """``runs`` runs of :func:`daemon_backlog`, each over a freshly written backlog."""
     out = []
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="ccadapter-bench-backlog-") as tmp:
             write_backlog(Path(tmp), n_jobs, time.time())
-            out.append(daemon_backlog(n_jobs, Path(tmp)))
+            kept = Path(tmp, "outbox-after.sqlite")
+            row = daemon_backlog(n_jobs, Path(tmp), keep_outbox=kept)
+            bodies = bodies_of(kept)
+            kept.unlink()
+            top = ceiling(bodies, BENCH_CLUSTER, backlog_nodes())
+            row["ceiling"] = top
+            row["ceiling_events_per_s"] = top["events_per_s"]
+            row["ratio"] = row["events_per_s"] / top["events_per_s"]
+            row["parse"] = backlog_parse_rate(Path(tmp), n_jobs)
+            row["parse_jobs_per_s"] = row["parse"]["jobs_per_s"]
+        out.append(row)
     return out
 
 

@@ -2,19 +2,28 @@
 through it (``slurmCommandPrefix: [python, -m, tests.bench.replay_slurm, DIR]``).
 
 DIR holds what :func:`tests.bench.delivery.write_backlog` prepared from the recorded 24.11
-test-bed jobs: ``window-NNN.json`` (sacct answers) and ``controller-NNN.txt`` (the
-``scontrol show job -d`` answer for the same jobs), ``empty.json`` and ``cluster``. Each
-listing of ended runs (``sacct -P -s BF,CA,CD,... --starttime``, what a window and its slices
-ask: :data:`~ccadapter.slurm.formats.listing.ENDED`) or of runs that ran (``-s RUNNING``, what
-``backfill`` asks) hands out the next chunk (the backlog's runs ended minutes ago), so that
-the daemon enqueues the backlog through its own path (the listing, ``sacct --json -j`` of the
-runs new to it, one scontrol process for their allocations, the parser, the outbox) over a
-few cycles; once all are handed out, listings are empty. Nothing runs: slurmctld's step list
-(``squeue -s``) is empty. Questions by job id are answered from the chunks handed out
-(tests.fakeslurm answers them as the real commands select). ``served`` counts the chunks
-handed out (under a lock: two reconcilers may ask at once). A command it has no answer for
-fails with ``replay_slurm: no answer for ...``, which the daemon logs (tests.bench.delivery
-stops the run on it).
+test-bed jobs: ``window-NNN.json`` (sacct answers), the same as ``records-NNN.jsonl`` (a record
+per line, ``records-NNN.at``: where each line starts) and ``listing-NNN.txt``, and
+``controller-NNN.txt`` (the ``scontrol show job -d`` answer for the same jobs), ``empty.json``
+and ``cluster``. Each listing of ended runs (``sacct -P -s BF,CA,CD,... --starttime``, what a
+window and its slices ask: :data:`~ccadapter.slurm.formats.listing.ENDED`) or of runs that ran
+(``-s RUNNING``, what ``backfill`` asks) hands out the next chunk (the backlog's runs ended
+minutes ago), so that the daemon enqueues the backlog through its own path (the listing,
+``sacct --json -j`` of the runs new to it, one scontrol process for their allocations, the
+parser, the outbox) over a few cycles; once all are handed out, listings are empty. Nothing
+runs: slurmctld's step list (``squeue -s``) is empty. Questions by job id are answered from the
+chunks handed out (tests.fakeslurm answers them as the real commands select). ``served`` counts
+the chunks handed out (under a lock: two reconcilers may ask at once). A command it has no
+answer for fails with ``replay_slurm: no answer for ...``, which the daemon logs
+(tests.bench.delivery stops the run on it).
+
+The replayed Slurm is meant to cost little beside the daemon, as slurmdbd answering 190 ids
+by index does, so that the enqueue figure is the daemon's: a question by job id is answered
+from ``records-NNN.jsonl`` and ``listing-NNN.txt`` (job ids are FIRST_ID + index: a run's
+line is known without decoding the chunk), and the answers that need no more import
+neither ccadapter nor tests.fakeslurm (a process per sacct call: its start-up is most of
+its cost). What it prints is what tests.fakeslurm.RecordedSlurm
+prints for the same records (tests/unit/test_bench_replay.py).
 
     python -m tests.bench.replay_slurm DIR sacct --json ...
 """
@@ -28,21 +37,18 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ccadapter.slurm.formats.listing import ENDED, RAN
-from tests.fakeslurm import RecordedSlurm, job_id_text
-
 FIRST_ID = 1_000_000  # tests.bench.delivery.write_backlog numbers the jobs from here
 
 
-def _next_chunk(base: Path) -> Path:
+def _next_chunk(base: Path) -> int | None:
+    """The number of the chunk handed out now, None once all are."""
     with (base / "served.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         served = _served_count(base)
-        chunk = base / f"window-{served:03d}.json"
-        if not chunk.exists():
-            return base / "empty.json"
+        if not (base / f"window-{served:03d}.json").exists():
+            return None
         (base / "served").write_text(str(served + 1))
-        return chunk
+        return served
 
 
 def _served_count(base: Path) -> int:
@@ -70,11 +76,42 @@ def _served(base: Path, ids: set[int]) -> tuple[dict, str]:
     return doc, "\n\n".join(ctl) + "\n"
 
 
-def _listing(doc: dict) -> str:
+def listing_lines(doc: dict) -> str:
     """sacct -P's lines for every record of a chunk, in the listing's fields
     (JobIDRaw,JobID,Start,End,State,NodeList): the window lists what it handed out."""
+    from tests.fakeslurm import job_id_text
+
     return "".join(f"{r['job_id']}|{job_id_text(r)}|{r['time']['start']}|{r['time']['end']}|"
                    f"{r['state']['current'][0]}|{r['nodes']}\n" for r in doc["jobs"])
+
+
+def _by_id(base: Path, kind: str, ids: set[int]) -> list[str]:
+    """The lines of ``kind`` (records: JSON, listing: sacct -P) of these job ids, from the
+    chunks handed out, in job-id order. A record is read alone, at its offset
+    (``records-NNN.at``: where each line starts): a chunk is some 20 MB."""
+    size = int((base / "chunk_jobs").read_text())
+    out: list[str] = []
+    wanted = sorted(i for i in ids if i >= FIRST_ID)
+    for chunk in _served_chunks(base, set(wanted)):
+        places = [at for i in wanted if 0 <= (at := i - FIRST_ID - chunk * size) < size]
+        if kind == "listing":
+            lines = (base / f"listing-{chunk:03d}.txt").read_text().splitlines()
+            out += [lines[at] for at in places if at < len(lines)]
+            continue
+        starts = list(map(int, (base / f"records-{chunk:03d}.at").read_text().split()))
+        with (base / f"records-{chunk:03d}.jsonl").open("rb") as fh:
+            for at in places:
+                if at + 1 < len(starts):
+                    fh.seek(starts[at])
+                    out.append(fh.read(starts[at + 1] - starts[at]).decode().rstrip("\n"))
+    return out
+
+
+def _json_of(base: Path, records: list[str]) -> str:
+    """``sacct --json``: the recorded document's meta with these records (JSON text)."""
+    doc = json.loads((base / "empty.json").read_text())
+    doc["jobs"] = ["\0"]
+    return json.dumps(doc).replace('"\\u0000"', ", ".join(records))
 
 
 def answer(base: Path, argv: list[str], stdin: str) -> tuple[str, int]:
@@ -85,12 +122,21 @@ def answer(base: Path, argv: list[str], stdin: str) -> tuple[str, int]:
     if cmd == "sacct" and "-V" in argv:
         return "slurm 24.11.5\n", 0
     if cmd == "sacct" and "-P" in argv and "--starttime" in argv:
+        from ccadapter.slurm.formats.listing import ENDED, RAN
+
         if "-s" not in argv or argv[argv.index("-s") + 1] not in (ENDED[1], RAN[1]):
             raise SystemExit(f"replay_slurm: no answer for {' '.join(argv)}: only the "
                              "listings of ended runs and of runs that ran are replayed")
-        return _listing(json.loads(_next_chunk(base).read_text())), 0
+        chunk = _next_chunk(base)
+        return ("" if chunk is None else (base / f"listing-{chunk:03d}.txt").read_text()), 0
     if cmd == "squeue" and "-s" in argv:  # the step list: nothing runs
         return "", 0
+    if cmd == "sacct" and "--jobs" in argv and "-B" not in argv:  # by id: see the docstring
+        if "-P" in argv:
+            return "".join(line + "\n" for line in _by_id(base, "listing", _ids(argv, ""))), 0
+        return _json_of(base, _by_id(base, "records", _ids(argv, ""))), 0
+    from tests.fakeslurm import RecordedSlurm
+
     doc, controller = _served(base, _ids(argv, stdin))
     slurm = RecordedSlurm("24.11", doc, controller, clock=time.time)
     if cmd == "sacct":  # by job ids: the listing of stale-jobs, the details of new runs
@@ -121,6 +167,8 @@ def serve_scontrol(base: Path, argv: list[str], stdin: TextIO, stdout: TextIO,
     as the long-lived process of :meth:`~ccadapter.slurm.runner.SlurmRunner.ask` needs (its
     input stays open between questions), from the chunks handed out so far. A chunk's
     records are read once (it never changes once written)."""
+    from tests.fakeslurm import RecordedSlurm
+
     records: dict[int, str] = {}  # job id -> its ``scontrol show job -d`` record
     loaded: set[int] = set()
     for line in stdin:

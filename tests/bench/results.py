@@ -10,6 +10,7 @@ Schema (``"schema": 1``)::
       "command": ".venv/bin/python -m tests.bench.all --only pipeline",
       "date": "2026-11-23T10:30:00Z",             # when the measurement ended (UTC)
       "took_s": 412.5,                            # wall time of the measurement
+      "receiver": "cc-backend 1.5.4",             # what the daemon delivered to (RECEIVERS)
       "machine": {"cpu": "AMD EPYC", "cores": 2, "ram_gb": 23.5,
                   "os": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0",
                   "python": "3.11.7", "commit": "45ed901", "dirty": false},
@@ -18,6 +19,9 @@ Schema (``"schema": 1``)::
     }
 
 ``dirty`` says that ``ccadapter/`` or ``tests/`` differed from the commit when it ran.
+``receiver`` names what the measured daemon delivered to: the real cc-backend (its release),
+the stand-in (tests/standin), a nats-server alone, or nothing (a figure of Slurm, the parser
+or the test suite): a stand-in's figure says nothing of cc-backend's speed or answers.
 Files may sit beside their JSON (a plot, ``scale.png``); a renderer links them by name.
 """
 
@@ -36,6 +40,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "tests" / "bench" / "results"
 SCHEMA = 1
+# what a results file may name as its receiver (tests.ccbackend.RECEIVER is the first)
+RECEIVERS = ("cc-backend 1.5.4", "stand-in", "nats-server", "none")
 
 
 def machine() -> dict[str, Any]:
@@ -56,15 +62,18 @@ def command_line(module: str, argv: list[str] | None = None, *, lock: bool = Fal
     return f"flock /tmp/ccadapter-integration.lock {cmd}" if lock else cmd
 
 
-def write(section: str, *, command: str, plan: dict[str, Any], data: dict[str, Any],
-          took_s: float, directory: Path | None = None, when: float | None = None,
-          machine_info: dict[str, Any] | None = None) -> Path:
-    """Store one section's measurements (the whole file is replaced). ``machine_info``
-    corrects what :func:`machine` finds (e.g. the commit a CI log was made on)."""
+def write(section: str, *, command: str, receiver: str, plan: dict[str, Any],
+          data: dict[str, Any], took_s: float, directory: Path | None = None,
+          when: float | None = None, machine_info: dict[str, Any] | None = None) -> Path:
+    """Store one section's measurements (the whole file is replaced). ``receiver``: one of
+    :data:`RECEIVERS`. ``machine_info`` corrects what :func:`machine` finds (e.g. the
+    commit a CI log was made on)."""
+    if receiver not in RECEIVERS:
+        raise ValueError(f"receiver {receiver!r} is none of {', '.join(RECEIVERS)}")
     doc = {"schema": SCHEMA, "section": section, "command": command,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
-           "took_s": round(took_s, 1), "machine": {**machine(), **(machine_info or {})},
-           "plan": plan, "data": data}
+           "took_s": round(took_s, 1), "receiver": receiver,
+           "machine": {**machine(), **(machine_info or {})}, "plan": plan, "data": data}
     directory = directory or RESULTS
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{section}.json"
@@ -82,6 +91,8 @@ def load(section: str, directory: Path | None = None) -> dict[str, Any] | None:
     doc = json.loads(path.read_text())
     if doc.get("schema") != SCHEMA or doc.get("section") != section:
         raise ValueError(f"{path}: not a schema-{SCHEMA} results file of {section!r}")
+    if doc.get("receiver") not in RECEIVERS:
+        raise ValueError(f"{path}: names no receiver of {', '.join(RECEIVERS)}")
     return doc
 
 

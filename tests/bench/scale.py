@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results
+from tests.bench.receivers import STANDIN
 from tests.bench.scale_plot import plot
 from tests.bench.scale_probe import (
     CYCLE_LINES,
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([str(TESTBED), "down", "scale"], check=False, stdin=subprocess.DEVNULL)
     data["plot"] = plot(data, results.RESULTS / "scale.png")
     command = "flock /tmp/clusterscale.lock " + results.command_line("tests.bench.scale", argv)
-    path = results.write("scale", command=command,
+    path = results.write("scale", command=command, receiver=STANDIN,
                          plan={"sizes": args.sizes, "duration_s": args.duration,
                                "warmup_s": args.warmup, "nodes": args.nodes,
                                "running": args.running, "rate": args.rate, "poll": POLL,

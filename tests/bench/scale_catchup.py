@@ -21,14 +21,14 @@ from pathlib import Path
 
 from tests.bench import results
 from tests.bench.delivery import (
+    BENCH_CLUSTER,
     CHUNK_JOBS,
-    STANDIN_LATENCY,
     _free_port,
     _outbox_counts,
     daemon_backlog,
-    standin_process,
     write_backlog,
 )
+from tests.bench.receivers import STANDIN, STANDIN_LATENCY, standin_process
 
 DAY = 86400.0
 OUTAGE_DAYS = 3  # the catch-up: lastRun this far back, cc-backend down meanwhile
@@ -51,7 +51,7 @@ def catch_up_run(n_runs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="cccatchup-") as tmp:
         base = Path(tmp)
         write_backlog(base, n_runs, time.time())
-        out = daemon_backlog(n_runs, base, lookback=OUTAGE_DAYS * DAY)
+        out = daemon_backlog(n_runs, base, lookback=OUTAGE_DAYS * DAY, receiver=STANDIN)
     out.pop("rss_enqueue_mb", None)
     out.pop("rss_drain_mb", None)
     return out
@@ -74,7 +74,7 @@ def backfill_run(days: int, n_runs: int) -> dict:
             "slurmCommandPrefix": [sys.executable, "-m", "tests.bench.replay_slurm",
                                    str(base)],
             "slurmFetchJobScripts": False}))
-        server, _ = standin_process(STANDIN_LATENCY, port)
+        server = standin_process(STANDIN_LATENCY, BENCH_CLUSTER, port=port)
         try:
             t0 = time.monotonic()
             proc = subprocess.run(
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     data["backfill"] = backfill_run(args.days, args.runs)
     print(f"backfill: {data['backfill']['peak_rss_mb']:.1f} MB peak", file=sys.stderr)
     path = results.write("scale-history", command=results.command_line(
-        "tests.bench.scale_catchup", argv), plan={"runs": args.runs, "days": args.days,
-                                                  "chunk_jobs": CHUNK_JOBS,
-                                                  "lookback_days": OUTAGE_DAYS},
+        "tests.bench.scale_catchup", argv), receiver=STANDIN,
+        plan={"runs": args.runs, "days": args.days, "chunk_jobs": CHUNK_JOBS,
+              "lookback_days": OUTAGE_DAYS},
         data=data, took_s=time.monotonic() - started)
     print(f"wrote {path}", file=sys.stderr)
     return 0

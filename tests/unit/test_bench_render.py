@@ -19,16 +19,28 @@ MACHINE = {"cpu": "Test CPU", "cores": 2, "ram_gb": 23.5, "os": "Debian GNU/Linu
 
 
 def doc(section: str, plan: dict, data: dict) -> dict:
+    receiver = {"pipeline": "cc-backend 1.5.4", "faults": "cc-backend 1.5.4",
+                "parse": "none", "ci": "none", "nats": "nats-server"}.get(section, "stand-in")
     return {"schema": results.SCHEMA, "section": section, "command": f"cmd-{section}",
-            "date": "2026-11-23T10:30:00Z", "took_s": 600.0, "machine": MACHINE,
-            "plan": plan, "data": data}
+            "date": "2026-11-23T10:30:00Z", "took_s": 600.0, "receiver": receiver,
+            "machine": MACHINE, "plan": plan, "data": data}
 
 
-def _run(jobs: int, drain_s: float, peak: float) -> dict:
-    return {"jobs": jobs, "events": 2 * jobs, "enqueue_s": 12.5, "drain_s": drain_s,
+def _run(jobs: int, drain_s: float, peak: float, ceiling: float = 1000.0) -> dict:
+    held = {"stopped": jobs - 3, "running": 3, "cached": 0}
+    trials = [{"threads": n, "jobs": 2000, "events_per_s": ceiling * (1 - 0.01 * n)}
+              for n in (1, 2, 4, 8)]
+    return {"receiver": "cc-backend 1.5.4", "jobs": jobs, "events": 2 * jobs,
+            "enqueue_s": jobs / 1250, "jobs_per_s": 1250.0, "drain_s": drain_s,
+            "events_per_s": 2 * jobs / drain_s, "cpu_enqueue_s": 7.0,
+            "slurm_cpu_enqueue_s": 2.5, "cpu_drain_s": 20.0,
             "rss_end_mb": 61.0, "peak_rss_mb": peak, "rss_enqueue_mb": [50.0, peak],
             "rss_drain_mb": [55.0, 66.0],
-            "outbox": {"start:delivered": jobs, "stop:delivered": jobs}}
+            "outbox": {"start:delivered": jobs, "stop:delivered": jobs}, "held": held,
+            "ceiling": {"jobs": jobs, "events": 2 * jobs, "threads": 1, "seconds": 1.0,
+                        "events_per_s": ceiling, "held": held, "trials": trials},
+            "ceiling_events_per_s": ceiling, "ratio": 2 * jobs / drain_s / ceiling,
+            "parse": {"jobs": jobs, "jobs_per_s": 9000.0}, "parse_jobs_per_s": 9000.0}
 
 
 def _level(queued: int, cpu_share: float, window_wall: float, squeue_wall: float) -> dict:
@@ -84,8 +96,10 @@ def synthetic() -> dict[str, dict]:
         "parse": doc("parse", {"runs": 3, "jobs": 10_000, "quick": False},
                      {"rows": [{"version": "22.05", "size": 27e6, "times": [1.2, 1.3, 1.25]}]}),
         "pipeline": doc("pipeline", {"runs": 1, "small_jobs": 10_000, "large_jobs": 100_000,
-                                     "workers": 16, "latency_s": 0.005, "chunk_jobs": 5000,
-                                     "poll_s": 5, "quick": False},
+                                     "workers": 16, "receiver": "cc-backend 1.5.4",
+                                     "commit_interval": "2s", "ceiling_threads": [1, 2, 4, 8],
+                                     "ceiling_sample_jobs": 2000, "chunk_jobs": 5000,
+                                     "poll_s": 2, "quick": False},
                         {"small": [_run(10_000, 20.0, 70.0)],
                          "large": [_run(100_000, 250.0, 95.0)]}),
         "nats": doc("nats", {"runs": 2, "events": 5000, "workers": 16, "quick": True},
@@ -154,9 +168,13 @@ def test_every_figure_comes_from_the_results():
     assert text.startswith("# Benchmarks")
     assert "not measured yet" not in text.lower()
     assert "cmd-pipeline" in text and "c0ffee1" in text and "Test CPU, 2 cores" in text
-    assert "| 1,000 |" in text  # 20,000 events / 20 s
-    assert "| 800 |" in text and "**no**" in text  # 200,000 / 250 s: under the target
-    assert "95 MB (draining: 66 MB)" in text  # the large backlog's peak, over its target
+    assert "| 1,000 | 1,000 (1) | 1.00x |" in text  # 20,000 events / 20 s, of 1,000
+    assert "800 vs 1,000 events/s = 0.80x | >= 0.8x the ceiling | — | cc-backend 1.5.4 | yes" \
+        in text  # 200,000 / 250 s
+    assert "95 MB (draining: 66 MB)" in text and "**no**" in text  # peak over its target
+    assert "1,250 jobs/s (parse alone: 9,000 jobs/s) | >= 1,000 jobs/s" in text
+    assert "Receiver: **cc-backend 1.5.4**" in text and "| nats-server |" in text
+    assert "held 99,997 jobs stopped and 3 running" in " ".join(text.split())
     assert "0.50 %" in text  # 0.6 CPU s over 120.2 s
     assert "1.23x" in text  # hook 16 ms / bare 13 ms
     assert "**120 s**" in text
@@ -171,7 +189,7 @@ def test_every_figure_comes_from_the_results():
     assert "| 50,000 | 12 | 41.0 -> 42.0 MB | cycle slurm-lookback, 3 x ccadapter.cc.delivery |" \
         in text
     assert "| 50,000 | 1.00 s / 0.50 s / 2.00 MB | 16.50 s / 6.80 s / 165.00 MB |" in text
-    assert "120 MB | <= 100 MB | — | **no** |" in text  # the backfill's peak
+    assert "120 MB | <= 100 MB | — | stand-in | **no** |" in text  # the backfill's peak
     assert "| 26.05.5 | state disk full (30 s) | 197 | 0 | 0 | 2 | 0 | 0 | 0 | 0 | 1 | 3 |" \
         in text
     assert "| **all** | | **237** | **0** | **0** | **2** | **0** | **0** | **0** | **0** | " \
@@ -183,10 +201,10 @@ def test_every_figure_comes_from_the_results():
 def test_numbers_change_with_the_results():
     base = synthetic()
     changed = copy.deepcopy(base)
-    changed["pipeline"]["data"]["small"][0]["drain_s"] = 10.0
+    changed["pipeline"]["data"]["small"][0].update(events_per_s=2000.0, ratio=2.0)
     changed["ci"]["data"]["total_s"] = 3600.0
     a, b = render.document(base), render.document(changed)
-    row = "| 1 | 12.5 s | 10.0 s | 2,000 |"
+    row = "| 20.0 s | 2,000 | 1,000 (1) | 2.00x |"
     assert row in b and row not in a
     assert "60.0 min" in b and "| **no** |" in b.split("## Sync engine")[0]
 
@@ -197,7 +215,7 @@ def test_missing_sections_say_not_measured_yet_with_their_command():
     text = render.document(docs)
     hook = next(s for s in render.SECTIONS if s.name == "hook")
     assert f"## {hook.title}\n\nNot measured yet. Produce it with:\n\n    {hook.command}" in text
-    assert "| CI duration (issue 13) | not measured yet |" in text
+    assert "| CI duration (issue 13) | not measured yet |  |  |  | — |" in text
     assert "flock /tmp/ccadapter-integration.lock" in hook.command
 
 
@@ -220,21 +238,41 @@ def test_check_mode(tmp_path, monkeypatch):
 
 
 def test_results_round_trip_and_refuse_foreign_files(tmp_path):
-    path = results.write("parse", command="c", plan={"runs": 1}, data={"rows": []},
-                         took_s=1.25, directory=tmp_path, machine_info={"commit": "abc"})
+    path = results.write("parse", command="c", receiver="none", plan={"runs": 1},
+                         data={"rows": []}, took_s=1.25, directory=tmp_path,
+                         machine_info={"commit": "abc"})
     loaded = results.load("parse", tmp_path)
     assert loaded["machine"]["commit"] == "abc" and loaded["took_s"] == 1.2
+    assert loaded["receiver"] == "none"
     assert set(loaded["machine"]) == set(MACHINE)
     assert results.load("hook", tmp_path) is None
     path.write_text(json.dumps({**loaded, "section": "hook"}))
     with pytest.raises(ValueError, match="not a schema-1 results file"):
         results.load("parse", tmp_path)
+    path.write_text(json.dumps({k: v for k, v in loaded.items() if k != "receiver"}))
+    with pytest.raises(ValueError, match="names no receiver"):
+        results.load("parse", tmp_path)
+    with pytest.raises(ValueError, match="receiver 'nobody' is none of"):
+        results.write("parse", command="c", receiver="nobody", plan={}, data={}, took_s=1,
+                      directory=tmp_path)
+
+
+def test_every_committed_results_file_names_its_receiver():
+    """Issue 30: a figure of the stand-in says nothing of cc-backend; each file says which."""
+    for path in sorted(results.RESULTS.glob("*.json")):
+        doc = json.loads(path.read_text())
+        assert doc.get("receiver") in results.RECEIVERS, path.name
+    faults = results.load("faults")
+    for row in faults["data"]["rows"]:
+        for fault in row["faults"]:
+            assert {"lost", "duplicated", "wrong"} <= set(fault), (row["version"], fault)
 
 
 def test_a_failed_section_keeps_its_previous_results(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     monkeypatch.setattr(render, "OUT", tmp_path / "B.md")
-    results.write("parse", command="old", plan={"runs": 1, "jobs": 1, "quick": False},
+    results.write("parse", command="old", receiver="none",
+                  plan={"runs": 1, "jobs": 1, "quick": False},
                   data={"rows": [{"version": "22.05", "size": 1, "times": [1.0]}]},
                   took_s=1)
 

@@ -3,13 +3,13 @@
 
 from ccadapter.slurm.formats.listing import parse_listing
 from ccadapter.slurm.formats.records import ParseContext
-from tests.bench.replay_slurm import _listing
+from tests.bench.replay_slurm import listing_lines
 from tests.conftest import fixture_json
 
 
 def test_the_replayed_listing_is_read_whole():
     doc = fixture_json("24.11", "testbed/sacct-window.json")
-    stamps, errors = parse_listing(_listing(doc), ParseContext("24.11.5", "sacct -P"))
+    stamps, errors = parse_listing(listing_lines(doc), ParseContext("24.11.5", "sacct -P"))
     assert errors == []
     assert sorted(s.job_id for s in stamps) == sorted(r["job_id"] for r in doc["jobs"])
 
@@ -24,7 +24,7 @@ def test_every_job_of_the_backlog_is_a_run_of_its_own(tmp_path):
 
     write_backlog(tmp_path, 300, time.time())
     doc = json.loads((tmp_path / "window-000.json").read_text())
-    stamps, errors = parse_listing(_listing(doc), ParseContext("24.11.5", "sacct -P"))
+    stamps, errors = parse_listing(listing_lines(doc), ParseContext("24.11.5", "sacct -P"))
     assert errors == [] and len({s.job_id for s in stamps}) == 300
     assert all(not (r.get("het") or {}).get("job_id") for r in doc["jobs"])
 
@@ -85,3 +85,28 @@ def test_a_long_lived_scontrol_is_answered_question_by_question(tmp_path):
             assert batch.answers(done.stdout)[0].startswith(f"JobId={job_id} ")
     finally:
         runner.close()
+
+
+def test_questions_by_job_id_are_answered_as_the_recorded_slurm_answers_them(tmp_path):
+    """The replay answers a question by job id from its per-line files, without decoding a
+    chunk (its cost would count as the daemon's enqueue): the same text as
+    tests.fakeslurm.RecordedSlurm prints over the decoded chunks."""
+    import time
+
+    from ccadapter.slurm.formats.listing import ENDED
+    from tests.bench.delivery import CHUNK_JOBS, FIRST_ID, write_backlog
+    from tests.bench.replay_slurm import _served, answer
+    from tests.fakeslurm import RecordedSlurm
+
+    write_backlog(tmp_path, CHUNK_JOBS + 40, time.time())
+    for _ in range(2):  # both chunks handed out
+        answer(tmp_path, ["sacct", "-X", "-P", *ENDED, "--starttime", "0"], "")
+    ids = [FIRST_ID + 3, FIRST_ID + 7, FIRST_ID + CHUNK_JOBS + 5, FIRST_ID + CHUNK_JOBS + 39,
+           FIRST_ID + CHUNK_JOBS + 40, 17]  # the last two: no such job
+    asked = ",".join(map(str, ids))
+    doc, controller = _served(tmp_path, set(ids))
+    recorded = RecordedSlurm("24.11", doc, controller, clock=time.time)
+    for argv, env in ((["sacct", "--json", "-X", "--jobs", asked], None),
+                      (["sacct", "-X", "-P", "-n", "--jobs", asked],
+                       {"SLURM_TIME_FORMAT": "%s"})):
+        assert answer(tmp_path, argv, "") == (recorded.run(argv, env=env), 0)
