@@ -34,7 +34,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
 from ccadapter.clusters import (
@@ -52,6 +51,7 @@ from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
 from ccadapter.delivery import Deliverer, nats_first
 from ccadapter.metrics import Metrics, MetricsServer, NoMetrics, Recorder
+from ccadapter.model import ALL_CLUSTERS
 from ccadapter.notify.delivery import NatsDelivery, Subjects
 from ccadapter.ops.status import HOOK_KEY, SERVED_KEY
 from ccadapter.outbox import Event, Outbox, Result
@@ -373,7 +373,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         # the config just read also says whether energy is gathered: not asked twice
         name = local.cluster_name()
         roster = Roster(partial(make, config_text=local.config_text), [name])
-    elif config.slurm_clusters == [clustername.ALL]:
+    elif config.slurm_clusters == [ALL_CLUSTERS]:
         roster = Roster(make, listing=ClusterList(base))
     else:
         roster = Roster(make, config.slurm_clusters)

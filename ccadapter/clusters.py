@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import last_run_path
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
@@ -104,7 +104,7 @@ def last_runs(config: Config) -> LastRuns:
     (:mod:`ccadapter.runtime.lastrun`)."""
 
     def of(scope: str | None) -> LastRun:
-        path = clustername.last_run_path(config.last_run_path, scope)
+        path = last_run_path(config.last_run_path, scope)
         return LastRun(path, seed=None if scope is None else config.last_run_path)
 
     return of

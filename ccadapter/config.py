@@ -33,8 +33,8 @@ from pydantic import (
     field_validator,
 )
 
-from ccadapter import clustername
 from ccadapter.errors import ConfigError
+from ccadapter.model import ALL_CLUSTERS, valid_cluster_name
 from ccadapter.prep.hook import parse_spec
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class Config(BaseModel):
     # The Slurm clusters one daemon serves (several clusters of one slurmdbd): names, or
     # ["*"] for every cluster `sacctmgr list clusters` names, as cc-slurm-adapter does. Each
     # gets `--clusters NAME` on every Slurm command and state of its own (see
-    # ccadapter.clustername). Empty: the local cluster only, without --clusters, as before.
+    # ccadapter.model). Empty: the local cluster only, without --clusters, as before.
     slurm_clusters: list[str] = Field(default_factory=list, alias="slurmClusters")
     # With ["*"]: seconds between two readings of the cluster list (a cluster added to
     # slurmdbd is served from the next one on, a deleted one is no longer polled).
@@ -293,11 +293,11 @@ class Config(BaseModel):
     @field_validator("slurm_clusters")
     @classmethod
     def _cluster_names(cls, value: list[str]) -> list[str]:
-        if clustername.ALL in value and value != [clustername.ALL]:
-            raise ValueError(f'"{clustername.ALL}" stands for every cluster and goes alone: '
-                             f'["{clustername.ALL}"]')
+        if ALL_CLUSTERS in value and value != [ALL_CLUSTERS]:
+            raise ValueError(f'"{ALL_CLUSTERS}" stands for every cluster and goes alone: '
+                             f'["{ALL_CLUSTERS}"]')
         for name in value:
-            if name != clustername.ALL and not clustername.valid(name):
+            if name != ALL_CLUSTERS and not valid_cluster_name(name):
                 raise ValueError(f"{name[:80]!r} is not a Slurm cluster name (letters, digits, "
                                  "'_', '.', '-')")
         if len(set(value)) < len(value):
@@ -315,7 +315,7 @@ class Config(BaseModel):
                              "on prepSockListenPath alone")
         seen = {info.data.get("prep_sock_listen_path")}
         for name, spec in value.items():
-            if clusters != [clustername.ALL] and name not in clusters:
+            if clusters != [ALL_CLUSTERS] and name not in clusters:
                 raise ValueError(f"{name[:80]!r} is not in slurmClusters")
             try:
                 parse_spec(spec)

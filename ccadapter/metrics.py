@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin, unparsed
 from ccadapter.outbox.store import Store
 from ccadapter.prep.messages import DropReason

@@ -8,8 +8,8 @@ import re
 from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
-from ccadapter.kinds import EventKind
 from ccadapter.loggate import LogGate
+from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 log = logging.getLogger(__name__)

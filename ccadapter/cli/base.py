@@ -15,11 +15,12 @@ from typing import Any
 
 import click
 
-from ccadapter import __version__, clustername
+from ccadapter import __version__
 from ccadapter.app import App, build
 from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config
 from ccadapter.config_rules import check_delivery
 from ccadapter.errors import CcAdapterError, ConfigError
+from ccadapter.model import ALL_CLUSTERS
 from ccadapter.problems import describe
 from ccadapter.retry import RetryPolicies
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
@@ -184,7 +185,7 @@ def served_names(config: Config, runner: CommandRunner) -> list[str | None]:
     names of slurmClusters, or each that `sacctmgr list clusters` names."""
     if not config.multi_cluster():
         return [None]
-    if config.slurm_clusters == [clustername.ALL]:
+    if config.slurm_clusters == [ALL_CLUSTERS]:
         return list(ClusterList(runner).names())
     return list(config.slurm_clusters)
 

@@ -30,7 +30,7 @@ from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config import Config
 from ccadapter.config_rules import missing_files
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.ops.backfill import Backfill, ChunkResult, chunks
 from ccadapter.ops.checks import Identity, config_problems
 from ccadapter.ops.recover import claim, clear_socket, rebuild

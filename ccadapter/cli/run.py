@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ccadapter import __version__, clustername
+from ccadapter import __version__
 from ccadapter.app import App, LastRuns, build, outbox_path
 from ccadapter.cli.base import (
     CommandExit,
@@ -35,6 +35,7 @@ from ccadapter.config import Config, safe_url
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import MetricsServer
+from ccadapter.model import last_run_path
 from ccadapter.ops.checks import Identity, startup_warnings
 from ccadapter.ops.status import CycleLog, scrub, secret_values
 from ccadapter.outbox import Outbox, admin
@@ -271,7 +272,7 @@ def _dry_run_last_runs(config: Config, tmp: Path) -> LastRuns:
     real = last_runs(config)
 
     def copy(scope: str | None) -> LastRun:
-        last_run = LastRun(tmp / clustername.last_run_path("lastrun", scope))
+        last_run = LastRun(tmp / last_run_path("lastrun", scope))
         if (ts := real(scope).get()) is not None:
             last_run.set(ts)
         return last_run

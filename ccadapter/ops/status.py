@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ccadapter import __version__, clustername
+from ccadapter import __version__
 from ccadapter.config import Config
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
+from ccadapter.model import ALL_CLUSTERS, last_run_path, scoped_key, unscoped_key
 from ccadapter.outbox import Outbox, admin, unparsed
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
@@ -56,7 +57,7 @@ class CycleLog:
     def __call__(self, routine: Routine) -> None:
         record = {"at": self.clock(), "ok": routine.last_error is None,
                   "lastOk": routine.last_ok, "error": routine.last_error}
-        key = CYCLE_PREFIX + clustername.scoped(routine.name, routine.cluster)
+        key = CYCLE_PREFIX + scoped_key(routine.name, routine.cluster)
         try:
             self.outbox.store.set_state(key, json.dumps(record))
         except (sqlite3.Error, OutboxError) as exc:
@@ -117,11 +118,11 @@ def _cluster_views(config: Config, cycles: dict[str | None, dict[str, Any]],
                    served: list[str] | None, now: float) -> dict[str, dict[str, Any]]:
     """Per cluster: served now (None: the daemon has not said yet), its lastRun (read from
     ``lastRunPath`` until its own file exists), its routines' last cycles."""
-    named = [c for c in config.slurm_clusters if c != clustername.ALL]
+    named = [c for c in config.slurm_clusters if c != ALL_CLUSTERS]
     names = dict.fromkeys([*named, *(served or []), *(c for c in cycles if c is not None)])
     out = {}
     for name in names:
-        path = clustername.last_run_path(config.last_run_path, name)
+        path = last_run_path(config.last_run_path, name)
         out[name] = {"served": None if served is None else name in served,
                      "lastRun": _last_run_view(path, now, seed=config.last_run_path),
                      "reconcilers": cycles.get(name, {})}
@@ -201,7 +202,7 @@ def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]
         except ValueError:
             continue  # written by a newer or broken version: not ours to interpret
         record["age"] = _age(now, record["at"])
-        cluster, name = clustername.unscoped(key.removeprefix(CYCLE_PREFIX))
+        cluster, name = unscoped_key(key.removeprefix(CYCLE_PREFIX))
         out.setdefault(cluster, {})[name] = record
     return out
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.cc.payload import keep_script, start_hosts, with_start
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox.queue import (
     EVENTS,
     NOTIFY,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox.store import Store
 from ccadapter.retry import RetryPolicy
 

@@ -19,8 +19,7 @@ import pytest
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
 from ccadapter.delivery import Deliverer, DeliveryStats
-from ccadapter.kinds import EventKind
-from ccadapter.model import Job
+from ccadapter.model import EventKind, Job
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.events import events_for
