@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ccadapter.cc.client import CcClient
@@ -44,8 +43,9 @@ from ccadapter.clusters import (
     SyncParts,
     last_runs,
 )
-from ccadapter.config import Config
-from ccadapter.config_rules import node_state_path
+from ccadapter.config.keys import Config
+from ccadapter.config.rules import node_state_path
+from ccadapter.config.views import outbox_path
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
@@ -73,7 +73,6 @@ if TYPE_CHECKING:  # nats-py is imported only where NATS is configured (a few MB
 
 log = logging.getLogger(__name__)
 
-OUTBOX_FILE = "outbox.sqlite"
 
 
 @dataclass
@@ -297,10 +296,6 @@ class App:
         for runner in self.runners:
             runner.close()
         self.outbox.close()
-
-
-def outbox_path(config: Config) -> Path:
-    return config.state_dir() / OUTBOX_FILE
 
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | None = None,

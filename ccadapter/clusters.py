@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ccadapter.cc.client import CcClient
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import last_run_path
 from ccadapter.outbox import Outbox

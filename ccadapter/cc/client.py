@@ -39,7 +39,7 @@ from urllib.parse import urlencode
 from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
-from ccadapter.config import safe_url
+from ccadapter.config.secrets import safe_url
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import EventKind
 from ccadapter.retry import RetryPolicies, RetryPolicy

@@ -17,8 +17,9 @@ import click
 
 from ccadapter import __version__
 from ccadapter.app import App, build
-from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config
-from ccadapter.config_rules import check_delivery
+from ccadapter.config.keys import Config
+from ccadapter.config.load import DEFAULT_CONFIG_PATH, load_config
+from ccadapter.config.rules import check_delivery
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.problems import describe

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ccadapter import __version__
-from ccadapter.app import App, LastRuns, build, outbox_path
+from ccadapter.app import App, LastRuns, build
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -31,13 +31,15 @@ from ccadapter.cli.base import (
     set_log_levels,
 )
 from ccadapter.clusters import last_runs
-from ccadapter.config import Config, safe_url
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import safe_url, scrub, secret_values
+from ccadapter.config.views import outbox_path
 from ccadapter.daemon import Routine
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import MetricsServer
 from ccadapter.model import last_run_path
 from ccadapter.ops.checks import Identity, startup_warnings
-from ccadapter.ops.status import CycleLog, scrub, secret_values
+from ccadapter.ops.status import CycleLog
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.server import PrepServer
 from ccadapter.problems import describe

@@ -29,7 +29,8 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from ccadapter.config import Config, safe_url
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import safe_url
 from ccadapter.loggate import LogGate
 from ccadapter.notify.message import Message, Published
 from ccadapter.retry import RetryPolicies, RetryPolicy

@@ -26,7 +26,8 @@ import pwd
 import stat
 from dataclasses import dataclass
 
-from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import SECRET_KEYS
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.slurm.clusters import ClusterList

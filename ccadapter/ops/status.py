@@ -18,12 +18,13 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ccadapter import __version__
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import scrub, secret_values
 from ccadapter.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon import Routine
 from ccadapter.errors import OutboxError
@@ -35,7 +36,6 @@ from ccadapter.runtime.pidlock import PidLock, pid_alive
 log = logging.getLogger(__name__)
 
 CYCLE_PREFIX = "cycle."
-REDACTED = "<redacted>"
 # The outbox's state key listing the clusters the daemon serves now (see ccadapter.app).
 SERVED_KEY = "clusters.served"
 # The outbox's state key of the hook's counts (ccadapter.prep.tally.HookTally.snapshot).
@@ -205,25 +205,3 @@ def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]
         cluster, name = unscoped_key(key.removeprefix(CYCLE_PREFIX))
         out.setdefault(cluster, {})[name] = record
     return out
-
-
-def secret_values(config: Config) -> list[str]:
-    """The config's secrets that are set (:meth:`Config.secret_values`)."""
-    return config.secret_values()
-
-
-def scrub(obj: Any, secrets: Iterable[str]) -> Any:
-    """``obj`` with every occurrence of a secret in its strings replaced. A status shows
-    error texts of other programs (cc-backend's answers, exceptions); none may carry one."""
-    secrets = [s for s in secrets if s]
-    if not secrets:
-        return obj
-    if isinstance(obj, str):
-        for secret in secrets:
-            obj = obj.replace(secret, REDACTED)
-        return obj
-    if isinstance(obj, dict):
-        return {k: scrub(v, secrets) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [scrub(v, secrets) for v in obj]
-    return obj

@@ -62,7 +62,7 @@ from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from ccadapter.config import Config
+    from ccadapter.config.keys import Config
 
 log = logging.getLogger(__name__)
 

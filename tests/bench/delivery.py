@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.reconcilers.events import events_for
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench.receivers import (

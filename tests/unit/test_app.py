@@ -15,8 +15,8 @@ import pytest
 
 from ccadapter.app import build
 from ccadapter.clusters import EnergyProbe
-from ccadapter.config import Config
-from ccadapter.config_rules import node_state_path, node_state_warnings
+from ccadapter.config.keys import Config
+from ccadapter.config.rules import node_state_path, node_state_warnings
 from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published

@@ -15,7 +15,7 @@ import pytest
 
 from ccadapter.app import build
 from ccadapter.clusters import ClusterSync, Roster
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import SlurmCommandError
 from ccadapter.metrics import Metrics
 from ccadapter.model import last_run_path, scoped_key, unscoped_key

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ccadapter.app import build
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.delivery import Deliverer
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import Metrics, NoMetrics, Recorder

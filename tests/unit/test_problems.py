@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import FileAccessError, OutboxError, SlurmCommandError, SlurmParseError
 from ccadapter.problems import describe
 from ccadapter.slurm.runner import TransientSlurmError

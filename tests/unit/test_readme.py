@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

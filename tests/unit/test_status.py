@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ccadapter.cli.tables import render_events, render_table
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import scrub
 from ccadapter.daemon import Routine
-from ccadapter.ops.status import CycleLog, collect, scrub
+from ccadapter.ops.status import CycleLog, collect
 from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive

@@ -1,6 +1,6 @@
 """Rules across config keys: whether a config can deliver jobs at all, where node states go,
 and what an admin may not expect of a combination. Each key alone is checked by the model
-(:class:`ccadapter.config.Config`); these need several keys and concern only the commands
+(:class:`ccadapter.config.keys.Config`); these need several keys and concern only the commands
 that deliver (``daemon``, ``sync``, ``backfill``, ``recover``): ``jobs``, ``status`` and the
 built-in defaults deliver nothing and must load whatever they say here."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import ConfigError
 
 
