@@ -8,9 +8,9 @@ import re
 from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
-from ccadapter.loggate import LogGate
 from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from ccadapter.config.load import DEFAULT_CONFIG_PATH, load_config
 from ccadapter.config.rules import check_delivery
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.model import ALL_CLUSTERS
-from ccadapter.problems import describe
+from ccadapter.report.problems import describe
 from ccadapter.retry import RetryPolicies
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 from ccadapter.runtime.statelock import OutboxBusy, StateLock
@@ -37,7 +37,7 @@ _CONFIG_KEY = "ccadapter.config"
 class CommandExit(Exception):
     """A command ends here: ``message`` (without "error: ", empty when it was said already)
     on stderr, exit ``code``. ``cause``: an error to describe on one line with what to do
-    (:mod:`ccadapter.problems`) between ``message`` and ``then``; a ConfigError makes the
+    (:mod:`ccadapter.report.problems`) between ``message`` and ``then``; a ConfigError makes the
     code 2."""
 
     def __init__(self, message: str = "", code: int = 1,

@@ -38,7 +38,7 @@ from ccadapter.ops.checks import Identity, config_problems
 from ccadapter.ops.recover import claim, clear_socket, rebuild
 from ccadapter.ops.status import collect as collect_status
 from ccadapter.outbox import Outbox, admin
-from ccadapter.problems import sqlite_advice
+from ccadapter.report.problems import sqlite_advice
 from ccadapter.runtime.pidlock import PidLock
 from ccadapter.slurm.timefmt import parse_when
 

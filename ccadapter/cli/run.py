@@ -42,8 +42,8 @@ from ccadapter.ops.checks import Identity, startup_warnings
 from ccadapter.ops.status import CycleLog
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.server import PrepServer
-from ccadapter.problems import describe
 from ccadapter.reconcilers import Reconciler
+from ccadapter.report.problems import describe
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.sdnotify import notify, watchdog_interval
 from ccadapter.runtime.watchdog import Watchdog

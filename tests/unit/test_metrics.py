@@ -26,7 +26,7 @@ from ccadapter.cc.client import CcClient
 from ccadapter.cc.delivery import RestDelivery
 from ccadapter.config.keys import Config
 from ccadapter.delivery import Deliverer
-from ccadapter.errors import CcAdapterError
+from ccadapter.errors import CcAdapterError, TransientSlurmError
 from ccadapter.metrics import Metrics, NoMetrics, Recorder
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
@@ -36,7 +36,7 @@ from ccadapter.prep.server import PrepServer
 from ccadapter.prep.tally import HookTally
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
+from ccadapter.slurm.runner import SlurmRunner
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 

@@ -8,13 +8,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.errors import OutboxError
+from ccadapter.errors import OutboxError, TransientSlurmError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import TransientSlurmError
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 

@@ -22,10 +22,10 @@ from ccadapter.errors import (
     OutboxError,
     SlurmCommandError,
     SlurmParseError,
+    TransientSlurmError,
     UnsupportedSlurmVersion,
     os_advice,
 )
-from ccadapter.slurm.runner import TransientSlurmError
 
 
 def describe(exc: BaseException, config: Config | None) -> str:
