@@ -16,10 +16,11 @@ from typing import Any
 import click
 
 from ccadapter import __version__
-from ccadapter.app import App, build
 from ccadapter.config.keys import Config
 from ccadapter.config.load import DEFAULT_CONFIG_PATH, load_config
 from ccadapter.config.rules import check_delivery
+from ccadapter.daemon.app import App
+from ccadapter.daemon.build import build
 from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.report.problems import describe

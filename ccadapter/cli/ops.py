@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from ccadapter.app import App
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -31,6 +30,7 @@ from ccadapter.config.keys import Config
 from ccadapter.config.rules import missing_files
 from ccadapter.config.secrets import scrub, secret_values
 from ccadapter.config.views import outbox_path
+from ccadapter.daemon.app import App
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
 from ccadapter.model import EventKind
 from ccadapter.ops.backfill import Backfill, ChunkResult, chunks

@@ -15,7 +15,6 @@ from typing import Any
 import click
 
 from ccadapter import __version__
-from ccadapter.app import App, LastRuns, build
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -30,13 +29,15 @@ from ccadapter.cli.base import (
     require_delivery,
     set_log_levels,
 )
-from ccadapter.clusters import last_runs
 from ccadapter.config.keys import Config
 from ccadapter.config.secrets import safe_url, scrub, secret_values
 from ccadapter.config.views import outbox_path
-from ccadapter.daemon import Routine
+from ccadapter.daemon.app import App
+from ccadapter.daemon.build import build
+from ccadapter.daemon.cluster_sync import LastRuns, last_runs
+from ccadapter.daemon.loop import Routine
+from ccadapter.daemon.metrics import MetricsServer
 from ccadapter.errors import CcAdapterError
-from ccadapter.metrics import MetricsServer
 from ccadapter.model import last_run_path
 from ccadapter.ops.checks import Identity, startup_warnings
 from ccadapter.ops.status import CycleLog

@@ -36,7 +36,7 @@ def check_delivery(config: Config) -> list[str]:
 
 def node_state_path(config: Config) -> str | None:
     """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
-    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.app`."""
+    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.daemon.app`."""
     if not config.cc_rest_submit_jobs and config.nats_server and \
             config.nats_node_state_subject:
         return "nats"

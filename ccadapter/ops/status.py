@@ -25,8 +25,9 @@ from typing import Any
 from ccadapter import __version__
 from ccadapter.config.keys import Config
 from ccadapter.config.secrets import scrub, secret_values
-from ccadapter.control import STATE_KEY as CONTROL_KEY
-from ccadapter.daemon import Routine
+from ccadapter.daemon.app import HOOK_KEY, SERVED_KEY
+from ccadapter.daemon.control import STATE_KEY as CONTROL_KEY
+from ccadapter.daemon.loop import Routine
 from ccadapter.errors import OutboxError
 from ccadapter.model import ALL_CLUSTERS, last_run_path, scoped_key, unscoped_key
 from ccadapter.outbox import Outbox, admin, unparsed
@@ -36,10 +37,6 @@ from ccadapter.runtime.pidlock import PidLock, pid_alive
 log = logging.getLogger(__name__)
 
 CYCLE_PREFIX = "cycle."
-# The outbox's state key listing the clusters the daemon serves now (see ccadapter.app).
-SERVED_KEY = "clusters.served"
-# The outbox's state key of the hook's counts (ccadapter.prep.tally.HookTally.snapshot).
-HOOK_KEY = "hook.counts"
 
 
 class CycleLog:

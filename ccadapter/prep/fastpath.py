@@ -49,7 +49,7 @@ from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookMessage
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
 

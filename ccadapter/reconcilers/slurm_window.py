@@ -53,7 +53,7 @@ from ccadapter.model import scoped_key
 from ccadapter.outbox import Outbox
 from ccadapter.outbox.unparsed import Unparsed
 from ccadapter.reconcilers.activity import ran_during
-from ccadapter.reconcilers.events import events_for, hosts_ignored
+from ccadapter.reconcilers.lifecycle import events_for, hosts_ignored
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 

@@ -13,11 +13,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.app import build
-from ccadapter.clusters import ClusterSync, Roster
 from ccadapter.config.keys import Config
+from ccadapter.daemon.build import build
+from ccadapter.daemon.cluster_sync import ClusterSync, Roster
+from ccadapter.daemon.metrics import Metrics
 from ccadapter.errors import SlurmCommandError
-from ccadapter.metrics import Metrics
 from ccadapter.model import last_run_path, scoped_key, unscoped_key
 from ccadapter.ops.status import CycleLog
 from ccadapter.ops.status import collect as collect_status

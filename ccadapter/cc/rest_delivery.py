@@ -1,5 +1,5 @@
 """Delivering one outbox event to cc-backend's REST API: the answers followed to a final
-result (:class:`RestDelivery`), for :class:`ccadapter.delivery.Deliverer` to record."""
+result (:class:`RestDelivery`), for :class:`ccadapter.daemon.deliverer.Deliverer` to record."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ cluster with ``--cluster NAME``, one lastRun for all, and stops a poll at the fi
 that fails (``processSlurmSacctPoll`` in its ``cmd/cc-slurm-adapter/daemon.go``). Here each
 cluster is a :class:`ClusterSync` of its own -- its collector (``--clusters NAME`` on every
 command), its lastRun, its reconcilers with their state in the shared outbox -- whose
-routines run in a thread of their own (:mod:`ccadapter.daemon`), so a cluster whose Slurm
+routines run in a thread of their own (:mod:`ccadapter.daemon.loop`), so a cluster whose Slurm
 fails is reported and retried at its next turn while the others go on.
 
 The :class:`Roster` is the set of served clusters: fixed for a list of names; for ``["*"]``
