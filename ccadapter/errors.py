@@ -35,6 +35,10 @@ class SlurmCommandError(CcAdapterError):
         self.stderr = stderr
 
 
+class TransientSlurmError(SlurmCommandError):
+    """A failure worth retrying (timeout, controller or database unreachable)."""
+
+
 class SlurmParseError(CcAdapterError):
     """Slurm answered something we cannot read; names the version and the command, and the
     job (``job_id``) when the record that failed names one (it is then asked again later)."""

@@ -2,12 +2,16 @@
 
 Everything downstream (payloads, the outbox, the reconcilers) sees only these frozen
 dataclasses; what differs between Slurm releases stays in ``ccadapter.slurm.formats``.
+The words every layer shares live here too: :class:`EventKind` (what an outbox event asks
+of cc-backend) and the rule for cluster names.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 
 class JobState(StrEnum):
@@ -213,3 +217,54 @@ class Job(Ownership):
     def key(self) -> tuple[str, int, int]:
         """Identity of one run: (cluster, jobId, startTime)."""
         return (self.cluster, self.job_id, self.start_time)
+
+
+class EventKind(StrEnum):
+    """What an outbox event asks of cc-backend. One enum for the outbox, the REST and NATS
+    deliveries, the metrics' ``kind`` label and ``queue list --kind``; its values are what
+    the outbox stores (the ``kind`` column), so a StrEnum: equal to its stored string."""
+
+    START = "start"  # a run began: POST /api/jobs/start_job/
+    STOP = "stop"  # a run ended: POST /api/jobs/stop_job/
+    NODESTATE = "nodestate"  # the cluster's node states: POST /api/nodestate/
+    ENERGY = "energy"  # a stopped run's consumed energy, into its metaData (PATCH)
+
+
+# Cluster names, where one daemon serves several Slurm clusters (``slurmClusters``).
+#
+# A name becomes part of a file name (each cluster's lastRun file), of the outbox's state keys
+# and of a Slurm command line (``--clusters NAME``), so only names Slurm itself would give a
+# cluster are accepted: letters, digits, ``_``, ``.`` and ``-``, starting with a letter or a
+# digit (Slurm lower-cases ``ClusterName`` and allows no ``/``). The same rule checks the
+# config and what ``sacctmgr list clusters`` answers.
+#
+# In the default mode (``slurmClusters`` empty: the local cluster only) nothing is scoped: the
+# lastRun file, the state keys and the cycle records keep the names they had before several
+# clusters were possible, so an installation upgraded in place (or migrated from
+# cc-slurm-adapter) continues where it stopped. With ``slurmClusters`` set, every cluster's
+# state carries its name: ``CLUSTER/KEY`` in the outbox, ``lastRunPath.CLUSTER`` on disk.
+
+ALL_CLUSTERS = "*"  # slurmClusters: ["*"] -- every cluster `sacctmgr list clusters` names
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def valid_cluster_name(name: object) -> bool:
+    return isinstance(name, str) and bool(_CLUSTER_NAME.match(name))
+
+
+def scoped_key(key: str, cluster: str | None) -> str:
+    """The state key ``key`` of ``cluster``; unchanged in the default mode (``None``)."""
+    return key if cluster is None else f"{cluster}/{key}"
+
+
+def unscoped_key(key: str) -> tuple[str | None, str]:
+    """``"c1/slurm-window"`` -> ``("c1", "slurm-window")``; an unscoped key -> ``(None, key)``."""
+    cluster, sep, rest = key.partition("/")
+    return (cluster, rest) if sep else (None, key)
+
+
+def last_run_path(base: str | Path, cluster: str | None) -> Path:
+    """Where ``cluster``'s lastRun lives: ``lastRunPath`` itself in the default mode, else
+    ``lastRunPath.CLUSTER`` beside it."""
+    path = Path(base)
+    return path if cluster is None else path.with_name(f"{path.name}.{cluster}")

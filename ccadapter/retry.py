@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tenacity import Retrying, stop_after_attempt, stop_never
 
 if TYPE_CHECKING:
-    from ccadapter.config import Config
+    from ccadapter.config.keys import Config
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.slurm.collector import CollectorSettings
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -19,8 +19,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from ccadapter.errors import SlurmCommandError
-from ccadapter.slurm.runner import Completed, TransientSlurmError
+from ccadapter.errors import SlurmCommandError, TransientSlurmError
+from ccadapter.slurm.runner import Completed
 from tests.conftest import fixture_text
 from tests.fakeslurm import RecordedSlurm
 

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ccadapter.slurm.runner import Completed, TransientSlurmError
+from ccadapter.errors import TransientSlurmError
+from ccadapter.slurm.runner import Completed
 
 RELEASE = {"22.05": "22.05.8", "23.02": "23.02.8", "23.11": "23.11.11", "24.05": "24.05.8",
            "24.11": "24.11.5", "25.05": "25.05.8", "25.11": "25.11.7", "26.05": "26.05.5"}

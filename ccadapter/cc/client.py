@@ -39,9 +39,9 @@ from urllib.parse import urlencode
 from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
-from ccadapter.config import safe_url
+from ccadapter.config.secrets import safe_url
 from ccadapter.errors import CcAdapterError
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)

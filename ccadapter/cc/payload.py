@@ -120,24 +120,3 @@ def energy_meta_body(job: Job) -> dict[str, Any] | None:
         return None
     return {"jobId": job.job_id, "cluster": job.cluster, "startTime": job.start_time,
             "payload": {"key": ENERGY_KEY, "value": str(job.energy)}}
-
-
-def with_start(stop_body: dict[str, Any], start_body: dict[str, Any]) -> dict[str, Any]:
-    """A stop as the outbox keeps it: with the start body stored for its run, so that a
-    stop answered 404 (cc-backend lost the job) can deliver the start first."""
-    return {**stop_body, "start": start_body}
-
-
-def keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """A richer start replaces a stored one; the batch script the stored one carried stays
-    (the window does not fetch a script again for a run it has seen)."""
-    script = (old.get("metaData") or {}).get("jobScript")
-    meta = new.get("metaData") or {}
-    if not script or meta.get("jobScript"):
-        return new
-    return {**new, "metaData": {**meta, "jobScript": script}}
-
-
-def start_hosts(start_body: dict[str, Any]) -> str:
-    """The hosts of a start body, comma-separated (the outbox's ``runs`` table)."""
-    return ",".join(r.get("hostname", "") for r in start_body.get("resources") or ())

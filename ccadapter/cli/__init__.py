@@ -3,7 +3,7 @@
 Exit codes: 0 success, 1 a runtime failure (Slurm or cc-backend unreachable, an unreadable
 answer, a file that cannot be used, events left undelivered) or a refusal (another process
 holds the outbox), 2 bad usage or a bad config (the message names the key). A failure the
-environment causes is said on one line (:mod:`ccadapter.problems`), never as a traceback:
+environment causes is said on one line (:mod:`ccadapter.report.problems`), never as a traceback:
 every command runs inside :class:`~ccadapter.cli.base.Commands`, which turns a
 :class:`~ccadapter.cli.base.CommandExit` and what escapes into that line and the code.
 

@@ -15,12 +15,15 @@ from typing import Any
 
 import click
 
-from ccadapter import __version__, clustername
-from ccadapter.app import App, build
-from ccadapter.config import DEFAULT_CONFIG_PATH, Config, load_config
-from ccadapter.config_rules import check_delivery
+from ccadapter import __version__
+from ccadapter.config.keys import Config
+from ccadapter.config.load import DEFAULT_CONFIG_PATH, load_config
+from ccadapter.config.rules import check_delivery
+from ccadapter.daemon.app import App
+from ccadapter.daemon.build import build
 from ccadapter.errors import CcAdapterError, ConfigError
-from ccadapter.problems import describe
+from ccadapter.model import ALL_CLUSTERS
+from ccadapter.report.problems import describe
 from ccadapter.retry import RetryPolicies
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 from ccadapter.runtime.statelock import OutboxBusy, StateLock
@@ -35,7 +38,7 @@ _CONFIG_KEY = "ccadapter.config"
 class CommandExit(Exception):
     """A command ends here: ``message`` (without "error: ", empty when it was said already)
     on stderr, exit ``code``. ``cause``: an error to describe on one line with what to do
-    (:mod:`ccadapter.problems`) between ``message`` and ``then``; a ConfigError makes the
+    (:mod:`ccadapter.report.problems`) between ``message`` and ``then``; a ConfigError makes the
     code 2."""
 
     def __init__(self, message: str = "", code: int = 1,
@@ -184,7 +187,7 @@ def served_names(config: Config, runner: CommandRunner) -> list[str | None]:
     names of slurmClusters, or each that `sacctmgr list clusters` names."""
     if not config.multi_cluster():
         return [None]
-    if config.slurm_clusters == [clustername.ALL]:
+    if config.slurm_clusters == [ALL_CLUSTERS]:
         return list(ClusterList(runner).names())
     return list(config.slurm_clusters)
 

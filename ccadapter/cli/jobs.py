@@ -13,8 +13,8 @@ from ccadapter.cli.base import CommandExit, Deps, config_option, load, main, ser
 from ccadapter.cli.tables import jobs_table
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job
-from ccadapter.problems import describe
-from ccadapter.reconcilers.events import ignored as is_ignored
+from ccadapter.reconcilers.lifecycle import ignored as is_ignored
+from ccadapter.report.problems import describe
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.timefmt import parse_when
 

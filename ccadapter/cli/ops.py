@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from ccadapter.app import App, outbox_path
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -27,17 +26,19 @@ from ccadapter.cli.base import (
 )
 from ccadapter.cli.run import report_undelivered
 from ccadapter.cli.tables import render_events, render_table
-from ccadapter.config import Config
-from ccadapter.config_rules import missing_files
+from ccadapter.config.keys import Config
+from ccadapter.config.rules import missing_files
+from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.config.views import outbox_path
+from ccadapter.daemon.app import App
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.ops.backfill import Backfill, ChunkResult, chunks
 from ccadapter.ops.checks import Identity, config_problems
 from ccadapter.ops.recover import claim, clear_socket, rebuild
 from ccadapter.ops.status import collect as collect_status
-from ccadapter.ops.status import scrub, secret_values
 from ccadapter.outbox import Outbox, admin
-from ccadapter.problems import sqlite_advice
+from ccadapter.report.problems import sqlite_advice
 from ccadapter.runtime.pidlock import PidLock
 from ccadapter.slurm.timefmt import parse_when
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import click
 
-from ccadapter import __version__, clustername
-from ccadapter.app import App, LastRuns, build, outbox_path
+from ccadapter import __version__
 from ccadapter.cli.base import (
     CommandExit,
     Deps,
@@ -30,17 +29,22 @@ from ccadapter.cli.base import (
     require_delivery,
     set_log_levels,
 )
-from ccadapter.clusters import last_runs
-from ccadapter.config import Config, safe_url
-from ccadapter.daemon import Routine
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import safe_url, scrub, secret_values
+from ccadapter.config.views import outbox_path
+from ccadapter.daemon.app import App
+from ccadapter.daemon.build import build
+from ccadapter.daemon.cluster_sync import LastRuns, last_runs
+from ccadapter.daemon.loop import Routine
+from ccadapter.daemon.metrics import MetricsServer
 from ccadapter.errors import CcAdapterError
-from ccadapter.metrics import MetricsServer
+from ccadapter.model import last_run_path
 from ccadapter.ops.checks import Identity, startup_warnings
-from ccadapter.ops.status import CycleLog, scrub, secret_values
+from ccadapter.ops.status import CycleLog
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.server import PrepServer
-from ccadapter.problems import describe
 from ccadapter.reconcilers import Reconciler
+from ccadapter.report.problems import describe
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.sdnotify import notify, watchdog_interval
 from ccadapter.runtime.watchdog import Watchdog
@@ -271,7 +275,7 @@ def _dry_run_last_runs(config: Config, tmp: Path) -> LastRuns:
     real = last_runs(config)
 
     def copy(scope: str | None) -> LastRun:
-        last_run = LastRun(tmp / clustername.last_run_path("lastrun", scope))
+        last_run = LastRun(tmp / last_run_path("lastrun", scope))
         if (ts := real(scope).get()) is not None:
             last_run.set(ts)
         return last_run

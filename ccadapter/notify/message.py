@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.notify.lineproto import encode_line
 
 FUNCTIONS = {EventKind.START: "start_job", EventKind.STOP: "stop_job"}

@@ -29,9 +29,10 @@ import nats
 import nats.errors
 import nats.js.errors
 
-from ccadapter.config import Config, safe_url
-from ccadapter.loggate import LogGate
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import safe_url
 from ccadapter.notify.message import Message, Published
+from ccadapter.report.loggate import LogGate
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from ccadapter.outbox import Outbox, admin
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.collector import Collector
 
 

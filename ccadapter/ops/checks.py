@@ -26,9 +26,10 @@ import pwd
 import stat
 from dataclasses import dataclass
 
-from ccadapter import clustername
-from ccadapter.config import SECRET_KEYS, Config
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import SECRET_KEYS
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import ALL_CLUSTERS
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.formats.text import parse_admin_levels, parse_slurm_user
 from ccadapter.slurm.runner import CommandRunner
@@ -105,7 +106,7 @@ def startup_warnings(config: Config, config_path: str | None, runner: CommandRun
 def unknown_clusters(config: Config, runner: CommandRunner) -> str | None:
     """A warning when slurmClusters names a cluster slurmdbd does not hold (None for the
     default mode and for ``["*"]``, which reads the names from slurmdbd)."""
-    named = [c for c in config.slurm_clusters if c != clustername.ALL]
+    named = [c for c in config.slurm_clusters if c != ALL_CLUSTERS]
     if not named:
         return None
     try:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ccadapter.app import App
+from ccadapter.daemon.app import App
 from ccadapter.errors import CcAdapterError
 from ccadapter.prep.hook import parse_spec
 from ccadapter.runtime.pidlock import PidLock, pid_alive

@@ -18,15 +18,18 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ccadapter import __version__, clustername
-from ccadapter.config import Config
-from ccadapter.control import STATE_KEY as CONTROL_KEY
-from ccadapter.daemon import Routine
+from ccadapter import __version__
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.daemon.app import HOOK_KEY, SERVED_KEY
+from ccadapter.daemon.control import STATE_KEY as CONTROL_KEY
+from ccadapter.daemon.loop import Routine
 from ccadapter.errors import OutboxError
+from ccadapter.model import ALL_CLUSTERS, last_run_path, scoped_key, unscoped_key
 from ccadapter.outbox import Outbox, admin, unparsed
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
@@ -34,11 +37,6 @@ from ccadapter.runtime.pidlock import PidLock, pid_alive
 log = logging.getLogger(__name__)
 
 CYCLE_PREFIX = "cycle."
-REDACTED = "<redacted>"
-# The outbox's state key listing the clusters the daemon serves now (see ccadapter.app).
-SERVED_KEY = "clusters.served"
-# The outbox's state key of the hook's counts (ccadapter.prep.tally.HookTally.snapshot).
-HOOK_KEY = "hook.counts"
 
 
 class CycleLog:
@@ -56,7 +54,7 @@ class CycleLog:
     def __call__(self, routine: Routine) -> None:
         record = {"at": self.clock(), "ok": routine.last_error is None,
                   "lastOk": routine.last_ok, "error": routine.last_error}
-        key = CYCLE_PREFIX + clustername.scoped(routine.name, routine.cluster)
+        key = CYCLE_PREFIX + scoped_key(routine.name, routine.cluster)
         try:
             self.outbox.store.set_state(key, json.dumps(record))
         except (sqlite3.Error, OutboxError) as exc:
@@ -117,11 +115,11 @@ def _cluster_views(config: Config, cycles: dict[str | None, dict[str, Any]],
                    served: list[str] | None, now: float) -> dict[str, dict[str, Any]]:
     """Per cluster: served now (None: the daemon has not said yet), its lastRun (read from
     ``lastRunPath`` until its own file exists), its routines' last cycles."""
-    named = [c for c in config.slurm_clusters if c != clustername.ALL]
+    named = [c for c in config.slurm_clusters if c != ALL_CLUSTERS]
     names = dict.fromkeys([*named, *(served or []), *(c for c in cycles if c is not None)])
     out = {}
     for name in names:
-        path = clustername.last_run_path(config.last_run_path, name)
+        path = last_run_path(config.last_run_path, name)
         out[name] = {"served": None if served is None else name in served,
                      "lastRun": _last_run_view(path, now, seed=config.last_run_path),
                      "reconcilers": cycles.get(name, {})}
@@ -201,28 +199,6 @@ def _cycles(raw: dict[str, str], now: float) -> dict[str | None, dict[str, Any]]
         except ValueError:
             continue  # written by a newer or broken version: not ours to interpret
         record["age"] = _age(now, record["at"])
-        cluster, name = clustername.unscoped(key.removeprefix(CYCLE_PREFIX))
+        cluster, name = unscoped_key(key.removeprefix(CYCLE_PREFIX))
         out.setdefault(cluster, {})[name] = record
     return out
-
-
-def secret_values(config: Config) -> list[str]:
-    """The config's secrets that are set (:meth:`Config.secret_values`)."""
-    return config.secret_values()
-
-
-def scrub(obj: Any, secrets: Iterable[str]) -> Any:
-    """``obj`` with every occurrence of a secret in its strings replaced. A status shows
-    error texts of other programs (cc-backend's answers, exceptions); none may carry one."""
-    secrets = [s for s in secrets if s]
-    if not secrets:
-        return obj
-    if isinstance(obj, str):
-        for secret in secrets:
-            obj = obj.replace(secret, REDACTED)
-        return obj
-    if isinstance(obj, dict):
-        return {k: scrub(v, secrets) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [scrub(v, secrets) for v in obj]
-    return obj

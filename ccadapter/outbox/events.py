@@ -15,7 +15,7 @@ crash like the event did; :meth:`Outbox.notifications` drains those rows.
 Allocation details (hwthreads, GPUs) are captured at first sight: a pending start is only ever
 replaced by a richer one (one that carries allocation details), and a stop carries the start
 body stored for its run, so that a stop answered 404 can deliver the start first, hours later
-(the body rules are :mod:`ccadapter.cc.payload`'s).
+(the body rules are :func:`with_start` and :func:`keep_script`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccadapter.cc.payload import keep_script, start_hosts, with_start
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox.queue import (
     EVENTS,
     NOTIFY,
@@ -277,3 +276,24 @@ _PAYLOADS_DROPPED = "compact.payloads_dropped_before"
 
 def dumps(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def with_start(stop_body: dict[str, Any], start_body: dict[str, Any]) -> dict[str, Any]:
+    """A stop as the outbox keeps it: with the start body stored for its run, so that a
+    stop answered 404 (cc-backend lost the job) can deliver the start first."""
+    return {**stop_body, "start": start_body}
+
+
+def keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """A richer start replaces a stored one; the batch script the stored one carried stays
+    (the window does not fetch a script again for a run it has seen)."""
+    script = (old.get("metaData") or {}).get("jobScript")
+    meta = new.get("metaData") or {}
+    if not script or meta.get("jobScript"):
+        return new
+    return {**new, "metaData": {**meta, "jobScript": script}}
+
+
+def start_hosts(start_body: dict[str, Any]) -> str:
+    """The hosts of a start body, comma-separated (the outbox's ``runs`` table)."""
+    return ",".join(r.get("hostname", "") for r in start_body.get("resources") or ())

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox.store import Store
 from ccadapter.retry import RetryPolicy
 
@@ -95,7 +95,8 @@ _ANY_DUE = ("SELECT 1 FROM {table} INDEXED BY {index} WHERE status = 'pending' "
 
 
 class DeliveryQueue:
-    """The rows of one :class:`QueueTable` as a queue for :class:`ccadapter.delivery.Deliverer`.
+    """The rows of one :class:`QueueTable` as a queue for
+    :class:`ccadapter.daemon.deliverer.Deliverer`.
     ``on_delivered(db, event_id)`` runs in the transaction that records a delivery (the
     events queue owes a NATS notification there)."""
 

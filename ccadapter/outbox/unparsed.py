@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ccadapter import clustername
+from ccadapter.model import scoped_key, unscoped_key
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Unparsed:
         """``scoped``: the state key carries the cluster's name (``slurmClusters``)."""
         self.store = store
         self.cluster = cluster
-        self.key = clustername.scoped(KEY, cluster if scoped else None)
+        self.key = scoped_key(KEY, cluster if scoped else None)
         self.clock = clock
 
     def ids(self) -> list[int]:
@@ -90,7 +90,7 @@ def views(store: StateStore) -> dict[str | None, dict[str, Any]]:
     cluster, how many records wait to be read, since when, and the latest failure."""
     out: dict[str | None, dict[str, Any]] = {}
     for key, raw in store.state_items("").items():
-        cluster, name = clustername.unscoped(key)
+        cluster, name = unscoped_key(key)
         record = _record(raw) if name == KEY else None
         if record is None:
             continue

@@ -5,10 +5,10 @@ Messages are coalesced, so a 1,000-task array starting costs a handful of ``scon
 questions, not 1,000, and a churn two or three per start (its job and its batch script, asked
 at the same time, and the ends that waited), put to long-lived scontrol processes
 (:meth:`~ccadapter.slurm.runner.SlurmRunner.ask`); an end's script is not asked (the start
-the outbox holds carries it). Questions go out in up to ``LANES`` lanes at once, each with
-its own scontrol processes; a lane takes the starts that are due (a burst split among the
-free lanes) as soon as its last answer is stored, so a start waits for the questions asked
-before it only while every lane is busy.
+the outbox holds carries it). Questions go out in up to ``SLOTS`` slots at once, each with
+its own scontrol processes; a slot takes the starts that are due (a burst split among the
+free slots) as soon as its last answer is stored, so a start waits for the questions asked
+before it only while every slot is busy.
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
 CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
@@ -17,8 +17,8 @@ three runs). Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURIN
 is final and the start is asked and sent at once (:mod:`ccadapter.slurm.nodeboot`); where it
 may boot them, a start waits ``start_settle`` seconds, so that slurmctld is not asked while
 it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked when
-the next start is, in a lane left free (it comes from EpilogSlurmctld: slurmctld has ended
-the job already; nobody waits for it); a job is not asked in two lanes at once. A start
+the next start is, in a slot left free (it comes from EpilogSlurmctld: slurmctld has ended
+the job already; nobody waits for it); a job is not asked in two slots at once. A start
 or end that slurmctld has not finished recording is asked again after a short, growing
 delay (at most ``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever
 the fast path misses, the poll catches: it is an accelerator, never the only path, so a
@@ -49,17 +49,17 @@ from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookMessage
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
 
 # parts a fast path asks of slurmctld at once
-LANES = 3
-# long-lived scontrol processes the daemon's SlurmRunner keeps per cluster: two per lane, as a
+SLOTS = 3
+# long-lived scontrol processes the daemon's SlurmRunner keeps per cluster: two per slot, as a
 # part's batch scripts are asked beside its jobs (Slurmctld._singles)
-SESSIONS = 2 * LANES
+SESSIONS = 2 * SLOTS
 # How long a stop waits for the parts being asked (each question is bounded by
 # slurmCommandTimeout; what a stop cuts short is left to the poll, said in the log).
 DRAIN = 30.0
@@ -70,14 +70,14 @@ class FastPath:
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
-                 lanes: int = LANES, guard: JobIdGuard | None = None,
+                 slots: int = SLOTS, guard: JobIdGuard | None = None,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[DropReason, str], None] | None = None,
                  on_unknown: Callable[[list[int]], None] | None = None) -> None:
         """``on_received()``, ``on_drop(reason, detail)`` and ``on_unknown(ids)`` (ids
         slurmctld did not show) count messages for the daemon's metrics and log
         (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does.
-        ``lanes``: how many parts are asked of slurmctld at once (:meth:`_take`)."""
+        ``slots``: how many parts are asked of slurmctld at once (:meth:`_take`)."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -87,13 +87,13 @@ class FastPath:
         self.coalesce = coalesce
         self.start_settle = start_settle
         self.burst = burst
-        self.lanes = max(1, lanes)
+        self.slots = max(1, slots)
         self.guard = guard or JobIdGuard()
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[str], int, float]] = {}
         self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
         self._asked: set[int] = set()  # the ids of the parts being asked
-        self._free = self.lanes  # lanes not asking
+        self._free = self.slots  # slots not asking
         self._abandoned = False  # a stop gave up waiting: late answers are not stored
         self._cond = threading.Condition()
         self._stopping = False
@@ -102,9 +102,9 @@ class FastPath:
         self.name = f"fast path[{cluster}]" if cluster else "fast path"
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"fast-path-{cluster}" if cluster else "fast-path")
-        self._asking = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-ask")
+        self._asking = ThreadPoolExecutor(self.slots, f"{self._thread.name}-ask")
         # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
-        self._scripts = ThreadPoolExecutor(self.lanes, f"{self._thread.name}-scripts")
+        self._scripts = ThreadPoolExecutor(self.slots, f"{self._thread.name}-scripts")
         self.on_received = on_received
         self.on_drop = on_drop
         self.on_unknown = on_unknown
@@ -122,10 +122,10 @@ class FastPath:
             self._cond.notify()
         self._thread.join(10)
         with self._cond:
-            if not self._cond.wait_for(lambda: self._free == self.lanes, drain):
+            if not self._cond.wait_for(lambda: self._free == self.slots, drain):
                 self._abandoned = True
                 log.info("%s: stopping with %d part(s) still asked of slurmctld; their jobs "
-                         "are left to the poll", self.name, self.lanes - self._free)
+                         "are left to the poll", self.name, self.slots - self._free)
         self._asking.shutdown(wait=False, cancel_futures=True)
         self._scripts.shutdown(wait=False, cancel_futures=True)
 
@@ -167,7 +167,7 @@ class FastPath:
                     if due is not None and due <= now and self._free:
                         break
                     if not self._free:
-                        due = None  # until a lane is free (_ask_part notifies)
+                        due = None  # until a slot is free (_ask_part notifies)
                     if self._later and (due is None or self._later[0][0] < due):
                         due = self._later[0][0]  # a retry's delay ends first
                     self._cond.wait(None if due is None else max(0.0, due - now))
@@ -180,11 +180,11 @@ class FastPath:
                 self._asking.submit(self._ask_part, part)
 
     def _take(self, now: float) -> list[dict[int, tuple[set[str], int]]]:
-        """Parts for the free lanes: the starts due now or within ``burst`` (a burst in
-        parts of about equal size, one per free lane), and every end, in a part of its own
-        in a lane left over, once one is due or when starts are taken (an end can be asked
+        """Parts for the free slots: the starts due now or within ``burst`` (a burst in
+        parts of about equal size, one per free slot), and every end, in a part of its own
+        in a slot left over, once one is due or when starts are taken (an end can be asked
         any time; nobody waits for it). A job being asked waits for its answer: it is never
-        asked in two lanes at once (an end while its start is asked). A start announced a
+        asked in two slots at once (an end while its start is asked). A start announced a
         moment ago waits for the next query (where its nodes may boot, slurmctld still
         configures it: :meth:`_settle`). A burst for which a dump of every job is cheaper
         than single questions (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a
@@ -213,7 +213,7 @@ class FastPath:
             self._pending[job_id] = (events | {event}, attempts, now)
 
     def _ask_part(self, part: dict[int, tuple[set[str], int]]) -> None:
-        """One lane: a part asked of its own long-lived scontrol and put into the outbox as
+        """One slot: a part asked of its own long-lived scontrol and put into the outbox as
         soon as its answer is read. slurmctld answers one scontrol's questions in turn, each
         waiting for its locks while it starts the jobs of a burst, but several scontrol at
         once: so a start does not wait for the questions asked before it. A het job whose
@@ -227,7 +227,7 @@ class FastPath:
             with self._cond:
                 self._free += 1
                 self._asked.difference_update(part)
-                self._cond.notify_all()  # the loop, and a stop waiting for the lanes
+                self._cond.notify_all()  # the loop, and a stop waiting for the slots
 
     def _sync_part(self, part: dict[int, tuple[set[str], int]]) -> None:
         """Asks slurmctld about the part's ids and puts their events into the outbox, or

@@ -2,7 +2,7 @@
 
 A message names a job id, and the fast path asks slurmctld about it. Whoever reaches a TCP
 hook socket can name ids slurmctld never heard of, as many as it likes; each would cost
-slurmctld a question and the fast path a place in a lane while genuine starts wait. Three
+slurmctld a question and the fast path a place in a slot while genuine starts wait. Three
 rules bound that; none can lose a job, since the poll finds every job the fast path skips:
 
 - An id slurmctld did not show when asked is remembered (``memory`` ids, for ``ttl``
@@ -41,7 +41,7 @@ class GuardSettings:
 
 
 class JobIdGuard:
-    """Shared by the socket's thread (:meth:`refuse`) and the fast path's lanes
+    """Shared by the socket's thread (:meth:`refuse`) and the fast path's slots
     (:meth:`answered`); its lock guards its memory and budget."""
 
     def __init__(self, settings: GuardSettings | None = None,

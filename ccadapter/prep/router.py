@@ -18,7 +18,7 @@ from typing import Protocol
 from ccadapter.prep.messages import BadMessage, HookMessage
 
 
-class FastLane(Protocol):
+class ClusterFastPath(Protocol):
     """What the router needs of a cluster's fast path (:class:`~.fastpath.FastPath`)."""
 
     def start(self) -> object: ...
@@ -28,11 +28,11 @@ class FastLane(Protocol):
 
 class HookRouter:
     def __init__(self) -> None:
-        self._paths: dict[str, FastLane] = {}
+        self._paths: dict[str, ClusterFastPath] = {}
         self._lock = threading.Lock()
         self._started = False
 
-    def add(self, cluster: str, fast: FastLane) -> None:
+    def add(self, cluster: str, fast: ClusterFastPath) -> None:
         """Route ``cluster``'s messages to ``fast`` (started here if the router runs)."""
         with self._lock:
             old = self._paths.pop(cluster, None)

@@ -51,7 +51,7 @@ class _Line:
 @dataclass
 class HookTally:
     """Counts for metrics and ``status``, summarized lines for the log. Thread-safe: the
-    socket's thread and every fast path's lanes report here."""
+    socket's thread and every fast path's slots report here."""
 
     on_received: Callable[[str], None] | None = None  # metrics: a message taken, by cluster
     on_drop: Callable[[str], None] | None = None  # metrics: a message dropped, by reason

@@ -36,7 +36,7 @@ from ccadapter.cc.client import CcClient
 from ccadapter.outbox import DELIVERED
 from ccadapter.reconcilers import OneCluster
 from ccadapter.reconcilers.activity import running_now
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox import NewEvent
 from ccadapter.reconcilers import OneCluster
 

@@ -34,7 +34,7 @@ outbox (:mod:`ccadapter.outbox.unparsed`) and asked again at the end of every cy
 window until it reads, however far the window has moved on.
 
 Where one daemon serves several clusters, each has its own window (its own lastRun, its own
-outage and origin in the outbox's state, :func:`ccadapter.clustername.scoped`): a cluster
+outage and origin in the outbox's state, :func:`ccadapter.model.scoped_key`): a cluster
 whose Slurm fails holds back its own window only.
 """
 
@@ -48,12 +48,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ccadapter import clustername
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import scoped_key
 from ccadapter.outbox import Outbox
 from ccadapter.outbox.unparsed import Unparsed
 from ccadapter.reconcilers.activity import ran_during
-from ccadapter.reconcilers.events import events_for, hosts_ignored
+from ccadapter.reconcilers.lifecycle import events_for, hosts_ignored
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 
@@ -121,7 +121,7 @@ class SlurmWindow:
         scope = settings.cluster if settings.scoped else None
         self.unparsed = Unparsed(outbox.store, settings.cluster, settings.scoped, clock)
         self._outage, self._recovered, self._origin = (
-            clustername.scoped(key, scope) for key in (_OUTAGE, _RECOVERED, _ORIGIN))
+            scoped_key(key, scope) for key in (_OUTAGE, _RECOVERED, _ORIGIN))
 
     def window_start(self, now: float) -> float:
         cfg = self.settings

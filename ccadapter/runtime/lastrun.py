@@ -2,7 +2,7 @@
 file's mtime exactly like cc-slurm-adapter, so a migrating site keeps its position.
 
 With several clusters (``slurmClusters``) each cluster has its own file,
-``lastRunPath.CLUSTER`` (:func:`ccadapter.clustername.last_run_path`): one cluster's window
+``lastRunPath.CLUSTER`` (:func:`ccadapter.model.last_run_path`): one cluster's window
 moves on while another's Slurm fails. cc-slurm-adapter keeps one file for all its clusters,
 so until a cluster's own file exists, its lastRun is read from ``lastRunPath`` (the
 ``seed``); it is never written there again.

@@ -45,16 +45,12 @@ from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
-from ccadapter.slurm.formats.ping import ControllerPing, parse_ping
-from ccadapter.slurm.formats.records import NodeState, ParseContext, SacctRecord, SlurmVersion
+from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVersion
 from ccadapter.slurm.formats.text import (
-    parse_cluster_name,
-    parse_energy_plugin,
-    parse_nodes,
     version_from_meta,
-    version_from_text,
 )
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
+from ccadapter.slurm.installation import SlurmInstallation
 from ccadapter.slurm.join import GpuPatterns, build_job
 from ccadapter.slurm.runner import CommandRunner
 from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
@@ -62,7 +58,7 @@ from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from ccadapter.config import Config
+    from ccadapter.config.keys import Config
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +107,12 @@ class CollectorSettings:
                    energy=bool(config.cc_rest_url))
 
 
-class Collector:
+class Collector(SlurmInstallation):
     """Reads jobs of one Slurm installation through a :class:`CommandRunner`. Longer than
     our 200-line rule for a class: the run listing, the sacct details and the
     installation's facts (version, cluster name, config) share the caches of the version
-    and the name and the per-cluster argument; slurmctld's side is :class:`Slurmctld`."""
+    and the name and the per-cluster argument; slurmctld's side is :class:`Slurmctld`, the
+    installation's facts :class:`SlurmInstallation`."""
 
     def __init__(
         self,
@@ -130,16 +127,12 @@ class Collector:
         """``cluster``: the cluster every query asks (``--clusters NAME``) when the call
         names none; None asks the local one, without ``--clusters``. ``config_text``: its
         ``scontrol show config`` where it was read already (:attr:`config_text`)."""
-        self.runner = runner
+        super().__init__(runner, cluster, config_text)
         self.settings = settings or CollectorSettings()
         self.clock = clock
         self.tz = tz or local_zone()
-        self._known_version: str | None = None  # for error messages only
         self._warned_newer = False  # said once that this release is newer than verified
         self._unknown_states: set[str] = set()  # Slurm job states said to be unknown
-        self.cluster = cluster
-        self._cluster: str | None = cluster  # the name jobs carry, once known
-        self._config_text = config_text  # `scontrol show config`, once read
         self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
                                    lambda: self._known_version or "unknown", cluster, costs,
@@ -305,62 +298,6 @@ class Collector:
     def costs(self) -> RouteCosts:
         return self.slurmctld.costs
 
-    def nodes(self, cluster: str | None = None) -> list[NodeState]:
-        """Node states (``scontrol -o show node``: one call, one line per node)."""
-        out = self.runner.run(["scontrol", *clusters_arg(cluster or self.cluster), "-o", "show",
-                               "node"])
-        nodes, errors = parse_nodes(out, ParseContext(self._known_version or "unknown",
-                                                      "scontrol -o show node"))
-        for err in errors:
-            log.error("skipped: %s", err)
-        return nodes
-
-    # --- the installation -----------------------------------------------------------------
-
-    def controllers(self) -> list[ControllerPing]:
-        """The SlurmctldHosts in slurm.conf order and which of them answer (``scontrol
-        ping``, which exits 1 when none does: its answer is read whatever the status)."""
-        argv = ["scontrol", "ping"]
-        done = self.runner.unchecked(argv)
-        try:
-            return parse_ping(done.stdout, self._known_version or "unknown")
-        except SlurmParseError:
-            if done.returncode:
-                raise SlurmCommandError(argv, f"exit status {done.returncode}",
-                                        done.stderr) from None
-            raise
-
-    def cluster_name(self) -> str:
-        """The local cluster's name, as jobs carry it."""
-        out = self._config_text = self.runner.run(["scontrol", "show", "config"])
-        name = parse_cluster_name(out)
-        if not name:
-            raise SlurmParseError(self._version_text(), "scontrol show config",
-                                  "no ClusterName line")
-        return name
-
-    @property
-    def config_text(self) -> str:
-        """``scontrol show config`` as :meth:`cluster_name` read it ("" before)."""
-        return self._config_text
-
-    def energy_accounted(self) -> bool:
-        """Whether slurmctld gathers energy (``AcctGatherEnergyType`` is a plugin other than
-        none), from the config :meth:`cluster_name` read (else asked now, of this
-        collector's cluster)."""
-        out = self._config_text or self.runner.run(["scontrol", *clusters_arg(self.cluster), "show",
-                                                    "config"])
-        return parse_energy_plugin(out) is not None
-
-    def cluster_name_cached(self) -> str:
-        if self._cluster is None:
-            self._cluster = self.cluster_name()
-        return self._cluster
-
-    def version(self) -> SlurmVersion:
-        out = self.runner.run(["sacct", "-V"])
-        return version_from_text(out, "sacct -V")
-
     def _json(self, argv: list[str]) -> dict:
         out = self.runner.run(argv)
         try:
@@ -375,14 +312,6 @@ class Collector:
                                   "output is not a JSON object")
         return doc
 
-    def _version_text(self) -> str:
-        if self._known_version:
-            return self._known_version
-        try:
-            self._known_version = str(self.version())
-        except (SlurmCommandError, SlurmParseError):
-            return "unknown"
-        return self._known_version
 
 
 @contextmanager

@@ -15,6 +15,7 @@ from concurrent.futures import Executor, wait
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
+from ccadapter.errors import TransientSlurmError
 from ccadapter.model import Job, base_state
 from ccadapter.slurm.formats.listing import STEP_FIELDS, TIME_FORMAT_ENV, parse_step_jobs
 from ccadapter.slurm.formats.records import ControllerJob, ParseContext
@@ -22,7 +23,7 @@ from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_jo
 from ccadapter.slurm.hetjob import merge_jobs
 from ccadapter.slurm.join import GpuPatterns, controller_job
 from ccadapter.slurm.nodeboot import NodeBoot
-from ccadapter.slurm.runner import CommandRunner, TransientSlurmError
+from ccadapter.slurm.runner import CommandRunner
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from typing import Protocol
 
 from tenacity import RetryCallState, retry_if_exception
 
-from ccadapter.errors import SlurmCommandError
+from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.session import MAX_AGE, Session, SessionEnded, SessionTimeout
 
@@ -126,10 +126,6 @@ class _Slot:
 
     session: Session | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class TransientSlurmError(SlurmCommandError):
-    """A failure worth retrying (timeout, controller or database unreachable)."""
 
 
 class SlurmRunner:

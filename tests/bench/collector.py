@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.slurm.collector import Collector, CollectorSettings
 from ccadapter.slurm.runner import Completed
 from tests.conftest import fixture_json

@@ -36,8 +36,8 @@ import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ccadapter.config import Config
-from ccadapter.reconcilers.events import events_for
+from ccadapter.config.keys import Config
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench.receivers import (
     CC_BACKEND,
@@ -99,7 +99,7 @@ FIRST_ID = 1_000_000  # the first job id of the backlog (tests.bench.replay_slur
 # whatever span it asks: CHUNK_JOBS runs ending every poll, 2,500 jobs/s at 2 s, more than
 # the daemon takes, so that the enqueue rate is the daemon's, not the offered load's (at
 # 5 s, 1,000 jobs/s was the most it could show). A cycle that takes longer than the poll is
-# followed at once (ccadapter.daemon); a real backlog is one window read in slices, never
+# followed at once (ccadapter.daemon.loop); a real backlog is one window read in slices, never
 # paced by the poll.
 BACKLOG_POLL = 2
 
@@ -331,7 +331,7 @@ def daemon_workers() -> int:
     """How many delivery workers ``ccadapter daemon`` runs (app.build's default)."""
     import inspect
 
-    from ccadapter.app import build
+    from ccadapter.daemon.build import build
 
     return inspect.signature(build).parameters["workers"].default
 
@@ -360,7 +360,7 @@ def idle_cycle_calls(cluster, runs: int, quiet_wait: float = QUIET_WAIT) -> list
     """``runs`` idle cycles, 1 s apart, once a cycle's window
     (which re-reads slurmWindowOverlap, 120 s) holds no job or ``quiet_wait`` has passed;
     each cycle says how many jobs its window held."""
-    from ccadapter.app import build
+    from ccadapter.daemon.build import build
     from tests.standin.ccbackend import CcBackendStandin
 
     with tempfile.TemporaryDirectory() as tmp, CcBackendStandin(
@@ -387,7 +387,7 @@ def busy_cycle_calls(cluster, runs: int, tasks: int = 10) -> list[dict[str, dict
     """Slurm calls of a cycle whose window holds a ``tasks``-task array, part ended and part
     running; with batch scripts (the default, "scripts") and without ("no_scripts"), over the
     same window. Each as ``_cycle`` returns it."""
-    from ccadapter.app import build
+    from ccadapter.daemon.build import build
     from tests.integration.workload import TERMINAL
     from tests.standin.ccbackend import CcBackendStandin
 

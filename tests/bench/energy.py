@@ -24,7 +24,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from ccadapter.outbox import DELIVERED, Outbox, Result
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector

@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ccadapter.delivery import Deliverer
-from ccadapter.notify.delivery import NatsDelivery, Subjects
+from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
+from ccadapter.notify.nats_delivery import NatsDelivery, Subjects
 from ccadapter.outbox import Outbox
 from tests.bench.delivery import daemon_workers, fill_outbox
 from tests.natsserver import NatsServer, add_stream, stream_messages

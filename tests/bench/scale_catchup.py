@@ -40,7 +40,7 @@ _PEAK_WRAPPER = (
     "atexit.register(lambda: print('PEAK_RSS_KB', re.search(r'VmHWM:\\s+(\\d+)', "
     "open('/proc/self/status').read()).group(1), flush=True))\n"
     "sys.argv = ['ccadapter', *sys.argv[1:]]\n"
-    "from ccadapter.entry import main\n"
+    "from ccadapter.__main__ import main\n"
     "main()\n")
 
 

@@ -141,7 +141,7 @@ def summarise_lines(lines: list[str], keep: int = 8) -> list[str]:
 
 
 def cycles(log_text: str) -> list[tuple[str, dict]]:
-    """The cycle summaries the daemon logged (ccadapter.cycle_cost adds ``cost``)."""
+    """The cycle summaries the daemon logged (ccadapter.daemon.cost adds ``cost``)."""
     out = []
     for line in log_text.splitlines():
         m = CYCLE.search(line)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.slurm.collector import Collector, CollectorSettings, QueryResult
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import VERSIONS, unavailable

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.runtime.lastrun import LastRun
 from tests.ccbackend import CcBackend
 from tests.integration.sync_scenario import DaemonProc, submit_batch, wait_for, write_config

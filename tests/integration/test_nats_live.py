@@ -16,9 +16,9 @@ import time
 import nats
 import pytest
 
-from ccadapter.delivery import Deliverer
-from ccadapter.notify.delivery import NatsDelivery, Subjects
+from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
+from ccadapter.notify.nats_delivery import NatsDelivery, Subjects
 from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
 from ccadapter.retry import RetryPolicy
 from tests.lineproto import parse_line

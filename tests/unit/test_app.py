@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import build
-from ccadapter.clusters import EnergyProbe
-from ccadapter.config import Config
-from ccadapter.config_rules import node_state_path, node_state_warnings
+from ccadapter.config.keys import Config
+from ccadapter.config.rules import node_state_path, node_state_warnings
+from ccadapter.daemon.build import build
+from ccadapter.daemon.cluster_sync import EnergyProbe
 from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published
@@ -208,7 +208,7 @@ def test_energy_is_looked_for_where_it_is_gathered_and_can_be_sent(tmp_path, cap
     keys = {"ccRestUrl": "http://127.0.0.1:9"} if rest else {**NATS_ONLY,
                                                              "natsNodeStateSubject": "n"}
     runner = slurm(plugin)
-    with caplog.at_level(logging.INFO, "ccadapter.clusters"):
+    with caplog.at_level(logging.INFO, "ccadapter.daemon.cluster_sync"):
         app = build(config(tmp_path, **keys), runner=runner, workers=1)
     try:
         assert app.collector.settings.energy is rest
@@ -274,7 +274,7 @@ def test_a_clusters_energy_is_asked_again_until_its_slurmctld_answers(caplog):
         return "ClusterName = b\nAcctGatherEnergyType = acct_gather_energy/rapl\n"
     runner = ReplayRunner(answer)
     probe = EnergyProbe(Collector(runner, cluster="b"), "b")
-    with caplog.at_level(logging.INFO, "ccadapter.clusters"):
+    with caplog.at_level(logging.INFO, "ccadapter.daemon.cluster_sync"):
         assert probe() is False  # not known yet: no run is read again for energy
         assert probe() is True
         assert probe() is True  # known: not asked again
@@ -302,7 +302,7 @@ class FailoverSlurm(ReplayRunner):
 
 
 def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_control(tmp_path):
-    from ccadapter.metrics import Metrics
+    from ccadapter.daemon.metrics import Metrics
     from ccadapter.prep.messages import HookMessage
 
     slurm_ = FailoverSlurm()
@@ -348,7 +348,7 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
 
 
 def test_without_failover_the_daemon_always_works(tmp_path):
-    from ccadapter.metrics import Metrics
+    from ccadapter.daemon.metrics import Metrics
 
     app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", metricsListen="127.0.0.1:9102"),
                 runner=slurm(), workers=1, metrics=True)

@@ -4,7 +4,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.ops.backfill import Backfill, chunks
 from ccadapter.outbox import DELIVERED, Outbox, Result, admin
 from ccadapter.slurm.collector import Collector

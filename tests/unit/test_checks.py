@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import SlurmCommandError
 from ccadapter.ops.checks import Identity, secret_files, slurm_privilege, startup_warnings
 from tests.conftest import ReplayRunner

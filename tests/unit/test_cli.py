@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from ccadapter.cli import Deps, main
 from ccadapter.errors import OutboxError
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result, admin
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner

@@ -13,12 +13,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter import clustername
-from ccadapter.app import build
-from ccadapter.clusters import ClusterSync, Roster
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
+from ccadapter.daemon.build import build
+from ccadapter.daemon.cluster_sync import ClusterSync, Roster
+from ccadapter.daemon.metrics import Metrics
 from ccadapter.errors import SlurmCommandError
-from ccadapter.metrics import Metrics
+from ccadapter.model import last_run_path, scoped_key, unscoped_key
 from ccadapter.ops.status import CycleLog
 from ccadapter.ops.status import collect as collect_status
 from ccadapter.outbox import Outbox, admin
@@ -93,7 +93,7 @@ def test_each_cluster_windows_its_own_runs_and_a_failing_one_holds_back_only_its
         collector = Collector(dbd, collector_settings(slurmFetchJobScripts=False),
                               clock=clock, tz=UTC,
                               cluster=name)
-        last = LastRun(clustername.last_run_path(seed, name), seed=seed)
+        last = LastRun(last_run_path(seed, name), seed=seed)
         windows[name] = SlurmWindow(collector, box, last, WindowSettings(name, scoped=True),
                                     clock)
     dbd.down.add("cluster26")
@@ -351,10 +351,10 @@ def _free_port() -> int:
 
 
 def test_each_cluster_has_its_lastrun_file_beside_lastrunpath():
-    assert clustername.last_run_path("/var/lib/x/lastrun", None) == Path("/var/lib/x/lastrun")
-    assert clustername.last_run_path("/var/lib/x/lastrun", "c2") == \
+    assert last_run_path("/var/lib/x/lastrun", None) == Path("/var/lib/x/lastrun")
+    assert last_run_path("/var/lib/x/lastrun", "c2") == \
         Path("/var/lib/x/lastrun.c2")
-    assert clustername.scoped("slurm-window.origin", "c2") == "c2/slurm-window.origin"
-    assert clustername.scoped("slurm-window.origin", None) == "slurm-window.origin"
-    assert clustername.unscoped("c2/slurm-window") == ("c2", "slurm-window")
-    assert clustername.unscoped("compact") == (None, "compact")
+    assert scoped_key("slurm-window.origin", "c2") == "c2/slurm-window.origin"
+    assert scoped_key("slurm-window.origin", None) == "slurm-window.origin"
+    assert unscoped_key("c2/slurm-window") == ("c2", "slurm-window")
+    assert unscoped_key("compact") == (None, "compact")

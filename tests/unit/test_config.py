@@ -5,8 +5,9 @@ import pytest
 from click.testing import CliRunner
 
 from ccadapter.cli import main
-from ccadapter.config import Config, load_config, parse_config
-from ccadapter.config_rules import missing_files
+from ccadapter.config.keys import Config
+from ccadapter.config.load import load_config, parse_config
+from ccadapter.config.rules import missing_files
 from ccadapter.errors import ConfigError
 from tests.conftest import FIXTURES
 
@@ -254,8 +255,7 @@ def test_a_password_inside_a_url_is_never_printed(tmp_path):
     bad.write_text(json.dumps({"ccRestUrl": f"htp://cc:{secret}@cc.example.org"}))
     res = CliRunner().invoke(main, ["check-config", str(bad)])
     assert res.exit_code == 2 and "ccRestUrl" in res.output and secret not in res.output
-    from ccadapter.config import safe_url, url_password
-    from ccadapter.ops.status import scrub, secret_values
+    from ccadapter.config.secrets import safe_url, scrub, secret_values, url_password
 
     config = load_config(good)
     assert scrub(f"HTTP 500 from http://cc:{secret}@cc.example.org:8080: x",

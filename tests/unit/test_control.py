@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ccadapter.control import STATE_KEY, Control, Role
+from ccadapter.daemon.control import STATE_KEY, Control, Role
 from ccadapter.errors import ConfigError, SlurmCommandError
 from ccadapter.slurm.formats.ping import ControllerPing
 

@@ -2,8 +2,8 @@
 
 import time
 
-from ccadapter.cycle_cost import costed
-from ccadapter.metrics import Metrics
+from ccadapter.daemon.cost import costed
+from ccadapter.daemon.metrics import Metrics
 from ccadapter.slurm.runner import Tally
 
 

@@ -7,10 +7,10 @@ import textwrap
 import threading
 import time
 
-from ccadapter.daemon import Daemon
-from ccadapter.delivery import DeliveryStats
+from ccadapter.daemon.deliverer import DeliveryStats
+from ccadapter.daemon.loop import Daemon
 from ccadapter.model import Job, Resource, Shared
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 
@@ -289,12 +289,12 @@ def test_a_signal_only_sets_a_flag_even_while_the_main_thread_holds_the_daemons_
     stores a flag, which the main loop reads within STOP_POLL."""
     code = textwrap.dedent("""
         import os, signal, sys, threading
-        from ccadapter.daemon import Daemon
+        from ccadapter.daemon.loop import Daemon
 
         class Idle:
             queue = None
             def run_once(self, stopping=lambda: False):
-                from ccadapter.delivery import DeliveryStats
+                from ccadapter.daemon.deliverer import DeliveryStats
                 return DeliveryStats()
 
         daemon = Daemon(Idle(), idle_delivery_wait=0.1)
@@ -318,7 +318,7 @@ def test_the_default_level_gets_a_summary_not_a_line_per_cycle_or_event(caplog):
     event and per cycle; now a line every summary_every seconds says what happened."""
     import logging
 
-    from ccadapter.daemon import Activity
+    from ccadapter.daemon.loop import Activity
 
     class Busy:
         queue = None

@@ -6,8 +6,8 @@ import socket
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
-from ccadapter.cc.delivery import ENERGY_ATTEMPTS, RestDelivery
-from ccadapter.delivery import Deliverer
+from ccadapter.cc.rest_delivery import ENERGY_ATTEMPTS, RestDelivery
+from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.outbox import NewEvent, Outbox, admin
 from ccadapter.retry import RetryPolicy
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body

@@ -17,13 +17,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.cc.client import CcClient
-from ccadapter.cc.delivery import RestDelivery
-from ccadapter.delivery import Deliverer, DeliveryStats
-from ccadapter.kinds import EventKind
-from ccadapter.model import Job
+from ccadapter.cc.rest_delivery import RestDelivery
+from ccadapter.daemon.deliverer import Deliverer, DeliveryStats
+from ccadapter.model import EventKind, Job
 from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin
 from ccadapter.reconcilers.cc_cache import CcCache
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.collector import Collector, Listing, QueryResult
 from ccadapter.slurm.formats.listing import RunStamp
 from tests.conftest import collector_settings, fixture_json, fixture_text

@@ -21,13 +21,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ccadapter.app import build
 from ccadapter.cc.client import CcClient
-from ccadapter.cc.delivery import RestDelivery
-from ccadapter.config import Config
-from ccadapter.delivery import Deliverer
-from ccadapter.errors import CcAdapterError
-from ccadapter.metrics import Metrics, NoMetrics, Recorder
+from ccadapter.cc.rest_delivery import RestDelivery
+from ccadapter.config.keys import Config
+from ccadapter.daemon.build import build
+from ccadapter.daemon.deliverer import Deliverer
+from ccadapter.daemon.metrics import Metrics, NoMetrics, Recorder
+from ccadapter.errors import CcAdapterError, TransientSlurmError
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
@@ -36,7 +36,7 @@ from ccadapter.prep.server import PrepServer
 from ccadapter.prep.tally import HookTally
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
+from ccadapter.slurm.runner import SlurmRunner
 from tests.fakeslurm import RecordedSlurm
 from tests.standin.ccbackend import CcBackendStandin
 

@@ -6,10 +6,15 @@ import sqlite3
 
 import pytest
 
-from ccadapter.config import Config
-from ccadapter.errors import FileAccessError, OutboxError, SlurmCommandError, SlurmParseError
-from ccadapter.problems import describe
-from ccadapter.slurm.runner import TransientSlurmError
+from ccadapter.config.keys import Config
+from ccadapter.errors import (
+    FileAccessError,
+    OutboxError,
+    SlurmCommandError,
+    SlurmParseError,
+    TransientSlurmError,
+)
+from ccadapter.report.problems import describe
 
 JWT = "jwt-0123456789abcdef"
 

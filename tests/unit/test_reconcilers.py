@@ -12,7 +12,7 @@ from ccadapter.cc.client import CcClient
 from ccadapter.errors import SlurmCommandError
 from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import (
     ENERGY_WAIT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tenacity import RetryError, retry_if_result
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.retry import RetryPolicies, RetryPolicy
 
 

@@ -17,8 +17,8 @@ from tests.bench.scale_probe import (
 LOG = """\
 INFO ccadapter.daemon: slurm-window: {'runs': 3, 'cost': {'seconds': 1.2, 'cpu': 0.02, \
 'slurm_commands': 1, 'slurm_bytes': 300, 'slurm_cpu': 0.01, 'slurm_seconds': 1.1}} (1.2 s)
-INFO ccadapter.cc.delivery: delivered start of job 7: HTTP 201
-INFO ccadapter.cc.delivery: delivered stop of job 7: HTTP 200
+INFO ccadapter.cc.rest_delivery: delivered start of job 7: HTTP 201
+INFO ccadapter.cc.rest_delivery: delivered stop of job 7: HTTP 200
 INFO ccadapter.daemon: slurm-window: {'runs': 5, 'cost': {'seconds': 0.4, 'cpu': 0.03, \
 'slurm_commands': 1, 'slurm_bytes': 500, 'slurm_cpu': 0.01, 'slurm_seconds': 0.1}} (0.4 s)
 WARNING ccadapter.prep.fastpath: fast path full
@@ -41,7 +41,7 @@ def test_a_cycle_logged_before_slurm_seconds_existed_counts_as_no_wait():
 
 def test_lines_between_two_samples_are_summarised_by_cycle_and_logger():
     assert summarise_lines(LOG.splitlines()) == [
-        "cycle slurm-window", "cycle slurm-window", "2 x ccadapter.cc.delivery",
+        "cycle slurm-window", "cycle slurm-window", "2 x ccadapter.cc.rest_delivery",
         "1 x ccadapter.prep.fastpath"]
     assert len(summarise_lines(LOG.splitlines() * 9)) == 8
 

@@ -47,7 +47,7 @@ import pytest
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm import timefmt
 from ccadapter.slurm.collector import Collector

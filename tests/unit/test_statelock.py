@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ccadapter.app import outbox_path
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
+from ccadapter.config.views import outbox_path
 from ccadapter.errors import FileAccessError
 from ccadapter.runtime.statelock import LOCK_FILE, Holder, OutboxBusy, StateLock
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from ccadapter.cli.tables import render_events, render_table
-from ccadapter.config import Config
-from ccadapter.daemon import Routine
-from ccadapter.ops.status import CycleLog, collect, scrub
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import scrub
+from ccadapter.daemon.loop import Routine
+from ccadapter.ops.status import CycleLog, collect
 from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
@@ -170,7 +171,7 @@ def test_unreadable_outbox_is_an_error(config, outbox_file):
 
 
 def test_failover_role_is_shown_and_absent_without_failover(config, outbox_file):
-    from ccadapter.control import Control
+    from ccadapter.daemon.control import Control
     from ccadapter.slurm.formats.ping import ControllerPing
 
     now = 3_000_000.0
@@ -196,7 +197,7 @@ def test_failover_role_is_shown_and_absent_without_failover(config, outbox_file)
 def test_the_hook_counts_the_daemon_recorded_are_shown(config, outbox_file):
     """What the hook socket took and dropped, as the daemon's hook-counts routine records
     it (App.record_hook), for an operator who suspects a flood."""
-    from ccadapter.ops.status import HOOK_KEY
+    from ccadapter.daemon.app import HOOK_KEY
     from ccadapter.prep.messages import DropReason
     from ccadapter.prep.tally import HookTally
 

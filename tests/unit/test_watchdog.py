@@ -29,8 +29,8 @@ def test_a_main_loop_held_by_a_slow_routine_keeps_it_fed():
     """The daemon's main loop, held for a while by one routine whose Slurm commands end
     one after the other (what a Slurm that does not answer looks like: each command runs
     into its timeout): pings go on all the while."""
-    from ccadapter.daemon import Daemon
-    from ccadapter.delivery import DeliveryStats
+    from ccadapter.daemon.deliverer import DeliveryStats
+    from ccadapter.daemon.loop import Daemon
 
     class Idle:
         queue = None

@@ -12,8 +12,7 @@ from typing import Any
 
 import hostlist
 
-from ccadapter import clustername
-from ccadapter.model import Shared
+from ccadapter.model import Shared, valid_cluster_name
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord
 
 # --- value decoders ------------------------------------------------------------------------
@@ -294,12 +293,12 @@ def job_id_of(record: Any, ctx: ParseContext) -> int:
 
 def cluster_names(values: list[Any], ctx: ParseContext) -> tuple[list[str], list[str]]:
     """The cluster names of a ``sacctmgr list clusters`` answer, in its order, duplicates
-    dropped; a value that is no cluster name (:mod:`ccadapter.clustername`) is an error
-    string and skipped: it would end up in a file name and a command line."""
+    dropped; a value that is no cluster name (:func:`ccadapter.model.valid_cluster_name`) is
+    an error string and skipped: it would end up in a file name and a command line."""
     names: list[str] = []
     errors: list[str] = []
     for value in values:
-        if not clustername.valid(value):
+        if not valid_cluster_name(value):
             errors.append(str(ctx.error(f"not a cluster name: {str(value)[:80]!r}")))
         elif value not in names:
             names.append(value)

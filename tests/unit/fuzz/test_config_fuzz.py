@@ -16,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ccadapter.cli import main
-from ccadapter.config import SECRET_KEYS, Config, load_config, parse_config
+from ccadapter.config.keys import Config
+from ccadapter.config.load import load_config, parse_config
+from ccadapter.config.secrets import SECRET_KEYS
 from ccadapter.errors import ConfigError
 
 pytestmark = pytest.mark.fuzz

@@ -369,7 +369,7 @@ def serving(tmp: Path) -> Iterator[tuple[PrepServer, Recorder]]:
     logger.addHandler(rec)
     # the real router behind it, serving CLUSTER alone: it refuses every other cluster
     router = HookRouter()
-    router.add(CLUSTER, _Lane(rec.got.append))
+    router.add(CLUSTER, _FastPath(rec.got.append))
     srv = PrepServer(specs, CLUSTER, router.submit, on_drop=rec.drop).start()
     try:
         yield srv, rec
@@ -379,8 +379,8 @@ def serving(tmp: Path) -> Iterator[tuple[PrepServer, Recorder]]:
 
 
 @dataclass
-class _Lane:
-    """The cluster's fast path, replaced by a recorder (FastLane)."""
+class _FastPath:
+    """The cluster's fast path, replaced by a recorder (ClusterFastPath)."""
 
     submit: Callable[[HookMessage], None]
 

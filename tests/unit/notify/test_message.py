@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ccadapter.notify.delivery import Subjects, event_message
 from ccadapter.notify.lineproto import LineProtocolError, encode_line
 from ccadapter.notify.message import job_message, msg_id, nodestate_message
+from ccadapter.notify.nats_delivery import Subjects, event_message
 from ccadapter.outbox import Event
 from tests.lineproto import ParseError, parse_line
 from tests.standin.ccbackend import (

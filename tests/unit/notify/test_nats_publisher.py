@@ -13,7 +13,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from ccadapter.config import safe_url
+from ccadapter.config.secrets import safe_url
 from ccadapter.notify import nats as pub_mod
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import NatsOptions, NatsPublisher, describe

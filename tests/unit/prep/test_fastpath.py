@@ -8,13 +8,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.errors import OutboxError
+from ccadapter.errors import OutboxError, TransientSlurmError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.runner import TransientSlurmError
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
@@ -233,9 +232,9 @@ def starts_asked_together(runner, seen=lambda stdin: None) -> None:
 
 def test_a_burst_is_asked_in_parts_at_once_and_its_ends_in_the_next_free_lane(env):
     """slurmctld answers one scontrol's questions in turn but several scontrol at once: a
-    burst's starts are asked in up to ``lanes`` parts at the same time (here each part waits
+    burst's starts are asked in up to ``slots`` parts at the same time (here each part waits
     for the other two to be asked, which it could not do if they were asked in turn); the
-    ends, for which no lane was left, once a lane is free and they are due."""
+    ends, for which no slot was left, once a slot is free and they are due."""
     fast, box, runner, _, _, _ = env
     stored_when_asked = {}
 
@@ -257,7 +256,7 @@ def test_a_burst_is_asked_in_parts_at_once_and_its_ends_in_the_next_free_lane(en
 
 def test_a_start_is_asked_at_once_in_a_free_lane_while_another_part_is_asked(env):
     """A start announced while a part is being asked does not wait for its answer: it goes
-    to a free lane, and is stored first when that part is slow."""
+    to a free slot, and is stored first when that part is slow."""
     fast, box, runner, _, _, _ = env
     release = threading.Event()
     ask = runner.ask
@@ -314,7 +313,7 @@ def test_a_het_job_whose_components_fall_into_two_parts_is_stored_once(env):
     # three parts, and the component's own part reads its leader too: the het job is
     # built twice, stored once
     assert wait(lambda: sorted(e.job_id for e in box.queue.due()) == [331, leader]
-                and fast._free == fast.lanes)
+                and fast._free == fast.slots)
     time.sleep(0.2)
     assert sum(f"show job {leader}\n" in text for text in runner.stdins) == 2
     assert sorted(e.job_id for e in box.queue.due()) == [331, leader]
@@ -400,7 +399,7 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
 
 
 def test_a_stop_waits_for_the_questions_in_flight_before_the_outbox_closes(env, monkeypatch):
-    """Issue 29: stop() left the lanes running (shutdown without waiting), so a part asked
+    """Issue 29: stop() left the slots running (shutdown without waiting), so a part asked
     at SIGTERM stored its answer after the daemon had closed the outbox, or never."""
     fast, box, _, _, _, _ = env
     asked = threading.Event()

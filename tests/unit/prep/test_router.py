@@ -6,7 +6,7 @@ from ccadapter.prep.messages import BadMessage, HookMessage
 from ccadapter.prep.router import HookRouter
 
 
-class Lane:
+class FastPathStub:
     def __init__(self):
         self.got, self.started, self.stopped = [], 0, 0
 
@@ -22,7 +22,7 @@ class Lane:
 
 
 def test_each_message_goes_to_its_clusters_fast_path():
-    a, b = Lane(), Lane()
+    a, b = FastPathStub(), FastPathStub()
     router = HookRouter()
     router.add("a", a)
     router.add("b", b)
@@ -37,7 +37,7 @@ def test_each_message_goes_to_its_clusters_fast_path():
 
 def test_a_cluster_not_served_is_refused_naming_the_served_ones():
     router = HookRouter()
-    router.add("a", Lane())
+    router.add("a", FastPathStub())
     with pytest.raises(BadMessage, match=r"cluster 'x' is not ours \('a'\)"):
         router.submit(HookMessage(1, "start", None, "x"))
     with pytest.raises(BadMessage, match="not ours"):
@@ -46,7 +46,7 @@ def test_a_cluster_not_served_is_refused_naming_the_served_ones():
 
 def test_clusters_added_and_removed_while_it_runs():
     router = HookRouter().start()
-    late = Lane()
+    late = FastPathStub()
     router.add("late", late)  # a cluster `sacctmgr list clusters` names from now on
     assert late.started == 1 and router.clusters() == ["late"]
     router.submit(HookMessage(5, "end", None, "late"))
@@ -54,7 +54,7 @@ def test_clusters_added_and_removed_while_it_runs():
     assert late.stopped == 1 and late.got == [5]
     with pytest.raises(BadMessage):
         router.submit(HookMessage(6, "end", None, "late"))
-    added_before_start = Lane()
+    added_before_start = FastPathStub()
     idle = HookRouter()
     idle.add("a", added_before_start)
     assert added_before_start.started == 0  # started with the router, not before

@@ -8,11 +8,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ccadapter.config import Config
-from ccadapter.errors import SlurmParseError
+from ccadapter.config.keys import Config
+from ccadapter.errors import SlurmParseError, TransientSlurmError
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import IDS_PER_QUERY, Collector, CollectorSettings, RouteCosts
-from ccadapter.slurm.runner import TransientSlurmError
 from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm

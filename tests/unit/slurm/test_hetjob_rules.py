@@ -8,7 +8,7 @@ import pytest
 
 from ccadapter.cc.payload import NotSendable, energy_meta_body, start_job_body, stop_job_body
 from ccadapter.model import HetComponent, Job, Resource, Shared
-from ccadapter.reconcilers.events import events_for
+from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.formats.listing import RunStamp
 from ccadapter.slurm.hetjob import SLACK, het_state, merge_jobs, merge_stamps
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from ccadapter.errors import SlurmCommandError
+from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.retry import RetryPolicy
-from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
+from ccadapter.slurm.runner import SlurmRunner
 
 FAST = RetryPolicy(0.01, 0.02, 3)
 

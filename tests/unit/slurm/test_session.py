@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from ccadapter.errors import TransientSlurmError
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.formats.scontrol import Batch, show_job
-from ccadapter.slurm.runner import SlurmRunner, TransientSlurmError
+from ccadapter.slurm.runner import SlurmRunner
 
 SCONTROL = r"""#!/bin/sh
 echo $$ >> "$(dirname "$0")/pids"

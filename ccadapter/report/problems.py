@@ -14,18 +14,18 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ccadapter.app import outbox_path
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
+from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.config.views import outbox_path
 from ccadapter.errors import (
     CcAdapterError,
     OutboxError,
     SlurmCommandError,
     SlurmParseError,
+    TransientSlurmError,
     UnsupportedSlurmVersion,
     os_advice,
 )
-from ccadapter.ops.status import scrub, secret_values
-from ccadapter.slurm.runner import TransientSlurmError
 
 
 def describe(exc: BaseException, config: Config | None) -> str:

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin, unparsed
 from ccadapter.outbox.store import Store
 from ccadapter.prep.messages import DropReason
@@ -41,7 +41,7 @@ from ccadapter.prep.messages import DropReason
 log = logging.getLogger(__name__)
 
 SLURM_COMMANDS = ("sacct", "scontrol", "sacctmgr")  # every command the daemon runs
-ROLES = ("active", "standby")  # ccadapter.control.Role
+ROLES = ("active", "standby")  # ccadapter.daemon.control.Role
 
 # Slurm answers in tens of milliseconds on a quiet cluster and in tens of seconds on a busy
 # slurmdbd; cc-backend in milliseconds unless something is wrong.
@@ -100,7 +100,7 @@ class Metrics:
             "1 for each Slurm cluster the daemon serves now (slurmClusters; with [\"*\"] "
             "as sacctmgr last listed them).", ["cluster"], registry=self.registry)
         # One for the daemon, whatever clusters it serves: with slurmctldFailover the
-        # daemon beside the slurmctld in control works for all of them (ccadapter.control).
+        # daemon beside the slurmctld in control works for all of them (ccadapter.daemon.control).
         self.roles = Gauge(
             "ccadapter_role",
             "1 for the daemon's role, 0 for the other: active (finds and sends jobs) or "
@@ -238,7 +238,7 @@ class Metrics:
                 raise
             self.cycle_ok.labels(name, cluster).set(self.clock())
             cost = result.get("cost") if isinstance(result, dict) else None
-            if cost:  # see ccadapter.cycle_cost
+            if cost:  # see ccadapter.daemon.cost
                 self.cycle_seconds.labels(name, cluster).observe(cost["seconds"])
                 self.cycle_cpu.labels(name, cluster).inc(cost["cpu"] + cost["slurm_cpu"])
             return result

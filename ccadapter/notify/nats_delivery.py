@@ -6,11 +6,11 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ccadapter.kinds import EventKind
-from ccadapter.loggate import LogGate
+from ccadapter.model import EventKind
 from ccadapter.notify.lineproto import LineProtocolError
 from ccadapter.notify.message import Message, Published, job_message, nodestate_message
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ import re
 
 from ccadapter.cc.payload import energy_meta_body, start_job_body, stop_job_body
 from ccadapter.errors import SlurmParseError
-from ccadapter.kinds import EventKind
-from ccadapter.model import Job
+from ccadapter.model import EventKind, Job
 from ccadapter.outbox import NewEvent
 from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.values import expand_hostlist

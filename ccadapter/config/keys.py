@@ -7,7 +7,7 @@ cc-slurm-adapter spells the retry key ``slurmQueryMaxRetries`` while its code re
 ``slurmMaxRetries``; both are accepted.
 
 Loading validates types, ranges and regexes without touching the file system, so a config
-can be checked on any machine; :func:`ccadapter.config_rules.missing_files` is the separate
+can be checked on any machine; :func:`ccadapter.config.rules.missing_files` is the separate
 check that the files it names exist, done where they are needed (the daemon,
 ``check-config``).
 """
@@ -15,59 +15,22 @@ check that the files it names exist, done where they are needed (the daemon,
 from __future__ import annotations
 
 import ipaddress
-import json
-import logging
 import re
-import socket
-from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlsplit
+from typing import Annotated
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 
-from ccadapter import clustername
-from ccadapter.errors import ConfigError
+from ccadapter.config.secrets import safe_url
+from ccadapter.config.views import HOSTNAME, ConfigViews, parse_listen_address
+from ccadapter.model import ALL_CLUSTERS, valid_cluster_name
 from ccadapter.prep.hook import parse_spec
-
-log = logging.getLogger(__name__)
-
-DEFAULT_CONFIG_PATH = "/etc/cc-slurm-adapter/config.json"
-
-# Keys we accept under another spelling; value is the canonical key.
-_ALIASES = {"slurmQueryMaxRetries": "slurmMaxRetries"}
-
-# Keys whose values are secrets: never logged, never echoed in errors.
-SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
-# The files a secret may be kept in instead, so that the config file holds none and may be
-# read by the hook (which runs as SlurmUser) and by admins: secret key -> its file's key.
-SECRET_FILE_KEYS = {"ccRestJwt": "ccRestJwtFile", "natsPassword": "natsPasswordFile"}
-# Keys holding a URL, which may carry user:password@ (the password is a secret too).
-URL_KEYS = ("ccRestUrl", "natsServer")
-REDACTED = "<redacted>"
-
-
-def url_password(url: str) -> str:
-    """The password of ``scheme://user:password@host...``; "" when there is none."""
-    netloc = urlsplit(url).netloc if "://" in url else ""
-    userinfo, at, _ = netloc.rpartition("@")
-    return userinfo.partition(":")[2] if at else ""
-
-
-def safe_url(url: str) -> str:
-    """The URL as it may be shown: without its user:password@ part."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
 
 
 def _compile(pattern: str) -> str:
@@ -76,35 +39,6 @@ def _compile(pattern: str) -> str:
     except re.error as exc:
         raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
     return pattern
-
-
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
-
-
-def parse_listen_address(value: str) -> tuple[str, int] | None:
-    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` -> (host, port); ``""`` -> None.
-
-    Checked when the file is loaded, so a typo exits 2 naming the key instead of failing
-    (or listening somewhere unexpected) when the daemon binds. ``:PORT`` is every IPv4
-    address, as for Python's servers; ``[::]:PORT`` asks for IPv6.
-    """
-    if not value:
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"must be HOST:PORT, [IPv6]:PORT or :PORT with a port from 1 to "
-                         f"65535, got {value!r}")
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ValueError(f"{host} is not an IPv6 address") from None
-        return host[1:-1], int(port)
-    if ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets, e.g. [::1]:{port}; got {value!r}")
-    if host and not _HOSTNAME.match(host):
-        raise ValueError(f"{host!r} is neither an IP address nor a host name")
-    return host or "0.0.0.0", int(port)
 
 
 def _listen_address(value: str) -> str:
@@ -117,12 +51,12 @@ HostRegex = Annotated[str, AfterValidator(_compile)]
 ListenAddress = Annotated[str, AfterValidator(_listen_address)]
 
 
-class Config(BaseModel):
+class Config(ConfigViews, BaseModel):
     """One model for the whole file; attribute names are Pythonic, aliases are the file's.
     Longer than our 200-line rule for a class: it declares each of the file's keys with its
     default and alias, and the checks of single keys beside them; the file is flat (as
     cc-slurm-adapter defines it), so the model is too. Rules across keys are
-    :mod:`ccadapter.config_rules`."""
+    :mod:`ccadapter.config.rules`."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
@@ -206,7 +140,7 @@ class Config(BaseModel):
     # The Slurm clusters one daemon serves (several clusters of one slurmdbd): names, or
     # ["*"] for every cluster `sacctmgr list clusters` names, as cc-slurm-adapter does. Each
     # gets `--clusters NAME` on every Slurm command and state of its own (see
-    # ccadapter.clustername). Empty: the local cluster only, without --clusters, as before.
+    # ccadapter.model). Empty: the local cluster only, without --clusters, as before.
     slurm_clusters: list[str] = Field(default_factory=list, alias="slurmClusters")
     # With ["*"]: seconds between two readings of the cluster list (a cluster added to
     # slurmdbd is served from the next one on, a deleted one is no longer polled).
@@ -285,7 +219,7 @@ class Config(BaseModel):
     @field_validator("slurmctld_host_name")
     @classmethod
     def _host_name(cls, value: str) -> str:
-        if value and not _HOSTNAME.match(value):
+        if value and not HOSTNAME.match(value):
             raise ValueError(f"must be a host name as SlurmctldHost spells it (without the "
                              f"address in parentheses), got {value!r}")
         return value
@@ -293,11 +227,11 @@ class Config(BaseModel):
     @field_validator("slurm_clusters")
     @classmethod
     def _cluster_names(cls, value: list[str]) -> list[str]:
-        if clustername.ALL in value and value != [clustername.ALL]:
-            raise ValueError(f'"{clustername.ALL}" stands for every cluster and goes alone: '
-                             f'["{clustername.ALL}"]')
+        if ALL_CLUSTERS in value and value != [ALL_CLUSTERS]:
+            raise ValueError(f'"{ALL_CLUSTERS}" stands for every cluster and goes alone: '
+                             f'["{ALL_CLUSTERS}"]')
         for name in value:
-            if name != clustername.ALL and not clustername.valid(name):
+            if name != ALL_CLUSTERS and not valid_cluster_name(name):
                 raise ValueError(f"{name[:80]!r} is not a Slurm cluster name (letters, digits, "
                                  "'_', '.', '-')")
         if len(set(value)) < len(value):
@@ -315,7 +249,7 @@ class Config(BaseModel):
                              "on prepSockListenPath alone")
         seen = {info.data.get("prep_sock_listen_path")}
         for name, spec in value.items():
-            if clusters != [clustername.ALL] and name not in clusters:
+            if clusters != [ALL_CLUSTERS] and name not in clusters:
                 raise ValueError(f"{name[:80]!r} is not in slurmClusters")
             try:
                 parse_spec(spec)
@@ -347,155 +281,7 @@ class Config(BaseModel):
                                  "127.0.0.1, 10.1.2.0/24 or ::1)") from None
         return value
 
-    # --- derived views --------------------------------------------------------------------
-    def gpu_pci_patterns(self) -> list[tuple[re.Pattern[str], list[str]]]:
-        """Host regexes in file order; the first match wins."""
-        return [(re.compile(p), addrs) for p, addrs in self.gpu_pci_addrs.items()]
-
-    def ignore_hosts_pattern(self) -> re.Pattern[str] | None:
-        return re.compile(self.ignore_hosts) if self.ignore_hosts else None
-
-    def nats_url(self) -> str:
-        """natsServer and natsPort as one URL: cc-slurm-adapter's host name form, or a URL
-        (which then brings its own port)."""
-        if "://" in self.nats_server:
-            return self.nats_server
-        host = self.nats_server
-        if ":" in host and not host.startswith("["):  # an IPv6 address
-            host = f"[{host}]"
-        tls = self.nats_tls_ca_file or self.nats_tls_cert_file
-        return f"{'tls' if tls else 'nats'}://{host}:{self.nats_port}"
-
-    def state_dir(self) -> Path:
-        """The directory of the outbox and its lock: ``stateDirectory``, or when that is
-        empty the directory of ``lastRunPath``."""
-        if self.state_directory:
-            return Path(self.state_directory)
-        return Path(self.last_run_path).parent
-
-    def multi_cluster(self) -> bool:
-        """Whether clusters are named (``slurmClusters`` set): then every Slurm command
-        carries ``--clusters NAME`` and each cluster's state its name."""
-        return bool(self.slurm_clusters)
-
-    def controller_host(self) -> str:
-        """This host as a SlurmctldHost: ``slurmctldHostName`` or the system's host name."""
-        return self.slurmctld_host_name or socket.gethostname()
-
-    def rest_jwt(self) -> str:
-        """ccRestJwt, from the config or from ccRestJwtFile (read now: a token renewed on
-        disk is taken at the next start). Raises ConfigError naming the key."""
-        return self._secret("ccRestJwt", self.cc_rest_jwt, self.cc_rest_jwt_file)
-
-    def nats_secret(self) -> str:
-        """natsPassword, from the config or from natsPasswordFile."""
-        return self._secret("natsPassword", self.nats_password, self.nats_password_file)
-
-    def _secret(self, key: str, value: str, path: str) -> str:
-        if not path:
-            return value
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(SECRET_FILE_KEYS[key], f"cannot read {path}: "
-                              f"{exc.strerror or type(exc).__name__}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(SECRET_FILE_KEYS[key], f"{path} is not UTF-8 text") from None
-        lines = text.strip().splitlines()
-        if not lines or not lines[0].strip():
-            raise ConfigError(SECRET_FILE_KEYS[key], f"{path} is empty")
-        return lines[0].strip()
-
-    def allowed_peers(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        """prepSockAllowedPeers as networks (an address is a network of one)."""
-        return [ipaddress.ip_network(peer, strict=False) for peer in self.prep_sock_allowed_peers]
-
-    def metrics_address(self) -> tuple[str, int] | None:
-        """(host, port) to serve metrics on; None when metrics are off."""
-        return parse_listen_address(self.metrics_listen)
-
-    def redacted(self) -> dict[str, Any]:
-        """The config as the file would spell it, secrets replaced (a password inside a
-        URL too), for display."""
-        data = self.model_dump(by_alias=True)
-        for key in SECRET_KEYS:
-            if data.get(key):
-                data[key] = REDACTED
-        for key in URL_KEYS:
-            if password := url_password(data[key]):
-                data[key] = data[key].replace(f":{password}@", f":{REDACTED}@", 1)
-        return data
-
-    def secret_values(self) -> list[str]:
-        """Every secret the config holds (the secret keys' values, those of their files
-        where this process may read them, and the passwords inside its URLs), for scrubbing
-        texts of other programs before they are shown."""
-        values = []
-        for read in (self.rest_jwt, self.nats_secret):
-            try:
-                values.append(read())
-            except ConfigError:
-                continue  # a file this user may not read: nothing of it can be shown
-        data = self.model_dump(by_alias=True)
-        return [v for v in values if v] + [pw for k in URL_KEYS if (pw := url_password(data[k]))]
-
 
 def _alias(field: str) -> str:
     """The file's spelling of a field name (``cc_rest_jwt`` -> ``ccRestJwt``)."""
     return Config.model_fields[field].alias or field
-
-
-def _canonical_keys() -> dict[str, str]:
-    """Lower-cased spelling -> the spelling the model knows, for case-insensitive matching."""
-    keys = {f.alias: f.alias for f in Config.model_fields.values() if f.alias}
-    keys.update(_ALIASES)
-    return {k.lower(): v for k, v in keys.items()}
-
-
-def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
-    canon = _canonical_keys()
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        target = canon.get(key.lower())
-        if target is None:
-            log.warning("config: unknown key %r ignored", key)
-            continue
-        if target in out:
-            log.warning("config: key %r given twice (as %r); the later one wins", target, key)
-        out[target] = value
-    return out
-
-
-def parse_config(raw: Any, source: str = "<config>") -> Config:
-    """Validate decoded JSON; raises :class:`ConfigError` naming the first bad key."""
-    if not isinstance(raw, dict):
-        raise ConfigError("<top level>", f"{source} must hold a JSON object")
-    try:
-        return Config.model_validate(_normalise(raw))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"]) or "<top level>"
-        msg = err["msg"].removeprefix("Value error, ")
-        if key.split(".")[0] in SECRET_KEYS:
-            msg = "invalid value (not shown: it is a secret)"
-        raise ConfigError(key, msg) from None
-
-
-def load_config(path: str | Path) -> Config:
-    """Read and validate the config file at ``path``."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError("<file>", f"{path} is not UTF-8 text (byte {exc.start})") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError("<file>", f"{path} is not valid JSON: {exc}") from None
-    except ValueError:
-        # A number past Python's 4,300-digit limit. Not echoed: it may sit in a secret.
-        raise ConfigError("<file>", f"{path} holds a number too long to read") from None
-    except RecursionError:
-        raise ConfigError("<file>", f"{path} is nested too deeply to read") from None
-    return parse_config(raw, str(path))

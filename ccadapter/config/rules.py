@@ -1,6 +1,6 @@
 """Rules across config keys: whether a config can deliver jobs at all, where node states go,
 and what an admin may not expect of a combination. Each key alone is checked by the model
-(:class:`ccadapter.config.Config`); these need several keys and concern only the commands
+(:class:`ccadapter.config.keys.Config`); these need several keys and concern only the commands
 that deliver (``daemon``, ``sync``, ``backfill``, ``recover``): ``jobs``, ``status`` and the
 built-in defaults deliver nothing and must load whatever they say here."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import ConfigError
 
 
@@ -36,7 +36,7 @@ def check_delivery(config: Config) -> list[str]:
 
 def node_state_path(config: Config) -> str | None:
     """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
-    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.app`."""
+    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.daemon.app`."""
     if not config.cc_rest_submit_jobs and config.nats_server and \
             config.nats_node_state_subject:
         return "nats"

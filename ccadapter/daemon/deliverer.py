@@ -9,8 +9,8 @@ out by its id, and the queue holds back whatever must follow it (a stop until it
 delivered or rejected, a run's energy until its stop, a requeued job's next run until the
 last one's events): the per-job order needs no locking here.
 
-What "deliver" means is a function of one event: :class:`ccadapter.cc.delivery.RestDelivery`
-(cc-backend's REST API, with its 404 dance) or :class:`ccadapter.notify.delivery.NatsDelivery`.
+What "deliver" means is a function of one event: :class:`ccadapter.cc.rest_delivery.RestDelivery`
+(cc-backend's REST API, with its 404 dance) or :class:`ccadapter.notify.nats_delivery.NatsDelivery`.
 The same engine drains the outbox itself and its NATS notification queue.
 
 A delivery that raises (a bug, or a body nothing expected) costs that event a retry with
@@ -27,12 +27,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ccadapter.kinds import EventKind
+from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
 
 if TYPE_CHECKING:
-    from ccadapter.cc.delivery import RestDelivery
-    from ccadapter.notify.delivery import NatsDelivery
+    from ccadapter.cc.rest_delivery import RestDelivery
+    from ccadapter.notify.nats_delivery import NatsDelivery
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ their clusters (:meth:`Daemon.add_routine`, :meth:`Daemon.remove_cluster`). The 
 no cluster -- all of them in the default mode -- run in the main loop, as before.
 
 With controller failover a ``gate`` says whether this daemon is the one that works
-(:mod:`ccadapter.control`): routines added with ``gated=True`` (the reconcilers) run only
+(:mod:`ccadapter.daemon.control`): routines added with ``gated=True`` (the reconcilers) run only
 while it is open, and all of them at once when it opens (the catch-up of a takeover).
 Delivery is never gated: what the outbox holds is owed whatever the role. The gate is the
 daemon's, not a lane's: with slurmClusters the daemon beside the slurmctld in control works
@@ -34,10 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccadapter.delivery import Deliverer
+from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.errors import CcAdapterError
 
-log = logging.getLogger(__name__)
+# The name the loop logged under before it moved into the package: `--log-level
+# ccadapter.daemon=debug` (the line of every cycle) and the scale benchmark name it.
+log = logging.getLogger("ccadapter.daemon")
 
 
 # How long a stopping daemon waits for a lane's cycle in flight (a Slurm command that hangs

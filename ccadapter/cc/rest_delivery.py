@@ -1,5 +1,5 @@
 """Delivering one outbox event to cc-backend's REST API: the answers followed to a final
-result (:class:`RestDelivery`), for :class:`ccadapter.delivery.Deliverer` to record."""
+result (:class:`RestDelivery`), for :class:`ccadapter.daemon.deliverer.Deliverer` to record."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import re
 from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
-from ccadapter.kinds import EventKind
-from ccadapter.loggate import LogGate
+from ccadapter.model import EventKind
 from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ cluster with ``--cluster NAME``, one lastRun for all, and stops a poll at the fi
 that fails (``processSlurmSacctPoll`` in its ``cmd/cc-slurm-adapter/daemon.go``). Here each
 cluster is a :class:`ClusterSync` of its own -- its collector (``--clusters NAME`` on every
 command), its lastRun, its reconcilers with their state in the shared outbox -- whose
-routines run in a thread of their own (:mod:`ccadapter.daemon`), so a cluster whose Slurm
+routines run in a thread of their own (:mod:`ccadapter.daemon.loop`), so a cluster whose Slurm
 fails is reported and retried at its next turn while the others go on.
 
 The :class:`Roster` is the set of served clusters: fixed for a list of names; for ``["*"]``
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ccadapter import clustername
 from ccadapter.cc.client import CcClient
-from ccadapter.config import Config
+from ccadapter.config.keys import Config
 from ccadapter.errors import CcAdapterError
+from ccadapter.model import last_run_path
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
@@ -104,7 +104,7 @@ def last_runs(config: Config) -> LastRuns:
     (:mod:`ccadapter.runtime.lastrun`)."""
 
     def of(scope: str | None) -> LastRun:
-        path = clustername.last_run_path(config.last_run_path, scope)
+        path = last_run_path(config.last_run_path, scope)
         return LastRun(path, seed=None if scope is None else config.last_run_path)
 
     return of
