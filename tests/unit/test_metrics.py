@@ -28,7 +28,7 @@ from ccadapter.config import Config
 from ccadapter.delivery import Deliverer
 from ccadapter.errors import CcAdapterError
 from ccadapter.metrics import Metrics, NoMetrics, Recorder
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, NewEvent, Outbox, Result
+from ccadapter.outbox import DeliveryStatus, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookMessage
@@ -132,7 +132,7 @@ def test_outbox_depth_and_age_are_read_at_scrape_time(tmp_path, metrics):
     assert value(metrics, "ccadapter_outbox_pending_events", kind="stop") == 1
     assert value(metrics, "ccadapter_outbox_oldest_pending_age_seconds") == 100
     first = box.queue.due()[0]
-    box.queue.record([Result(first.id, REJECTED, "HTTP 400: test")])
+    box.queue.record([Result(first.id, DeliveryStatus.REJECTED, "HTTP 400: test")])
     assert value(metrics, "ccadapter_outbox_rejected_events", kind="start") == 1
     assert value(metrics, "ccadapter_outbox_pending_events", kind="start") == 1
     box.close()
@@ -470,7 +470,8 @@ def test_daemon_exits_2_naming_the_key_when_it_cannot_listen(tmp_path, fake_slur
 def test_nats_notifications_by_outcome():
     metrics = Metrics()
     ev = Event(1, "c", 1, 100, "start", {}, 0, 0.0)
-    for status in (DELIVERED, PENDING, PENDING, REJECTED):
+    for status in (DeliveryStatus.DELIVERED, DeliveryStatus.PENDING, DeliveryStatus.PENDING,
+                   DeliveryStatus.REJECTED):
         metrics.nats_result(ev, Result(1, status))
     assert value(metrics, "ccadapter_nats_notifications_total", kind="start",
                  outcome="published") == 1

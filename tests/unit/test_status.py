@@ -14,7 +14,7 @@ from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config import Config
 from ccadapter.daemon import Routine
 from ccadapter.ops.status import CycleLog, collect, scrub
-from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
 
@@ -81,7 +81,8 @@ def test_outbox_cycles_and_last_run(config, outbox_file):
     box.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1}),
                  NewEvent("c", 2, 100, "start", {"jobId": 2})])
     first = box.queue.due()[0]
-    box.queue.record([Result(first.id, REJECTED, f"HTTP 400: token {JWT} not allowed")])
+    box.queue.record([Result(first.id, DeliveryStatus.REJECTED,
+                             f"HTTP 400: token {JWT} not allowed")])
     routine = Routine("slurm-window", lambda: None, 60, last_ok=now - 5)
     CycleLog(box, clock=lambda: now - 5)(routine)
     routine.last_error = "SlurmCommandError: sacct: exit code 1"
