@@ -31,7 +31,7 @@ from ccadapter.metrics import Metrics, NoMetrics, Recorder
 from ccadapter.outbox import DeliveryStatus, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.messages import HookEvent, HookMessage
 from ccadapter.prep.server import PrepServer
 from ccadapter.prep.tally import HookTally
 from ccadapter.retry import RetryPolicy
@@ -342,9 +342,9 @@ def test_full_fast_path_counts_received_and_dropped(tmp_path, metrics):
     tally = HookTally(on_received=metrics.hook_received, on_drop=metrics.hook_dropped)
     fast = FastPath(collector, box, lambda: None, max_pending=1,
                     on_received=tally.received, on_drop=tally.dropped)
-    fast.submit(HookMessage(1, "start", None))
-    fast.submit(HookMessage(1, "end", None))  # the same job joins its pending entry
-    fast.submit(HookMessage(2, "start", None))
+    fast.submit(HookMessage(1, HookEvent.START, None))
+    fast.submit(HookMessage(1, HookEvent.END, None))  # the same job joins its pending entry
+    fast.submit(HookMessage(2, HookEvent.START, None))
     box.close()
     assert value(metrics, "ccadapter_hook_messages_received_total", cluster="") == 3
     assert value(metrics, "ccadapter_hook_messages_dropped_total",
