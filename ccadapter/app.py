@@ -46,7 +46,7 @@ from ccadapter.clusters import (
     last_runs,
 )
 from ccadapter.config import Config
-from ccadapter.config_rules import node_state_path
+from ccadapter.config_rules import Target, node_state_path
 from ccadapter.control import Control, Role
 from ccadapter.cycle_cost import costed
 from ccadapter.daemon import Daemon
@@ -352,7 +352,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                                  on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
-        deliver = nats_first(nats, rest, node_states_on_nats=node_states == "nats")
+        deliver = nats_first(nats, rest, node_states_on_nats=node_states == Target.NATS)
     deliverer = Deliverer(outbox.queue, deliver, workers=workers,
                           on_result=recorder.delivery_result)
     intervals = {"slurm-window": config.slurm_poll_interval,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from ccadapter import clustername
 from ccadapter.cc.client import CcClient
 from ccadapter.config import Config
+from ccadapter.config_rules import Target
 from ccadapter.errors import CcAdapterError
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers import Reconciler
@@ -119,7 +120,7 @@ class SyncParts:
     outbox: Outbox
     client: CcClient | None
     last_runs: LastRuns
-    node_states: str | None  # node_state_path()
+    node_states: Target | None  # node_state_path()
 
     def sync(self, name: str, scoped: bool, runner: CommandRunner,
              config_text: str = "") -> ClusterSync:

@@ -38,7 +38,9 @@ MAX_MESSAGE = 64 * 1024
 
 
 def parse_spec(spec: str) -> tuple[int, object]:
-    """Socket family and address for a prepSock*Path value (cc-slurm-adapter's formats)."""
+    """Socket family and address for a prepSock*Path value (cc-slurm-adapter's formats).
+    The one reader of the spec, for the hook and the daemon alike: its socket types stay
+    plain words, as the hook imports no ``enum``."""
     proto, sep, rest = spec.partition(":")
     if not sep or proto.startswith("/"):
         return _socket.AF_UNIX, spec

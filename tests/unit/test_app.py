@@ -16,7 +16,7 @@ import pytest
 from ccadapter.app import build
 from ccadapter.clusters import EnergyProbe
 from ccadapter.config import Config
-from ccadapter.config_rules import node_state_path, node_state_warnings
+from ccadapter.config_rules import Target, node_state_path, node_state_warnings
 from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published
@@ -50,13 +50,13 @@ NATS_ONLY = {"ccRestSubmitJobs": False, "natsServer": "127.0.0.1", "natsJetStrea
 
 
 @pytest.mark.parametrize(("keys", "path", "warned"), [
-    ({"ccRestUrl": "http://cc"}, "rest", None),
+    ({"ccRestUrl": "http://cc"}, Target.REST, None),
     ({"ccRestUrl": "http://cc", "natsServer": "n", "natsNodeStateSubject": "cc.node.state"},
-     "rest", "natsNodeStateSubject is used only when NATS is the job path"),
-    ({**NATS_ONLY, "ccRestUrl": "http://cc"}, "rest", None),
+     Target.REST, "natsNodeStateSubject is used only when NATS is the job path"),
+    ({**NATS_ONLY, "ccRestUrl": "http://cc"}, Target.REST, None),
     ({**NATS_ONLY, "ccRestUrl": "http://cc", "natsNodeStateSubject": "cc.node.state"},
-     "nats", None),
-    ({**NATS_ONLY, "natsNodeStateSubject": "cc.node.state"}, "nats", None),
+     Target.NATS, None),
+    ({**NATS_ONLY, "natsNodeStateSubject": "cc.node.state"}, Target.NATS, None),
     (NATS_ONLY, None, "node states are not sent: set natsNodeStateSubject"),
 ])
 def test_where_node_states_go(keys, path, warned):
