@@ -78,8 +78,8 @@ OUTBOX_FILE = "outbox.sqlite"
 
 @dataclass
 class App:
-    """The daemon as :func:`build` assembles it: clusters, hook routing, delivery, shutdown.
-    Over our 200-line rule: the one place that wires parts living in modules of their own."""
+    """The daemon as :func:`build` assembles it: clusters, hook routing, delivery, shutdown;
+    the one place that wires parts living in modules of their own."""
 
     config: Config
     outbox: Outbox

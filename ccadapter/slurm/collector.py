@@ -112,10 +112,10 @@ class CollectorSettings:
 
 
 class Collector:
-    """Reads jobs of one Slurm installation through a :class:`CommandRunner`. Longer than
-    our 200-line rule for a class: the run listing, the sacct details and the
-    installation's facts (version, cluster name, config) share the caches of the version
-    and the name and the per-cluster argument; slurmctld's side is :class:`Slurmctld`."""
+    """Reads jobs of one Slurm installation through a :class:`CommandRunner`: the run
+    listing, the sacct details and the installation's facts (version, cluster name, config)
+    share the caches of the version and the name and the per-cluster argument; slurmctld's
+    side is :class:`Slurmctld`."""
 
     def __init__(
         self,
