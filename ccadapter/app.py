@@ -6,7 +6,7 @@ NATS alone as the durable path (the outbox keeps an event until NATS has it). No
 then go to ``natsNodeStateSubject`` when it is set (cc-backend 1.5.4's ``subject-node-state``),
 else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler). With REST as
 the job path node states go over REST only: a cc-backend that takes REST jobs does not read
-NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
+NATS (it mounts start_job/stop_job only without ``api-subjects``: v1.5.4 rest.go).
 Energy events (a run's consumed energy into its metaData) go over REST in both cases.
 
 Clusters: by default the local one (``scontrol show config``), read without ``--clusters``;

@@ -154,7 +154,7 @@ def nats_first(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_
                ) -> Callable[[Event], Result]:
     """NATS as the only job path: starts and stops to NATS; node states to NATS when
     natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
-    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
+    message for metadata; its REST edit_meta stays mounted, rest.go ``MountAPIRoutes``)."""
 
     def deliver(event: Event) -> Result:
         if event.kind in (EventKind.START, EventKind.STOP) or (

@@ -21,11 +21,11 @@ class Sender(Protocol):
 
 # cc-backend answers an energy edit 422 while it has no such job in its job table (a stop it
 # received over NATS and has not applied yet) and 500 when it stored the value but could not
-# update the job's archive (v1.5.4 repository/job.go:301-310, pkg/archive/archive.go:374-390:
-# the archiver is still writing it, failed, or monitoring is off for the job). Both are
-# retried with the outbox's backoff; an event that gets one of them at its tenth attempt
-# or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's answer
-# (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
+# update the job's archive (v1.5.4 ``UpdateMetadata`` in repository/job.go and in
+# pkg/archive/archive.go: the archiver is still writing it, failed, or monitoring is off for
+# the job). Both are retried with the outbox's backoff; an event that gets one of them at its
+# tenth attempt or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's
+# answer (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
 # long as it takes, like every event, but count as attempts.
 ENERGY_ATTEMPTS = 10
 _ENERGY_NOT_YET = frozenset({422, 500})

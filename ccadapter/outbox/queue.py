@@ -99,7 +99,7 @@ ORDER BY n.event_id LIMIT :limit
 """)
 
 # Whether anything is due at all: during an outage the whole backlog waits, and walking it
-# in id order only to find nothing would cost tens of milliseconds per second.
+# in id order only to find nothing would cost a walk of the whole backlog every second.
 _ANY_DUE = ("SELECT 1 FROM {table} INDEXED BY {index} WHERE status = 'pending' "
             "AND next_attempt_at <= ? LIMIT 1")
 

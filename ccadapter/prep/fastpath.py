@@ -11,9 +11,9 @@ free lanes) as soon as its last answer is stored, so a start waits for the quest
 before it only while every lane is busy.
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
-CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
-of 5 jobs/s, 60 to 70 ms p50 and 130 to 180 ms p95 after the daemon got the message, in
-three runs). Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
+CONFIGURING until the hook has exited and been reaped (the start latencies that follow are in
+BENCHMARKS.md, sections "Prolog/Epilog fast path" and "Scale: a long queue of pending jobs").
+Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
 is final and the start is asked and sent at once (:mod:`ccadapter.slurm.nodeboot`); where it
 may boot them, a start waits ``start_settle`` seconds, so that slurmctld is not asked while
 it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked when
