@@ -59,8 +59,8 @@ _SLURM_TO_CC: dict[str, JobState] = {
 # States in which a job has not (yet) run. CONFIGURING: its nodes are allocated but still
 # booting (power saving, --reboot) or its PrologSlurmctld still runs; when nodes power up,
 # slurmctld resets the job's StartTime once they are up and sends the new one to slurmdbd
-# (job_mgr.c job_config_fini: "Resetting %pJ start time for node power up", 22.05.8
-# :9146-9160, 24.11.5 :9027, 26.05.3 :9303): a start sent before would carry a startTime
+# (``job_config_fini`` in job_mgr.c: "Resetting %pJ start time for node power up", from 22.05
+# to 26.05): a start sent before would carry a startTime
 # that is not the run's, and cc-backend would get two jobs. Where slurmctld boots no nodes
 # for a job, its StartTime is final while CONFIGURING, and the fast path sends its start
 # (ccadapter.slurm.nodeboot); the poll waits until it runs.

@@ -18,7 +18,7 @@ any        other 4xx                   rejected: parked with the body, not retri
 =========  ==========================  ===============================================
 
 Every kind is a POST of a JSON body, but ``energy``: a PATCH of ``/api/jobs/edit_meta/``
-(cc-backend v1.5.4 internal/api/rest.go:103, job.go:503-534).
+(cc-backend v1.5.4 internal/api/rest.go ``MountAPIRoutes``, job.go ``editMetaByRequest``).
 
 The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
 Transport: :mod:`ccadapter.cc.http` (requests, one pool of keep-alive connections sized to
@@ -67,9 +67,9 @@ class Answer:
 
 
 # cc-backend 1.5 inserts a new job into its job cache without looking there for duplicates
-# (internal/api/job.go:748-776, repository/jobFind.go:96 reads `job` only): a start sent
-# again before the commit worker moved the first one is refused by the cache's UNIQUE
-# (job_id, cluster, start_time) constraint (migrations/sqlite3/09_add-job-cache.up.sql:33)
+# (internal/api/job.go ``startJob``; repository/jobFind.go ``FindAll`` reads `job` only): a
+# start sent again before the commit worker moved the first one is refused by the cache's
+# UNIQUE (job_id, cluster, start_time) constraint (migrations/sqlite3/09_add-job-cache.up.sql)
 # with this text in a 500. The run is in cc-backend: retrying would only repeat the 500
 # until the commit (up to two minutes of requests).
 _CACHED_START = "UNIQUE constraint failed: job_cache."
@@ -93,7 +93,7 @@ def classify(kind: EventKind, status: int, body: str = "") -> Outcome:
         return Outcome.DELIVERED
     if kind == EventKind.ENERGY and status == 200:
         return Outcome.DELIVERED
-    if kind == EventKind.ENERGY and status == 422:  # finding job failed (job.go:520-524)
+    if kind == EventKind.ENERGY and status == 422:  # finding job failed (editMetaByRequest)
         return Outcome.RETRY
     return Outcome.REJECTED
 
@@ -154,8 +154,8 @@ class CcClient:
         self._http = HttpSession(self.url, headers, pool_size=pool_size,
                                  connect_timeout=connect_timeout, read_timeout=read_timeout,
                                  ca_bundle=ca_bundle)
-        # one tenacity loop for every send: making it per event cost 4 % of a delivery's
-        # CPU; its per-call state is thread-local, so the delivery workers share it
+        # one tenacity loop for every send, not one made per event (a cost in every
+        # delivery); its per-call state is thread-local, so the delivery workers share it
         self._retrying = self.retry.retrying(
             retry=retry_if_result(lambda a: a.outcome is Outcome.RETRY and a.status != 0),
             retry_error_callback=lambda state: state.outcome.result())

@@ -83,8 +83,8 @@ class _ResendOnce(Retry):
 class _PoolPerOrigin(HTTPAdapter):
     """An HTTPAdapter that finds the connection pool of a request once per origin, TLS
     settings and client certificate, not anew for every request: requests builds the pool
-    key (URL parsing, TLS context arguments, urllib3's key normalising) on each send, 8 % of
-    a delivery's CPU, to find the same pool of the one cc-backend we talk to. Through
+    key (URL parsing, TLS context arguments, urllib3's key normalising) on each send, a
+    share of every delivery's CPU, to find the same pool of the one cc-backend we talk to. Through
     ``get_connection_with_tls_context``, requests' hook for subclasses; a request through a
     proxy is left to requests. urllib3 2 never closes a pool it handed out (its pool manager
     forgets pools, at ``clear`` or when it holds too many, but leaves them open), so a pool

@@ -11,7 +11,7 @@ components as ``hetJobComponents``: ``"11+0=11,11+1=12"`` (Slurm's ``LEADER+OFFS
 ``=``, the component's own job id, in offset order). A component on its own is never a body.
 
 The consumed energy cannot ride on the stop: ``StopJobAPIRequest`` has no metaData (an
-unknown field is a 400, cc-backend v1.5.4 internal/api/job.go:40-46), and the start is sent
+unknown field is a 400, cc-backend v1.5.4 internal/api/job.go), and the start is sent
 before anyone knows it. It goes into the stopped job's metaData by ``PATCH
 /api/jobs/edit_meta/`` (:func:`energy_meta_body`).
 """
@@ -109,12 +109,13 @@ ENERGY_KEY = "energy"  # the metaData key of the consumed energy
 def energy_meta_body(job: Job) -> dict[str, Any] | None:
     """The body of ``PATCH /api/jobs/edit_meta/`` that sets ``metaData.energy`` of this
     stopped run to the joules Slurm accounted, as a decimal string (metaData values are
-    strings). cc-backend's ``JobMetaRequest`` (v1.5.4 internal/api/job.go:70-81) finds the
-    run by jobId, cluster and startTime (job.go:520) and sets one key (job.go:526). None
-    when the run has not ended or Slurm accounted no energy for it.
+    strings). cc-backend's ``JobMetaRequest`` (v1.5.4 internal/api/job.go) finds the run by
+    jobId, cluster and startTime and sets one key (``editMetaByRequest``). None when the run
+    has not ended or Slurm accounted no energy for it.
 
     Not cc-backend's own ``energy`` field: that one is computed from the metric data when
-    the job is archived, in kWh, and overwrites whatever was sent (repository/job.go:956-1003).
+    the job is archived, in kWh, and overwrites whatever was sent (repository/job.go
+    ``UpdateEnergy``).
     """
     if job.energy is None or not job.started or not job.finished:
         return None

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
 from ccadapter.model import EventKind
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.outbox import DeliveryStatus, Event, Result
 from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
@@ -21,11 +21,11 @@ class Sender(Protocol):
 
 # cc-backend answers an energy edit 422 while it has no such job in its job table (a stop it
 # received over NATS and has not applied yet) and 500 when it stored the value but could not
-# update the job's archive (v1.5.4 repository/job.go:301-310, pkg/archive/archive.go:374-390:
-# the archiver is still writing it, failed, or monitoring is off for the job). Both are
-# retried with the outbox's backoff; an event that gets one of them at its tenth attempt
-# or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's answer
-# (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
+# update the job's archive (v1.5.4 ``UpdateMetadata`` in repository/job.go and in
+# pkg/archive/archive.go: the archiver is still writing it, failed, or monitoring is off for
+# the job). Both are retried with the outbox's backoff; an event that gets one of them at its
+# tenth attempt or later (some 4 to 9 minutes after its stop) is rejected with cc-backend's
+# answer (``queue retry`` sends it again). Other failures (cc-backend down) are retried for as
 # long as it takes, like every event, but count as attempts.
 ENERGY_ATTEMPTS = 10
 _ENERGY_NOT_YET = frozenset({422, 500})
@@ -60,7 +60,8 @@ class RestDelivery:
         # cc-backend never saw this run: its start first, then the stop again.
         start = event.payload.get("start")
         if not start:
-            return Result(event.id, REJECTED, "stop answered 404 and no start body is known")
+            return Result(event.id, DeliveryStatus.REJECTED,
+                          "stop answered 404 and no start body is known")
         first = self.sender.send(EventKind.START, start)
         if first.outcome is not Outcome.DELIVERED:
             return self._result(event, first, note="start before stop: ")
@@ -68,7 +69,7 @@ class RestDelivery:
                  event.cluster)
         again = self.sender.send(EventKind.STOP, event.payload["stop"])
         if again.outcome is Outcome.NEEDS_START:
-            return Result(event.id, REJECTED,
+            return Result(event.id, DeliveryStatus.REJECTED,
                           f"cc-backend has no run of job {event.job_id} starting at "
                           f"{event.start_time}, even after its start was accepted "
                           f"(HTTP {first.status}); another run within 24 h? {again.detail}")
@@ -79,10 +80,12 @@ class RestDelivery:
                 f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
             log.debug("delivered %s: HTTP %d", what, answer.status)
-            return Result(event.id, DELIVERED, self._stopped_by_another(event, answer))
+            return Result(event.id, DeliveryStatus.DELIVERED,
+                          self._stopped_by_another(event, answer))
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
-            return Result(event.id, REJECTED, f"{note}HTTP {answer.status}: {answer.detail}")
+            return Result(event.id, DeliveryStatus.REJECTED,
+                          f"{note}HTTP {answer.status}: {answer.detail}")
         if event.kind == EventKind.ENERGY and answer.status in _ENERGY_NOT_YET:
             return self._energy_not_yet(event, answer, what)
         # the same problem for every event: keyed by the status (and the transport error)
@@ -95,7 +98,8 @@ class RestDelivery:
         elif said:
             log.warning("%s not delivered, will retry: HTTP %d %s (said once a minute)", what,
                         answer.status, answer.detail)
-        return Result(event.id, PENDING, f"{note}HTTP {answer.status}: {answer.detail}")
+        return Result(event.id, DeliveryStatus.PENDING,
+                      f"{note}HTTP {answer.status}: {answer.detail}")
 
     @staticmethod
     def _stopped_by_another(event: Event, answer: Answer) -> str:
@@ -120,7 +124,7 @@ class RestDelivery:
         if event.attempts + 1 >= ENERGY_ATTEMPTS:
             log.error("cc-backend did not take %s after %d attempts: %s", what,
                       event.attempts + 1, error)
-            return Result(event.id, REJECTED, f"gave up after {event.attempts + 1} attempts: "
-                                              f"{error}")
+            return Result(event.id, DeliveryStatus.REJECTED,
+                          f"gave up after {event.attempts + 1} attempts: {error}")
         log.debug("%s not taken yet, will retry: %s", what, error)
-        return Result(event.id, PENDING, error)
+        return Result(event.id, DeliveryStatus.PENDING, error)

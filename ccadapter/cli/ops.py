@@ -37,7 +37,7 @@ from ccadapter.ops.backfill import Backfill, ChunkResult, chunks
 from ccadapter.ops.checks import Identity, config_problems
 from ccadapter.ops.recover import claim, clear_socket, rebuild
 from ccadapter.ops.status import collect as collect_status
-from ccadapter.outbox import Outbox, admin
+from ccadapter.outbox import DeliveryStatus, Outbox, admin
 from ccadapter.report.problems import sqlite_advice
 from ccadapter.runtime.pidlock import PidLock
 from ccadapter.slurm.timefmt import parse_when
@@ -109,8 +109,9 @@ def _ids(ids: list[int]) -> str:
 
 @queue.command("list")
 @config_option
-@click.option("--status", "status_", default="pending", show_default=True,
-              type=click.Choice(["pending", "rejected", "delivered", "all"]))
+@click.option("--status", "status_", default=DeliveryStatus.PENDING.value, show_default=True,
+              type=click.Choice([s.value for s in (DeliveryStatus.PENDING,
+                                 DeliveryStatus.REJECTED, DeliveryStatus.DELIVERED)] + ["all"]))
 @click.option("--kind", type=click.Choice([k.value for k in EventKind]), default=None)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @format_option
@@ -121,7 +122,8 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
     config = load(config_path)
     outbox = _existing_outbox(config, read_only=True)
     try:
-        rows = admin.list_events(outbox.store, None if status_ == "all" else status_, kind, limit)
+        status = None if status_ == "all" else DeliveryStatus(status_)
+        rows = admin.list_events(outbox.store, status, kind, limit)
     finally:
         outbox.close()
     rows = scrub(rows, secret_values(config))
@@ -183,9 +185,10 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
 def _drop_confirmed(outbox: Outbox, ids: tuple[int, ...], all_rejected: bool, yes: bool,
                     secrets: list[str], now: float) -> list[int] | None:
     """Show the events, ask, drop; None when there was nothing to drop."""
-    rows = (admin.list_events(outbox.store, "rejected", None, 1_000_000) if all_rejected
+    rows = (admin.list_events(outbox.store, DeliveryStatus.REJECTED, None, 1_000_000)
+            if all_rejected
             else admin.events_by_id(outbox.store, ids))
-    if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != "delivered"}):
+    if bad := sorted(set(ids) - {r["id"] for r in rows if r["status"] != DeliveryStatus.DELIVERED}):
         raise CommandExit(f"nothing dropped: no such undelivered event: {_ids(bad)}")
     if not rows:
         click.echo("no rejected events: nothing to drop")

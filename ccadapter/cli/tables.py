@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ccadapter.model import Job
+from ccadapter.outbox import DeliveryStatus
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> str:
@@ -115,7 +116,8 @@ def render_events(rows: list[dict[str, Any]], now: float) -> str:
     table = [head]
     for r in rows:
         due = r["nextAttemptAt"] - now
-        nxt = ("-" if r["status"] != "pending" else "now" if due <= 0 else f"in {due:.0f}s")
+        nxt = ("-" if r["status"] != DeliveryStatus.PENDING else "now" if due <= 0
+               else f"in {due:.0f}s")
         table.append((str(r["id"]), r["kind"], r["status"], r["cluster"], str(r["jobId"]),
                       str(r["startTime"]), str(r["attempts"]), nxt, r["error"] or ""))
     return aligned(table)

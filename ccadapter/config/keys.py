@@ -53,10 +53,9 @@ ListenAddress = Annotated[str, AfterValidator(_listen_address)]
 
 class Config(ConfigViews, BaseModel):
     """One model for the whole file; attribute names are Pythonic, aliases are the file's.
-    Longer than our 200-line rule for a class: it declares each of the file's keys with its
-    default and alias, and the checks of single keys beside them; the file is flat (as
-    cc-slurm-adapter defines it), so the model is too. Rules across keys are
-    :mod:`ccadapter.config.rules`."""
+    It declares each of the file's keys with its default and alias, and the checks of
+    single keys beside them; the file is flat (as cc-slurm-adapter defines it), so the
+    model is too. Rules across keys are :mod:`ccadapter.config.rules`."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 

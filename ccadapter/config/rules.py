@@ -6,6 +6,7 @@ built-in defaults deliver nothing and must load whatever they say here."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from ccadapter.config.keys import Config
@@ -34,18 +35,25 @@ def check_delivery(config: Config) -> list[str]:
     return warnings + node_state_warnings(config)
 
 
-def node_state_path(config: Config) -> str | None:
-    """Where node states go: "rest" (``/api/nodestate/``), "nats" (natsNodeStateSubject)
-    or None (nowhere: no nodestate reconciler). See :mod:`ccadapter.daemon.app`."""
+class Target(StrEnum):
+    """Where events go out: cc-backend's REST API or NATS."""
+
+    REST = "rest"
+    NATS = "nats"
+
+
+def node_state_path(config: Config) -> Target | None:
+    """Where node states go: REST (``/api/nodestate/``), NATS (natsNodeStateSubject) or
+    None (nowhere: no nodestate reconciler). See :mod:`ccadapter.daemon.build`."""
     if not config.cc_rest_submit_jobs and config.nats_server and \
             config.nats_node_state_subject:
-        return "nats"
-    return "rest" if config.cc_rest_url else None
+        return Target.NATS
+    return Target.REST if config.cc_rest_url else None
 
 
 def node_state_warnings(config: Config) -> list[str]:
     """What an admin may not expect of their node-state settings, one line each."""
-    if config.nats_node_state_subject and node_state_path(config) != "nats":
+    if config.nats_node_state_subject and node_state_path(config) != Target.NATS:
         return ["natsNodeStateSubject is used only when NATS is the job path "
                 "(ccRestSubmitJobs: false, natsServer set); node states go to cc-backend's "
                 "REST API (/api/nodestate/), as a cc-backend that takes jobs over REST does "

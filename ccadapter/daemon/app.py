@@ -45,8 +45,8 @@ HOOK_KEY = "hook.counts"
 @dataclass
 class App:
     """The daemon as :func:`~ccadapter.daemon.build.build` assembles it: clusters, hook
-    routing, delivery, shutdown. Over our 200-line rule: the one place that wires parts
-    living in modules of their own."""
+    routing, delivery, shutdown; the one place that wires parts living in modules of their
+    own."""
 
     config: Config
     outbox: Outbox

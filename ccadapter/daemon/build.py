@@ -6,7 +6,7 @@ NATS alone as the durable path (the outbox keeps an event until NATS has it). No
 then go to ``natsNodeStateSubject`` when it is set (cc-backend 1.5.4's ``subject-node-state``),
 else over REST when ``ccRestUrl`` is set, else nowhere (no nodestate reconciler). With REST as
 the job path node states go over REST only: a cc-backend that takes REST jobs does not read
-NATS (it mounts start_job/stop_job only without ``api-subjects``, rest.go:90-96 of v1.5.4).
+NATS (it mounts start_job/stop_job only without ``api-subjects``: v1.5.4 rest.go).
 Energy events (a run's consumed energy into its metaData) go over REST in both cases.
 
 Clusters: by default the local one (``scontrol show config``), read without ``--clusters``;
@@ -32,7 +32,7 @@ from typing import Any
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.rest_delivery import RestDelivery
 from ccadapter.config.keys import Config
-from ccadapter.config.rules import node_state_path
+from ccadapter.config.rules import Target, node_state_path
 from ccadapter.config.views import outbox_path
 from ccadapter.daemon.app import App
 from ccadapter.daemon.cluster_sync import (
@@ -108,7 +108,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                                  on_result=recorder.nats_result)
     else:
         assert nats is not None, "natsServer is checked before build()"
-        deliver = nats_first(nats, rest, node_states_on_nats=node_states == "nats")
+        deliver = nats_first(nats, rest, node_states_on_nats=node_states == Target.NATS)
     deliverer = Deliverer(outbox.queue, deliver, workers=workers,
                           on_result=recorder.delivery_result)
     intervals = {"slurm-window": config.slurm_poll_interval,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ccadapter.cc.client import CcClient
 from ccadapter.config.keys import Config
+from ccadapter.config.rules import Target
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import last_run_path
 from ccadapter.outbox import Outbox
@@ -119,7 +120,7 @@ class SyncParts:
     outbox: Outbox
     client: CcClient | None
     last_runs: LastRuns
-    node_states: str | None  # node_state_path()
+    node_states: Target | None  # node_state_path()
 
     def sync(self, name: str, scoped: bool, runner: CommandRunner,
              config_text: str = "") -> ClusterSync:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ccadapter.model import EventKind
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.outbox import DeliveryStatus, Event, Result
 
 if TYPE_CHECKING:
     from ccadapter.cc.rest_delivery import RestDelivery
@@ -54,9 +54,9 @@ class DeliveryStats:
     rejected: int = 0
 
     def add(self, result: Result) -> None:
-        if result.status == DELIVERED:
+        if result.status == DeliveryStatus.DELIVERED:
             self.delivered += 1
-        elif result.status == REJECTED:
+        elif result.status == DeliveryStatus.REJECTED:
             self.rejected += 1
         else:
             self.retried += 1
@@ -114,14 +114,14 @@ class Deliverer:
             if not flying:
                 break
             results = self._finish(flying.popleft(), stats)
-            if not any(r.status != PENDING for r in results):
+            if not any(r.status != DeliveryStatus.PENDING for r in results):
                 self._failing = True
                 while flying:  # sent already: their answers are recorded too
                     self._finish(flying.popleft(), stats)
                 break
             if self._failing:  # the probe got an answer
                 self._failing = False
-                if any(r.status == DELIVERED for r in results):
+                if any(r.status == DeliveryStatus.DELIVERED for r in results):
                     self.queue.retry_now()
         return stats
 
@@ -147,21 +147,21 @@ class Deliverer:
         except Exception as exc:
             log.exception("delivering %s of job %s (%s) failed; tried again later",
                           event.kind, event.job_id, event.cluster)
-            return Result(event.id, PENDING, f"{type(exc).__name__}: {exc}")
+            return Result(event.id, DeliveryStatus.PENDING, f"{type(exc).__name__}: {exc}")
 
 
 def nats_first(nats: NatsDelivery, rest: RestDelivery | None, *, node_states_on_nats: bool
                ) -> Callable[[Event], Result]:
     """NATS as the only job path: starts and stops to NATS; node states to NATS when
     natsNodeStateSubject is set, else to REST; energy to REST (cc-backend's NATS API has no
-    message for metadata; its REST edit_meta stays mounted, rest.go:102-103)."""
+    message for metadata; its REST edit_meta stays mounted, rest.go ``MountAPIRoutes``)."""
 
     def deliver(event: Event) -> Result:
         if event.kind in (EventKind.START, EventKind.STOP) or (
                 event.kind == EventKind.NODESTATE and node_states_on_nats):
             return nats(event)
         if rest is None:  # left from a time with ccRestUrl or with natsNodeStateSubject
-            return Result(event.id, REJECTED, f"{event.kind} has no way out: "
+            return Result(event.id, DeliveryStatus.REJECTED, f"{event.kind} has no way out: "
                           f"{_NO_WAY_OUT.get(event.kind, 'set ccRestUrl')}")
         return rest(event)
 

@@ -109,9 +109,8 @@ class Routine:
 
 
 class Daemon:
-    """Longer than our 200-line rule for a class: the main loop, the lanes, the gate and
-    the delivery threads share one lock, one stopping event and the routines' list; split,
-    each part would reach into the others' state (see the module docstring)."""
+    """The main loop, the lanes, the gate and the delivery threads, which share one lock,
+    one stopping event and the routines' list (see the module docstring)."""
 
     def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
                  idle_delivery_wait: float = 1.0,

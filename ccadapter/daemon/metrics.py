@@ -34,7 +34,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
 from ccadapter.model import EventKind
-from ccadapter.outbox import DELIVERED, REJECTED, Event, Result, admin, unparsed
+from ccadapter.outbox import DeliveryStatus, Event, Result, admin, unparsed
 from ccadapter.outbox.store import Store
 from ccadapter.prep.messages import DropReason
 
@@ -181,14 +181,15 @@ class Metrics:
 
     def delivery_result(self, event: Event, result: Result) -> None:
         """Deliverer's ``on_result``: a retry later is neither delivered nor rejected."""
-        if result.status == DELIVERED:
+        if result.status == DeliveryStatus.DELIVERED:
             self.delivered.labels(event.kind).inc()
-        elif result.status == REJECTED:
+        elif result.status == DeliveryStatus.REJECTED:
             self.rejected.labels(event.kind).inc()
 
     def nats_result(self, event: Event, result: Result) -> None:
         """The NATS notifier's ``on_result``."""
-        outcome = {DELIVERED: "published", REJECTED: "rejected"}.get(result.status, "retry")
+        outcome = {DeliveryStatus.DELIVERED: "published",
+                   DeliveryStatus.REJECTED: "rejected"}.get(result.status, "retry")
         self.nats.labels(event.kind, outcome).inc()
 
     def slurm_command(self, command: str, seconds: float, ok: bool, cluster: str = "") -> None:

@@ -6,20 +6,21 @@ Job events, on ``natsSubject`` (cc-backend's ``subject-job-event``)::
     job,function=start_job,hostname=H,type=node,type-id=0 event="<start_job JSON>" <start ns>
 
 and the same with ``function=stop_job`` (plus ``partition`` when known) and the stop time.
-cc-backend routes on the measurement ``job`` and the ``function`` tag (nats.go:196-222,
-251), takes the ``event`` string field (nats.go:205, 213) and decodes it with
-``DisallowUnknownFields`` into ``schema.Job`` or ``StopJobAPIRequest`` (nats.go:272-274,
-341-343): the JSON is byte for byte the body the REST call sends.
+cc-backend routes on the measurement ``job`` and the ``function`` tag (``handleJobEvent``,
+``processJobEvent``), takes the ``event`` string field (``processJobEvent``) and decodes it
+with ``DisallowUnknownFields`` into ``schema.Job`` or ``StopJobAPIRequest`` (``handleStartJob``,
+``handleStopJob``): the JSON is byte for byte the body the REST call sends.
 
 Node state, on ``natsNodeStateSubject`` (cc-backend's ``subject-node-state``)::
 
     nodestate event="<UpdateNodeStatesRequest JSON>" <snapshot ns>
 
-cc-backend reads the measurement ``nodestate`` (nats.go:544), needs no tag, and decodes the
-``event`` field strictly into ``UpdateNodeStatesRequest`` (nats.go:428-432; the struct is
-``internal/api/node.go:23-26``), the body of ``POST /api/nodestate/``. The timestamp is
-required (cc-lib v2.12.0 ``ccMessage.NewMessage`` refuses a zero time), though cc-backend
-stamps the states with the time it receives them (nats.go:438).
+cc-backend reads the measurement ``nodestate`` (``handleNodeState``), needs no tag, and
+decodes the ``event`` field strictly into ``UpdateNodeStatesRequest``
+(``processNodestateEvent``; the struct is in ``internal/api/node.go``), the body of ``POST
+/api/nodestate/``. The timestamp is required (cc-lib v2.12.0 ``ccMessage.NewMessage`` refuses
+a zero time), though cc-backend stamps the states with the time it receives them
+(``processNodestateEvent``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Protocol
 from ccadapter.model import EventKind
 from ccadapter.notify.lineproto import LineProtocolError
 from ccadapter.notify.message import Message, Published, job_message, nodestate_message
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, Result
+from ccadapter.outbox import DeliveryStatus, Event, Result
 from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
@@ -62,15 +62,15 @@ class NatsDelivery:
             msg = event_message(event, self.hostname, self.subjects)
         except (LineProtocolError, KeyError, TypeError, ValueError) as exc:
             log.error("NATS: cannot encode %s: %s", what, exc)
-            return Result(event.id, REJECTED, f"cannot encode for NATS: {exc}")
+            return Result(event.id, DeliveryStatus.REJECTED, f"cannot encode for NATS: {exc}")
         pub = self.publisher.publish(msg)
         if pub.ok:
             log.debug("published %s on NATS subject %s%s", what, msg.subject,
                      " (a resend: dropped by the stream)" if pub.duplicate else "")
-            return Result(event.id, DELIVERED)
+            return Result(event.id, DeliveryStatus.DELIVERED)
         if pub.permanent:
             log.error("NATS refused %s for good: %s", what, pub.error)
-            return Result(event.id, REJECTED, f"NATS: {pub.error}")
+            return Result(event.id, DeliveryStatus.REJECTED, f"NATS: {pub.error}")
         if self._gate.allow(pub.error):  # one line per distinct problem and minute
             log.warning("NATS: %s not published, will retry: %s", what, pub.error)
-        return Result(event.id, PENDING, f"NATS: {pub.error}")
+        return Result(event.id, DeliveryStatus.PENDING, f"NATS: {pub.error}")

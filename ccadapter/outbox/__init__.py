@@ -3,14 +3,6 @@
 commands (:mod:`.operator`)."""
 
 from ccadapter.outbox.events import NewEvent, Outbox
-from ccadapter.outbox.queue import (
-    DELIVERED,
-    PENDING,
-    REJECTED,
-    DeliveryQueue,
-    Event,
-    Result,
-)
+from ccadapter.outbox.queue import DeliveryQueue, DeliveryStatus, Event, Result
 
-__all__ = ["DELIVERED", "PENDING", "REJECTED", "DeliveryQueue", "Event",
-           "NewEvent", "Outbox", "Result"]
+__all__ = ["DeliveryQueue", "DeliveryStatus", "Event", "NewEvent", "Outbox", "Result"]

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ccadapter.outbox.events import NewEvent, dumps
-from ccadapter.outbox.queue import Event
+from ccadapter.outbox.queue import DeliveryStatus, Event
 from ccadapter.outbox.store import Store, batches, existing, marks
 
 _LISTED = ("id", "cluster", "jobId", "startTime", "kind", "status", "attempts",
@@ -24,9 +24,14 @@ def stats(store: Store) -> dict[str, Any]:
         notify = dict(db.execute(
             "SELECT status, count(*) FROM notify GROUP BY 1").fetchall())
     return {"counts": counts, "notify": notify,
-            "pending": sum(v for k, v in counts.items() if k.endswith(":pending")),
-            "rejected": sum(v for k, v in counts.items() if k.endswith(":rejected")),
+            "pending": _count(counts, DeliveryStatus.PENDING),
+            "rejected": _count(counts, DeliveryStatus.REJECTED),
             "oldest_pending_age": (store.clock() - oldest) if oldest else 0.0}
+
+
+def _count(counts: dict[str, int], status: DeliveryStatus) -> int:
+    """The events of any kind in ``status``, from ``{"kind:status": count}``."""
+    return sum(v for k, v in counts.items() if k.endswith(f":{status}"))
 
 
 def rejected(store: Store, limit: int = 100) -> list[dict[str, Any]]:
@@ -38,7 +43,7 @@ def rejected(store: Store, limit: int = 100) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def list_events(store: Store, status: str | None = None, kind: str | None = None,
+def list_events(store: Store, status: DeliveryStatus | None = None, kind: str | None = None,
                 limit: int = 100) -> list[dict[str, Any]]:
     """Events without their payloads, oldest first; ``None`` means any status/kind."""
     where, args = _filters(status=status, kind=kind)

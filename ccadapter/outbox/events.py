@@ -30,12 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.model import EventKind
-from ccadapter.outbox.queue import (
-    EVENTS,
-    NOTIFY,
-    PENDING,
-    DeliveryQueue,
-)
+from ccadapter.outbox.queue import EVENTS, NOTIFY, DeliveryQueue, DeliveryStatus
 from ccadapter.outbox.store import (
     Store,
     batches,
@@ -232,7 +227,7 @@ class Outbox:
         for job_id, start, finished in wanted:
             have = stored.get((job_id, start), {})
             first = have.get(EventKind.START)
-            if first is None or (first == (PENDING, 0)):
+            if first is None or (first == (DeliveryStatus.PENDING, 0)):
                 details.add(job_id)
                 starts.add(job_id)
             elif finished and (EventKind.STOP not in have or (

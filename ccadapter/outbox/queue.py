@@ -14,13 +14,23 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ccadapter.model import EventKind
 from ccadapter.outbox.store import Store
 from ccadapter.retry import RetryPolicy
 
-PENDING, DELIVERED, REJECTED = "pending", "delivered", "rejected"
+
+class DeliveryStatus(StrEnum):
+    """Where an outbox row stands (the ``status`` column of ``events`` and ``notify``) and
+    what a delivery attempt made of it (:class:`Result`). A StrEnum: its values are what
+    the file stores and what ``queue list`` and ``status`` print. The schema's CHECK and the
+    SQL of the outbox spell them as literals; a unit test holds those to this enum."""
+
+    PENDING = "pending"  # to be sent, now or after its backoff
+    DELIVERED = "delivered"  # the target took it (or already had it); or dropped by hand
+    REJECTED = "rejected"  # refused for good; parked until the operator retries it
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,7 @@ class Result:
     """What became of one delivery attempt."""
 
     event_id: int
-    status: str  # PENDING (retry later), DELIVERED or REJECTED
+    status: DeliveryStatus  # PENDING: retry later
     error: str = ""
 
 
@@ -89,7 +99,7 @@ ORDER BY n.event_id LIMIT :limit
 """)
 
 # Whether anything is due at all: during an outage the whole backlog waits, and walking it
-# in id order only to find nothing would cost tens of milliseconds per second.
+# in id order only to find nothing would cost a walk of the whole backlog every second.
 _ANY_DUE = ("SELECT 1 FROM {table} INDEXED BY {index} WHERE status = 'pending' "
             "AND next_attempt_at <= ? LIMIT 1")
 
@@ -124,7 +134,7 @@ class DeliveryQueue:
         with self.store.tx() as db:
             for res in results:
                 self._apply(db, res, now)
-                if self.on_delivered and res.status == DELIVERED:
+                if self.on_delivered and res.status == DeliveryStatus.DELIVERED:
                     self.on_delivered(db, res.event_id)
 
     def retry_now(self) -> None:
@@ -135,12 +145,12 @@ class DeliveryQueue:
 
     def _apply(self, db: sqlite3.Connection, res: Result, now: float) -> None:
         table, key = self.spec.table, self.spec.key
-        if res.status == DELIVERED:
+        if res.status == DeliveryStatus.DELIVERED:
             # a delivered event keeps a problem cc-backend showed in its answer, if any
             db.execute(f"UPDATE {table} SET status = 'delivered', delivered_at = ?, "
                        f"attempts = attempts + 1, last_error = ? WHERE {key} = ?",
                        (now, res.error or None, res.event_id))
-        elif res.status == REJECTED:
+        elif res.status == DeliveryStatus.REJECTED:
             db.execute(f"UPDATE {table} SET status = 'rejected', attempts = attempts + 1, "
                        f"last_error = ? WHERE {key} = ?", (res.error, res.event_id))
         else:

@@ -213,10 +213,10 @@ def batches(ids: list[int]) -> Iterator[list[int]]:
 
     Why the padding: a statement ``... IN (?, ?, ...)`` is prepared once per distinct
     text, and the sqlite3 module keeps up to 128 prepared statements per connection, each
-    holding its IN list's program (tens of kB at a few hundred ids). With one text per
-    length, a daemon whose windows list a different number of runs each cycle filled that
-    cache over hours: +6 MB of RSS for 300 queries of 1 to 500 ids (tests/unit/
-    test_outbox_memory.py). With three lengths, each query has at most three texts.
+    holding its IN list's program (the longer the list, the larger). With one text per
+    length, a daemon whose windows list a different number of runs each cycle fills that
+    cache over hours, its memory growing with it (tests/unit/test_outbox_memory.py). With
+    three lengths, each query has at most three texts.
     A repeated id changes no answer of ``IN`` and no row an ``UPDATE ... IN`` touches."""
     top = BATCH_LENGTHS[-1]
     for i in range(0, len(ids), top):

@@ -11,9 +11,9 @@ free slots) as soon as its last answer is stored, so a start waits for the quest
 before it only while every slot is busy.
 
 The hook announces a start from PrologSlurmctld, while slurmctld holds the job in
-CONFIGURING until the hook has exited and been reaped (on the scale test bed under a churn
-of 5 jobs/s, 60 to 70 ms p50 and 130 to 180 ms p95 after the daemon got the message, in
-three runs). Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
+CONFIGURING until the hook has exited and been reaped (the start latencies that follow are in
+BENCHMARKS.md, sections "Prolog/Epilog fast path" and "Scale: a long queue of pending jobs").
+Where slurmctld boots no nodes for jobs, the StartTime a CONFIGURING job shows
 is final and the start is asked and sent at once (:mod:`ccadapter.slurm.nodeboot`); where it
 may boot them, a start waits ``start_settle`` seconds, so that slurmctld is not asked while
 it surely answers CONFIGURING. An end waits up to ``coalesce`` seconds, or is asked when
@@ -48,7 +48,7 @@ from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.guard import JobIdGuard
-from ccadapter.prep.messages import DropReason, HookMessage
+from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
@@ -90,8 +90,8 @@ class FastPath:
         self.slots = max(1, slots)
         self.guard = guard or JobIdGuard()
         # id -> (events, attempts, when it is due: monotonic seconds)
-        self._pending: dict[int, tuple[set[str], int, float]] = {}
-        self._later: list[tuple[float, int, str, int]] = []  # (due, id, event, attempts)
+        self._pending: dict[int, tuple[set[HookEvent], int, float]] = {}
+        self._later: list[tuple[float, int, HookEvent, int]] = []  # (due, id, event, attempts)
         self._asked: set[int] = set()  # the ids of the parts being asked
         self._free = self.slots  # slots not asking
         self._abandoned = False  # a stop gave up waiting: late answers are not stored
@@ -142,7 +142,7 @@ class FastPath:
                 self._drop(DropReason.FAST_PATH_FULL, f"{self.name}: job {msg.job_id} "
                            f"{msg.event}, {self.max_pending} jobs pending")
                 return
-            wait = self._settle() if msg.event == "start" else self.coalesce
+            wait = self._settle() if msg.event == HookEvent.START else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
             self._pending[msg.job_id] = (events | {msg.event}, attempts,
                                          min(due, time.monotonic() + wait))
@@ -179,7 +179,7 @@ class FastPath:
             for part in parts:
                 self._asking.submit(self._ask_part, part)
 
-    def _take(self, now: float) -> list[dict[int, tuple[set[str], int]]]:
+    def _take(self, now: float) -> list[dict[int, tuple[set[HookEvent], int]]]:
         """Parts for the free slots: the starts due now or within ``burst`` (a burst in
         parts of about equal size, one per free slot), and every end, in a part of its own
         in a slot left over, once one is due or when starts are taken (an end can be asked
@@ -212,7 +212,7 @@ class FastPath:
             events, _, _ = self._pending.get(job_id, (set(), attempts, now))
             self._pending[job_id] = (events | {event}, attempts, now)
 
-    def _ask_part(self, part: dict[int, tuple[set[str], int]]) -> None:
+    def _ask_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> None:
         """One slot: a part asked of its own long-lived scontrol and put into the outbox as
         soon as its answer is read. slurmctld answers one scontrol's questions in turn, each
         waiting for its locks while it starts the jobs of a burst, but several scontrol at
@@ -229,12 +229,12 @@ class FastPath:
                 self._asked.difference_update(part)
                 self._cond.notify_all()  # the loop, and a stop waiting for the slots
 
-    def _sync_part(self, part: dict[int, tuple[set[str], int]]) -> None:
+    def _sync_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> None:
         """Asks slurmctld about the part's ids and puts their events into the outbox, or
         leaves them to the poll. Every job read (a het job's components too) counts the
         announcements of all its ids in the part."""
         ids = sorted(part)
-        starts = {i for i, (kinds, _) in part.items() if "start" in kinds}
+        starts = {i for i, (kinds, _) in part.items() if HookEvent.START in kinds}
         asked = time.monotonic()
         try:
             # one question to a long-lived scontrol, batch scripts of the starts included
@@ -252,12 +252,12 @@ class FastPath:
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
-            if "end" in wanted and not job.finished:
-                self._retry(job.job_id, "end", attempts)
-            elif "start" in wanted and base_state(job.state) == "CONFIGURING":
+            if HookEvent.END in wanted and not job.finished:
+                self._retry(job.job_id, HookEvent.END, attempts)
+            elif HookEvent.START in wanted and base_state(job.state) == "CONFIGURING":
                 # its nodes may boot, and slurmctld reset StartTime once they are up: the
                 # start is not final yet (ccadapter.model.PENDING_STATES, .slurm.nodeboot)
-                self._retry(job.job_id, "start", attempts)
+                self._retry(job.job_id, HookEvent.START, attempts)
             events.extend(events_for(job, self.ignore))
         self.guard.answered((i for job in jobs for i in job.slurm_ids), missing)
         if missing and self.on_unknown:
@@ -300,10 +300,10 @@ class FastPath:
         else:
             log.warning("hook message dropped (%s): %s", reason, detail)
 
-    def _retry(self, job_id: int, event: str, attempts: int) -> None:
+    def _retry(self, job_id: int, event: HookEvent, attempts: int) -> None:
         if self.retry.exhausted(attempts + 1):
             log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
-                     job_id, "ended" if event == "end" else "running", attempts + 1)
+                     job_id, "ended" if event == HookEvent.END else "running", attempts + 1)
             return
         delay = self.retry.delay(attempts + 1)
         with self._cond:

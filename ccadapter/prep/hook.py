@@ -5,12 +5,13 @@ exits 0 whatever happens: a failing PrologSlurmctld would hold jobs, so every pr
 said on stderr (slurmctld logs it). It gives up after one second in all.
 
 It imports only interpreter built-ins: the interpreter's start is the floor of its cost, and
-every module counts (click, pydantic and friends would add about 400 ms to every job; even
-``json`` and ``socket`` cost 25 ms here, as much again as the interpreter, because they pull in
-``re`` and ``enum``). So it writes its one JSON object itself, reads the one key it needs from
-the config file itself, and talks through ``_socket``. Run it so that its compiled form is
-used (a script given by path is compiled anew on every run, 3 ms here), as
-``hooks/ccadapter-hook.sh`` does::
+every module counts (click, pydantic and friends would cost every job many times the
+interpreter's start; even ``json`` and ``socket`` cost about as much again as the interpreter,
+because they pull in ``re`` and ``enum``). So it writes its one JSON object itself, reads the
+one key it needs from the config file itself, and talks through ``_socket``. Run it so that its
+compiled form is used (a script given by path is compiled anew on every run), as
+``hooks/ccadapter-hook.sh`` does (its wall time against the bare interpreter's: BENCHMARKS.md,
+section "Prolog/Epilog fast path")::
 
     python3 -I -S -c "import sys; sys.path.insert(0, '.../ccadapter/prep'); import hook; \\
         sys.exit(hook.main())" --config /etc/cc-slurm-adapter/config.json
@@ -27,7 +28,7 @@ does stderr say so, naming the file.
 from __future__ import annotations
 
 import _socket
-import posix  # not os: os costs 2 ms more, and posix.environ is all we need
+import posix  # not os: os imports more, and posix.environ is all we need
 import sys
 import time
 
@@ -38,7 +39,9 @@ MAX_MESSAGE = 64 * 1024
 
 
 def parse_spec(spec: str) -> tuple[int, object]:
-    """Socket family and address for a prepSock*Path value (cc-slurm-adapter's formats)."""
+    """Socket family and address for a prepSock*Path value (cc-slurm-adapter's formats).
+    The one reader of the spec, for the hook and the daemon alike: its socket types stay
+    plain words, as the hook imports no ``enum``."""
     proto, sep, rest = spec.partition(":")
     if not sep or proto.startswith("/"):
         return _socket.AF_UNIX, spec

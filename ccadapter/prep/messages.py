@@ -14,7 +14,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 MAX_MESSAGE = 64 * 1024
-CONTEXTS = {"prolog_slurmctld": "start", "epilog_slurmctld": "end"}
+
+
+class HookEvent(StrEnum):
+    """What a hook message announces of its job: the fast path's word for it, in its
+    queue, its retries and its log lines."""
+
+    START = "start"  # from PrologSlurmctld: the job was allocated its nodes
+    END = "end"  # from EpilogSlurmctld: the job ended
+
+
+# SLURM_SCRIPT_CONTEXT, as slurmctld sets it for the hook, -> what the message announces
+CONTEXTS = {"prolog_slurmctld": HookEvent.START, "epilog_slurmctld": HookEvent.END}
 
 
 class DropReason(StrEnum):
@@ -38,7 +49,7 @@ class BadMessage(ValueError):
 @dataclass(frozen=True)
 class HookMessage:
     job_id: int
-    event: str  # "start" or "end"
+    event: HookEvent
     sent: float | None  # when the hook sent it (its clock), for latency figures
     cluster: str = ""  # SLURM_CLUSTER_NAME, else the socket's cluster
 

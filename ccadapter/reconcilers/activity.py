@@ -5,9 +5,10 @@ A run that ran during a window has either ended since its start (slurmdbd lists 
 end time: a range of the job table's ``(time_end, time_eligible)`` index, with nodes,
 :data:`~ccadapter.slurm.formats.listing.ENDED`) or runs now. What runs now is not asked of
 slurmdbd: a run that has not ended has time_end 0 there, as every pending job has, and
-slurmdbd reads every queued job's row to tell them apart (2 s at 50,000 queued, on the test
-bed; ``sacct -s RUNNING`` before this module). slurmctld's step list names the jobs that run
-(:meth:`~ccadapter.slurm.controller.Slurmctld.running_ids`, 0.03-0.14 s at 50,000 queued), and
+slurmdbd reads every queued job's row to tell them apart (a cost that grows with the queue;
+``sacct -s RUNNING`` before this module). slurmctld's step list names the jobs that run
+(:meth:`~ccadapter.slurm.controller.Slurmctld.running_ids`, whose cost follows the running
+jobs; figures in BENCHMARKS.md, section "Scale: a long queue of pending jobs"), and
 only the jobs among them the outbox does not hold open are listed by id in slurmdbd
 (``sacct -j``, an index lookup): in steady state, with the hook announcing every start, none
 but the components of het jobs that run steps of their own (slurmctld names such a step by

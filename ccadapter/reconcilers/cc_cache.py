@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ccadapter.cc.client import CcClient
-from ccadapter.outbox import DELIVERED
+from ccadapter.outbox import DeliveryStatus
 from ccadapter.reconcilers import OneCluster
 from ccadapter.reconcilers.activity import running_now
 from ccadapter.reconcilers.lifecycle import events_for
@@ -77,7 +77,8 @@ class CcCache(OneCluster):
         stops = self.outbox.start_deliveries(self.cluster, runs, kind="stop")
         again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop")
                     for run, (status, at) in sorted(stops.items())
-                    if status == DELIVERED and at is not None and now - at > LOST_STOP_AFTER)
+                    if status == DeliveryStatus.DELIVERED and at is not None
+                    and now - at > LOST_STOP_AFTER)
         if again:
             log.warning("cc-cache: cc-backend still lists %d run(s) running whose stop it "
                         "took; their stops are sent again", again)
@@ -94,10 +95,11 @@ class CcCache(OneCluster):
             status, delivered_at = stored.get(run, (None, None))
             if status is None:
                 unknown.add(run)
-            elif status == DELIVERED and delivered_at is not None \
+            elif status == DeliveryStatus.DELIVERED and delivered_at is not None \
                     and now - delivered_at < self.commit_interval:
                 waiting += 1  # in cc-backend's job cache, not listed yet
-            elif status == DELIVERED and self.outbox.reopen_start(self.cluster, *run):
+            elif status == DeliveryStatus.DELIVERED \
+                    and self.outbox.reopen_start(self.cluster, *run):
                 reopened += 1  # delivered once, lost by cc-backend since
         added = 0
         if unknown:

@@ -2,8 +2,8 @@
 
 The window is [lastRun - slurmWindowOverlap, now], cut to slurmQueryMaxSpan (with a warning:
 jobs older than that are not looked for). The overlap (120 s by default, 1 s in
-cc-slurm-adapter) is there because slurmdbd receives job records late: a test here lost a
-job that ran for one second when records lagged three seconds behind a 1 s overlap.
+cc-slurm-adapter) is there because slurmdbd receives job records late: with an overlap
+shorter than that lag, a short job's records can arrive dated in a window already read.
 
 Cost follows what changed: the window is first *listed* (one short line per run that ended in
 it, and per running job the outbox does not hold open: :mod:`.activity`; pending jobs are not
@@ -25,8 +25,8 @@ The same class with ``lookback`` set (``slurm-lookback``) re-reads a fixed span 
 touches lastRun: it catches records that arrive later still. It never reaches before the first
 window this outbox ever ran (a new installation does not resend history). It reads the span a
 part of ``lookback_part`` seconds per cycle, oldest first, and starts over once a part reached
-now: a cycle's cost follows the runs that ended in a part (3,000 at 5 jobs/s and 10 minutes),
-not in the whole span (18,000 in an hour, 0.8-1.8 s a cycle at the scale benchmark's churn).
+now: a cycle's cost follows the runs that ended in a part, not in the whole span (per-cycle
+figures in BENCHMARKS.md, section "Scale: a long queue of pending jobs").
 
 A record that cannot be read (a Slurm release newer than the newest verified one whose
 layout changed) is reported and skipped, so that the rest is read; its job id is kept in the

@@ -68,11 +68,11 @@ KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
 # slurmctld keeps finished jobs for MinJobAge (300 s by default); an hour covers generous
 # settings without asking slurmctld about runs far in the past.
 CONTROLLER_MEMORY = 3600
-# Job ids per `sacct -j` (listing and JSON; 190 records are about 1 MB of JSON, 10 MB
-# decoded). slurmdbd asks `id_job IN (..) OR het_job_id IN (..) OR id_array_job IN (..)`;
+# Job ids per `sacct -j` (listing and JSON; what records weigh: BENCHMARKS.md, "Collector:
+# parse time"). slurmdbd asks `id_job IN (..) OR het_job_id IN (..) OR id_array_job IN (..)`;
 # from 200 values on (MariaDB's and MySQL's eq_range_index_dive_limit) MariaDB estimates
 # from index statistics, where most jobs' het and array ids are 0, and reads the whole job
-# table instead: 1.9-2.3 s at 483,000 rows on the test bed, against 0.02-0.04 s for 199 ids.
+# table instead, a cost that grows with the history, where 199 ids are an index lookup.
 IDS_PER_QUERY = 190
 
 
@@ -108,11 +108,10 @@ class CollectorSettings:
 
 
 class Collector(SlurmInstallation):
-    """Reads jobs of one Slurm installation through a :class:`CommandRunner`. Longer than
-    our 200-line rule for a class: the run listing, the sacct details and the
-    installation's facts (version, cluster name, config) share the caches of the version
-    and the name and the per-cluster argument; slurmctld's side is :class:`Slurmctld`, the
-    installation's facts :class:`SlurmInstallation`."""
+    """Reads jobs of one Slurm installation through a :class:`CommandRunner`: the run
+    listing and the sacct details share the caches of the version and the name and the
+    per-cluster argument with the installation's facts (:class:`SlurmInstallation`);
+    slurmctld's side is :class:`Slurmctld`."""
 
     def __init__(
         self,

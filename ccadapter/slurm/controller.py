@@ -231,11 +231,9 @@ def clusters_arg(cluster: str | None) -> list[str]:
 def jobs_scope(cluster: str | None) -> list[str]:
     """``--clusters NAME``, or ``--local`` for the local cluster, on every question about
     jobs. Without either, scontrol and squeue first ask slurmctld whether the cluster is in
-    a federation, one more request with two more munge credentials (src/api/job_info.c
-    ``slurm_load_job``: 22.05.8:1479-1485, 24.11.5:641-647, 26.05.3:570-576;
-    job_step_info.c ``slurm_get_job_steps``: 22.05.8:481-486). A ``show job`` cost twice
-    as much: 1.9 ms wall and 0.9 ms of scontrol's CPU, against 1.0 and 0.5 (clusterscale,
-    22.05, idle). The daemon reports its own cluster's runs, as ``sacct --clusters``
-    records them: a federation sibling's copy of a job is not one (``--clusters`` implies
-    ``--local``, scontrol's and squeue's manuals say)."""
+    a federation, one more request with two more munge credentials (``slurm_load_job`` in
+    src/api/job_info.c, ``slurm_get_job_steps`` in src/api/job_step_info.c), which makes
+    a ``show job`` cost about twice as much. The daemon reports its own cluster's runs, as
+    ``sacct --clusters`` records them: a federation sibling's copy of a job is not one
+    (``--clusters`` implies ``--local``, scontrol's and squeue's manuals say)."""
     return clusters_arg(cluster) or ["--local"]

@@ -3,18 +3,17 @@ once instead of waiting for slurmctld to end CONFIGURING.
 
 A job is CONFIGURING from its allocation until its PrologSlurmctld has exited (the hook runs
 in it) and its nodes, where they boot for it, are up. slurmctld resets StartTime only in the
-second case, once the nodes are up (job_mgr.c job_config_fini, for a job flagged
-JOB_POWER_UP_NODE: 22.05.8 :9146-9160, 24.11.5 :9027, 26.05.3 :9303). That flag is set while
+second case, once the nodes are up (``job_config_fini`` in src/slurmctld/job_mgr.c, for a
+job flagged JOB_POWER_UP_NODE; 22.05, 24.11 and 26.05 alike). That flag is set while
 slurmctld allocates the nodes, under the job write lock, before any ``scontrol show job`` can
 be answered, and only where it may boot them: nodes powered down (power saving, CLOUD nodes),
 a node features plugin that reboots nodes, or the job's own ``--reboot``
 (``formats.text.parse_node_boot``, ``ControllerJob.reboot``). On a cluster with none of these
 (the test bed's, for one), the StartTime a CONFIGURING job shows is the run's: waiting for
-CONFIGURING to end cost every start the time slurmctld takes to reap the prolog (60-70 ms p50,
-130-180 ms p95 after the hook's message on the scale test bed), and a second question to
-slurmctld where it was asked too early. From Slurm 26.05 on, slurm.conf's PowerAction
-entries can power nodes down and up, and ``scontrol show config`` does not print them: there
-the start always waits.
+CONFIGURING to end costs every start the time slurmctld takes to reap the prolog, and a
+second question to slurmctld where it was asked too early. From Slurm 26.05 on, slurm.conf's
+PowerAction entries can power nodes down and up, and ``scontrol show config`` does not print
+them: there the start always waits.
 
 slurmctld's config can change under a running daemon (``scontrol reconfigure`` turning power
 saving on), so it is read again when a CONFIGURING job is read and the last reading is older

@@ -131,9 +131,8 @@ class _Slot:
 class SlurmRunner:
     """Runs Slurm's client commands three ways -- once (``run``, ``unchecked``), read as a
     stream (``lines``), or put to a long-lived process (``ask``) -- under one prefix,
-    timeout, retry policy and per-thread tally. Longer than our 200-line rule for a class:
-    splitting the three ways apart would spread those shared rules over several classes
-    that each must count, time and classify failures alike."""
+    timeout, retry policy and per-thread tally, which the three ways share: each counts,
+    times and classifies failures alike."""
 
     def __init__(
         self,

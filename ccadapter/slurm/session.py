@@ -1,8 +1,8 @@
 """A long-lived Slurm client process that reads its commands from stdin (``scontrol -d``).
 
-Starting ``scontrol`` costs about 5 ms of CPU (loading libslurm and its plugins, reading
-slurm.conf) and more wall on a loaded host; answering one ``show job ID`` in a process that
-already runs costs about 0.6 ms (22.05 on the test bed). The Prolog/Epilog fast path asks
+Starting ``scontrol`` costs CPU (loading libslurm and its plugins, reading slurm.conf) and
+more wall on a loaded host; answering one ``show job ID`` in a process that already runs
+costs a fraction of that. The Prolog/Epilog fast path asks
 for a few jobs several times a second, so one process kept between those questions is most
 of the daemon's CPU saved. scontrol reading a pipe flushes each answer (its prompt and echo,
 ``scontrol: ``, included), so an answer is complete when the caller's marker shows up.

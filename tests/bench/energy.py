@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ccadapter.outbox import DELIVERED, Outbox, Result
+from ccadapter.outbox import DeliveryStatus, Outbox, Result
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.runtime.lastrun import LastRun
@@ -68,7 +68,7 @@ def cycles(n: int, joules: int | None, energy: bool, count: int) -> list[tuple[i
                 for j in r.jobs]
         box.enqueue([ev for j in jobs for ev in events_for(replace(j, energy=None))])
         while due := box.queue.due(1000):  # delivered, as the fast path's are within a second
-            box.queue.record(Result(e.id, DELIVERED) for e in due)
+            box.queue.record(Result(e.id, DeliveryStatus.DELIVERED) for e in due)
         last = LastRun(Path(tmp) / "lastrun")
         settings = WindowSettings("cluster24", energy=energy)
         since = min(r["time"]["start"] for r in doc["jobs"]) - 10

@@ -19,7 +19,7 @@ import pytest
 from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.notify.nats import NatsOptions, NatsPublisher
 from ccadapter.notify.nats_delivery import NatsDelivery, Subjects
-from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 from ccadapter.retry import RetryPolicy
 from tests.lineproto import parse_line
 from tests.natsserver import (
@@ -139,7 +139,7 @@ def test_core_nats_after_rest_each_event_arrives_once(tmp_path):
         box = Outbox(tmp_path / "outbox.sqlite", notify=True)
         box.enqueue(job_events(20))
         while due := box.queue.due():  # what cc-backend took (REST) is owed to NATS
-            box.queue.record([Result(e.id, DELIVERED) for e in due])
+            box.queue.record([Result(e.id, DeliveryStatus.DELIVERED) for e in due])
         pub = publisher(server, jetstream=False)
         wait_connected(pub)
         d = Deliverer(box.notifications(), NatsDelivery(pub, "ctl", Subjects("jobs")), workers=4)

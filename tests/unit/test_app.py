@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.config.keys import Config
-from ccadapter.config.rules import node_state_path, node_state_warnings
+from ccadapter.config.rules import Target, node_state_path, node_state_warnings
 from ccadapter.daemon.build import build
 from ccadapter.daemon.cluster_sync import EnergyProbe
 from ccadapter.errors import SlurmCommandError
@@ -50,13 +50,13 @@ NATS_ONLY = {"ccRestSubmitJobs": False, "natsServer": "127.0.0.1", "natsJetStrea
 
 
 @pytest.mark.parametrize(("keys", "path", "warned"), [
-    ({"ccRestUrl": "http://cc"}, "rest", None),
+    ({"ccRestUrl": "http://cc"}, Target.REST, None),
     ({"ccRestUrl": "http://cc", "natsServer": "n", "natsNodeStateSubject": "cc.node.state"},
-     "rest", "natsNodeStateSubject is used only when NATS is the job path"),
-    ({**NATS_ONLY, "ccRestUrl": "http://cc"}, "rest", None),
+     Target.REST, "natsNodeStateSubject is used only when NATS is the job path"),
+    ({**NATS_ONLY, "ccRestUrl": "http://cc"}, Target.REST, None),
     ({**NATS_ONLY, "ccRestUrl": "http://cc", "natsNodeStateSubject": "cc.node.state"},
-     "nats", None),
-    ({**NATS_ONLY, "natsNodeStateSubject": "cc.node.state"}, "nats", None),
+     Target.NATS, None),
+    ({**NATS_ONLY, "natsNodeStateSubject": "cc.node.state"}, Target.NATS, None),
     (NATS_ONLY, None, "node states are not sent: set natsNodeStateSubject"),
 ])
 def test_where_node_states_go(keys, path, warned):
@@ -303,7 +303,7 @@ class FailoverSlurm(ReplayRunner):
 
 def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_control(tmp_path):
     from ccadapter.daemon.metrics import Metrics
-    from ccadapter.prep.messages import HookMessage
+    from ccadapter.prep.messages import HookEvent, HookMessage
 
     slurm_ = FailoverSlurm()
     app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
@@ -324,7 +324,7 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
 
         app.control.run_once()  # both up: the primary (vm) is in control
         assert not daemon.gate()
-        server.on_message(HookMessage(42, "start", None, "c"))
+        server.on_message(HookMessage(42, HookEvent.START, None, "c"))
         assert checks == [1] and received() == 0
         assert app.metrics.registry.get_sample_value(
             "ccadapter_hook_messages_dropped_total", {"reason": "standby"}) == 1
@@ -336,7 +336,7 @@ def test_failover_gates_reconcilers_and_hook_messages_until_this_host_is_in_cont
         assert daemon.gate() and (role("active"), role("standby")) == (1, 0)
         assert app.outbox.store.get_state("slurm-window.outage_since") is None
         assert app.outbox.store.get_state("slurm-window.origin") is None
-        server.on_message(HookMessage(43, "start", None, "c"))
+        server.on_message(HookMessage(43, HookEvent.START, None, "c"))
         assert received() == 1 and checks == [1]
         # the same counts for `status`, written by the daemon's hook-counts routine
         assert "hook-counts" in [r.name for r in daemon.routines]
@@ -377,7 +377,7 @@ def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
     """The role is the daemon's: the local controllers decide it, and it gates each served
     cluster's reconcilers (in their lanes) and hook messages; a takeover clears each
     cluster's own window state, not the default mode's keys."""
-    from ccadapter.prep.messages import HookMessage
+    from ccadapter.prep.messages import HookEvent, HookMessage
 
     slurm_ = FailoverClusters()
     app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9", ccRestJwt=TOKEN,
@@ -398,7 +398,7 @@ def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
 
         app.control.run_once()  # the primary is in control: this daemon stands by
         assert not daemon.gate()
-        server.on_message(HookMessage(42, "start", None, "b"))
+        server.on_message(HookMessage(42, HookEvent.START, None, "b"))
         assert checks == [1] and received("b") == 0
 
         for c in "ab":
@@ -410,7 +410,7 @@ def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
         state = app.outbox.store.get_state
         assert [state(f"{c}/slurm-window.origin") for c in "ab"] == [None, None]
         assert app.outbox.store.get_state("slurm-window.origin") == "2.0"
-        server.on_message(HookMessage(43, "start", None, "b"))
+        server.on_message(HookMessage(43, HookEvent.START, None, "b"))
         assert received("b") == 1 and checks == [1]
     finally:
         app.close()

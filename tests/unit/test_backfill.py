@@ -6,7 +6,7 @@ import pytest
 
 from ccadapter.config.keys import Config
 from ccadapter.ops.backfill import Backfill, chunks
-from ccadapter.outbox import DELIVERED, Outbox, Result, admin
+from ccadapter.outbox import DeliveryStatus, Outbox, Result, admin
 from ccadapter.slurm.collector import Collector
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
@@ -54,7 +54,7 @@ def test_resend_opens_delivered_events_only(backfill):
     since = fixture_json("24.11", "testbed/workload.json")["since"]
     first = Backfill(collector, box, None).run_chunk(since, since + 3600)
     while due := box.queue.due():
-        box.queue.record(Result(e.id, DELIVERED) for e in due)
+        box.queue.record(Result(e.id, DeliveryStatus.DELIVERED) for e in due)
     again = Backfill(collector, box, None, resend=True).run_chunk(since, since + 3600)
     assert (again.new, again.resent) == (0, first.events)
     assert len(admin.list_events(box.store, "pending", limit=1000)) == first.events

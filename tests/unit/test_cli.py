@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from ccadapter.cli import Deps, main
 from ccadapter.errors import OutboxError
-from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
@@ -83,8 +83,8 @@ def seed(env) -> dict[str, int]:
     box = outbox(env)
     box.enqueue([NewEvent(CLUSTER, j, 100, "start", {"jobId": j}) for j in (1, 2, 3)])
     ids = {e.job_id: e.id for e in box.queue.due()}
-    box.queue.record([Result(ids[1], REJECTED, f"HTTP 400: bad token {TOKEN}"),
-                Result(ids[2], DELIVERED)])
+    box.queue.record([Result(ids[1], DeliveryStatus.REJECTED, f"HTTP 400: bad token {TOKEN}"),
+                Result(ids[2], DeliveryStatus.DELIVERED)])
     box.close()
     return ids
 
@@ -379,7 +379,7 @@ def open_run_of_a_finished_job(env) -> tuple[int, int]:
     job = next(j for j in collector.window(SINCE - 60).jobs if j.finished and j.user)
     box = outbox(env)
     box.enqueue(events_for(job)[:1])
-    box.queue.record(Result(e.id, DELIVERED) for e in box.queue.due())
+    box.queue.record(Result(e.id, DeliveryStatus.DELIVERED) for e in box.queue.due())
     box.close()
     return job.job_id, job.start_time
 

@@ -8,7 +8,7 @@ import pytest
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
 from ccadapter.cc.rest_delivery import ENERGY_ATTEMPTS, RestDelivery
 from ccadapter.daemon.deliverer import Deliverer
-from ccadapter.outbox import NewEvent, Outbox, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, admin
 from ccadapter.retry import RetryPolicy
 from tests.standin.ccbackend import JOB_META_REQUEST, CcBackendStandin, decode_body
 
@@ -279,7 +279,7 @@ def clock_box(tmp_path):
 def test_an_event_whose_delivery_raises_does_not_stall_the_others(tmp_path, caplog):
     """Issue 29: the pool's map gave up the whole batch on the first exception, so one event
     whose delivery raised (a bug) was due again in every batch and held every other one."""
-    from ccadapter.outbox import DELIVERED, Result
+    from ccadapter.outbox import Result
 
     box = Outbox(tmp_path / "o.sqlite")
     box.enqueue([NewEvent("c", job, 1, "start", {"jobId": job}) for job in (1, 2, 3)])
@@ -287,7 +287,7 @@ def test_an_event_whose_delivery_raises_does_not_stall_the_others(tmp_path, capl
     def deliver(event):
         if event.job_id == 2:
             raise KeyError("resources")
-        return Result(event.id, DELIVERED)
+        return Result(event.id, DeliveryStatus.DELIVERED)
 
     deliverer = Deliverer(box.queue, deliver, workers=2)
     try:
@@ -337,7 +337,7 @@ def test_while_the_target_is_down_a_burst_sends_one_probe_not_every_new_event(tm
     """A catch-up enqueues thousands of events while cc-backend is down: each burst tries
     one of them, not each once (refused connections cost the CPU the reconcilers need);
     once the probe gets through, the burst goes on with everything at once."""
-    from ccadapter.outbox import DELIVERED, PENDING, Result
+    from ccadapter.outbox import Result
 
     box = Outbox(tmp_path / "o.sqlite")
     up = False
@@ -345,7 +345,9 @@ def test_while_the_target_is_down_a_burst_sends_one_probe_not_every_new_event(tm
 
     def deliver(event):
         sent.append(event.job_id)
-        return Result(event.id, DELIVERED if up else PENDING, "" if up else "refused")
+        if up:
+            return Result(event.id, DeliveryStatus.DELIVERED)
+        return Result(event.id, DeliveryStatus.PENDING, "refused")
 
     deliverer = Deliverer(box.queue, deliver, workers=2, batch=8)
     try:
@@ -371,7 +373,7 @@ def test_the_next_batch_is_answered_while_one_is_recorded_and_order_is_kept(tmp_
     import threading
     import time
 
-    from ccadapter.outbox import DELIVERED, Result
+    from ccadapter.outbox import Result
 
     box = Outbox(tmp_path / "o.sqlite")
     box.enqueue([ev for job in range(1, 13) for ev in events(job, 1_700_000_000 + job)])
@@ -387,7 +389,7 @@ def test_the_next_batch_is_answered_while_one_is_recorded_and_order_is_kept(tmp_
         time.sleep(0.05)
         with log_lock:
             answered.add((event.job_id, event.kind))
-        return Result(event.id, DELIVERED)
+        return Result(event.id, DeliveryStatus.DELIVERED)
 
     record = box.queue.record
 

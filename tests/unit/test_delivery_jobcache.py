@@ -20,7 +20,7 @@ from ccadapter.cc.client import CcClient
 from ccadapter.cc.rest_delivery import RestDelivery
 from ccadapter.daemon.deliverer import Deliverer, DeliveryStats
 from ccadapter.model import EventKind, Job
-from ccadapter.outbox import DELIVERED, REJECTED, NewEvent, Outbox, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.collector import Collector, Listing, QueryResult
@@ -100,8 +100,8 @@ def test_start_sent_again_while_cached_counts_as_delivered_and_its_stop_follows(
     again.enqueue([stop_event()])
     stats = rig.drain(again)
     assert (stats.delivered, stats.rejected) == (2, 0)
-    assert status_of(again, EventKind.START) == [(DELIVERED, None)]
-    assert status_of(again, EventKind.STOP) == [(DELIVERED, None)]
+    assert status_of(again, EventKind.START) == [(DeliveryStatus.DELIVERED, None)]
+    assert status_of(again, EventKind.STOP) == [(DeliveryStatus.DELIVERED, None)]
     assert rig.standin.count("/api/jobs/start_job/", 500) == 1  # one answer, no flood
     assert admin.stats(again.store)["rejected"] == 0
     assert rig.standin.commit_now() == 0  # moved by its stop already
@@ -159,7 +159,7 @@ def test_two_start_times_of_one_run_once_committed_end_in_a_rejected_stop(rig, t
     stats = rig.drain(box)
     assert (stats.delivered, stats.rejected) == (1, 1)
     ((state, error),) = status_of(box, EventKind.STOP)
-    assert state == REJECTED and "another run within 24 h?" in error
+    assert state == DeliveryStatus.REJECTED and "another run within 24 h?" in error
     assert [(j["startTime"], j["jobState"]) for j in rig.standin.jobs()] == [(T, "running")]
     box.close()
 

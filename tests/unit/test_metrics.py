@@ -28,10 +28,10 @@ from ccadapter.daemon.build import build
 from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.daemon.metrics import Metrics, NoMetrics, Recorder
 from ccadapter.errors import CcAdapterError, TransientSlurmError
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, Event, NewEvent, Outbox, Result
+from ccadapter.outbox import DeliveryStatus, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
 from ccadapter.prep.fastpath import FastPath
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.messages import HookEvent, HookMessage
 from ccadapter.prep.server import PrepServer
 from ccadapter.prep.tally import HookTally
 from ccadapter.retry import RetryPolicy
@@ -132,7 +132,7 @@ def test_outbox_depth_and_age_are_read_at_scrape_time(tmp_path, metrics):
     assert value(metrics, "ccadapter_outbox_pending_events", kind="stop") == 1
     assert value(metrics, "ccadapter_outbox_oldest_pending_age_seconds") == 100
     first = box.queue.due()[0]
-    box.queue.record([Result(first.id, REJECTED, "HTTP 400: test")])
+    box.queue.record([Result(first.id, DeliveryStatus.REJECTED, "HTTP 400: test")])
     assert value(metrics, "ccadapter_outbox_rejected_events", kind="start") == 1
     assert value(metrics, "ccadapter_outbox_pending_events", kind="start") == 1
     box.close()
@@ -342,9 +342,9 @@ def test_full_fast_path_counts_received_and_dropped(tmp_path, metrics):
     tally = HookTally(on_received=metrics.hook_received, on_drop=metrics.hook_dropped)
     fast = FastPath(collector, box, lambda: None, max_pending=1,
                     on_received=tally.received, on_drop=tally.dropped)
-    fast.submit(HookMessage(1, "start", None))
-    fast.submit(HookMessage(1, "end", None))  # the same job joins its pending entry
-    fast.submit(HookMessage(2, "start", None))
+    fast.submit(HookMessage(1, HookEvent.START, None))
+    fast.submit(HookMessage(1, HookEvent.END, None))  # the same job joins its pending entry
+    fast.submit(HookMessage(2, HookEvent.START, None))
     box.close()
     assert value(metrics, "ccadapter_hook_messages_received_total", cluster="") == 3
     assert value(metrics, "ccadapter_hook_messages_dropped_total",
@@ -470,7 +470,8 @@ def test_daemon_exits_2_naming_the_key_when_it_cannot_listen(tmp_path, fake_slur
 def test_nats_notifications_by_outcome():
     metrics = Metrics()
     ev = Event(1, "c", 1, 100, "start", {}, 0, 0.0)
-    for status in (DELIVERED, PENDING, PENDING, REJECTED):
+    for status in (DeliveryStatus.DELIVERED, DeliveryStatus.PENDING, DeliveryStatus.PENDING,
+                   DeliveryStatus.REJECTED):
         metrics.nats_result(ev, Result(1, status))
     assert value(metrics, "ccadapter_nats_notifications_total", kind="start",
                  outcome="published") == 1

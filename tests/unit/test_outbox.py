@@ -1,10 +1,14 @@
 """The outbox: idempotency, per-job order, first-sight allocation, backoff, compaction."""
 
+import json
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, NewEvent, Outbox, Result, admin
+import ccadapter.outbox as outbox_package
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 
 
 class Clock:
@@ -38,7 +42,7 @@ def stop(job, t=100):
 
 def deliver_all(box):
     events = box.queue.due()
-    box.queue.record(Result(e.id, DELIVERED) for e in events)
+    box.queue.record(Result(e.id, DeliveryStatus.DELIVERED) for e in events)
     return events
 
 
@@ -57,7 +61,7 @@ def test_stop_only_after_its_start(box):
 
 def test_stop_follows_a_rejected_start(box):
     box.enqueue([start(1), stop(1)])
-    box.queue.record([Result(box.queue.due()[0].id, REJECTED, "HTTP 400")])
+    box.queue.record([Result(box.queue.due()[0].id, DeliveryStatus.REJECTED, "HTTP 400")])
     assert [e.kind for e in box.queue.due()] == ["stop"]
 
 
@@ -82,11 +86,11 @@ def test_first_sight_allocation_kept(box):
 
 def test_retry_backoff_and_retry_now(box, clock):
     box.enqueue([start(1)])
-    box.queue.record([Result(box.queue.due()[0].id, PENDING, "HTTP 503")])
+    box.queue.record([Result(box.queue.due()[0].id, DeliveryStatus.PENDING, "HTTP 503")])
     assert box.queue.due() == []
     clock.now += 301
     assert len(box.queue.due()) == 1
-    box.queue.record([Result(box.queue.due()[0].id, PENDING, "HTTP 503")])
+    box.queue.record([Result(box.queue.due()[0].id, DeliveryStatus.PENDING, "HTTP 503")])
     box.queue.retry_now()
     assert len(box.queue.due()) == 1
 
@@ -131,13 +135,14 @@ def test_result_of_a_replaced_nodestate_is_ignored(box):
     box.enqueue([NewEvent("c", 0, 1, "nodestate", {"t": 1})])
     in_flight = box.queue.due()[0]
     box.enqueue([NewEvent("c", 0, 2, "nodestate", {"t": 2})])  # replaces the pending one
-    box.queue.record([Result(in_flight.id, PENDING, "HTTP 503")])
+    box.queue.record([Result(in_flight.id, DeliveryStatus.PENDING, "HTTP 503")])
     assert [e.payload["t"] for e in box.queue.due()] == [2]
 
 
 def test_rejected_listed(box):
     box.enqueue([start(1)])
-    box.queue.record([Result(box.queue.due()[0].id, REJECTED, "HTTP 400: unknown field")])
+    box.queue.record([Result(box.queue.due()[0].id, DeliveryStatus.REJECTED,
+                             "HTTP 400: unknown field")])
     assert admin.rejected(box.store)[0]["error"] == "HTTP 400: unknown field"
     assert admin.stats(box.store)["rejected"] == 1
 
@@ -167,16 +172,17 @@ def test_notifications_are_owed_only_for_delivered_starts_and_stops(tmp_path, cl
     queue = box.notifications()
     assert queue.due() == []  # nothing delivered yet, nothing to announce
     first = box.queue.due()
-    box.queue.record([Result(e.id, DELIVERED if e.job_id != 2 else REJECTED) for e in first])
+    box.queue.record([Result(e.id, DeliveryStatus.DELIVERED if e.job_id != 2
+                             else DeliveryStatus.REJECTED) for e in first])
     assert [(e.job_id, e.kind) for e in queue.due()] == [(1, "start")]  # stop waits for it
-    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
+    box.queue.record([Result(e.id, DeliveryStatus.DELIVERED) for e in box.queue.due()])
     due = queue.due()
     assert [(e.job_id, e.kind) for e in due] == [(1, "start")]
-    queue.record([Result(due[0].id, DELIVERED)])
+    queue.record([Result(due[0].id, DeliveryStatus.DELIVERED)])
     due = queue.due()
     assert [(e.job_id, e.kind) for e in due] == [(1, "stop")]
     assert due[0].payload["start"]["jobId"] == 1  # the start body rides along (partition)
-    queue.record([Result(due[0].id, PENDING, "NATS down")])
+    queue.record([Result(due[0].id, DeliveryStatus.PENDING, "NATS down")])
     assert queue.due() == []  # backoff
     clock.now += 10_000
     assert len(queue.due()) == 1
@@ -188,10 +194,10 @@ def test_redelivered_start_is_announced_once(tmp_path, clock):
     box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
     box.enqueue([start(1)])
     ev = box.queue.due()[0]
-    box.queue.record([Result(ev.id, DELIVERED)])
-    box.notifications().record([Result(ev.id, DELIVERED)])
+    box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
+    box.notifications().record([Result(ev.id, DeliveryStatus.DELIVERED)])
     assert box.reopen_start("c", 1, 100)  # cc-backend lost it: REST again, NATS not again
-    box.queue.record([Result(ev.id, DELIVERED)])
+    box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
     assert box.notifications().due() == []
     box.close()
 
@@ -200,9 +206,9 @@ def test_compaction_keeps_events_whose_notification_is_owed(tmp_path, clock):
     box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
     box.enqueue([start(1), start(2), stop(1), stop(2)])
     while evs := box.queue.due():
-        box.queue.record([Result(e.id, DELIVERED) for e in evs])
+        box.queue.record([Result(e.id, DeliveryStatus.DELIVERED) for e in evs])
     owed = {e.id for e in box.notifications().due()}
-    box.notifications().record([Result(i, DELIVERED) for i in sorted(owed)[:1]])
+    box.notifications().record([Result(i, DeliveryStatus.DELIVERED) for i in sorted(owed)[:1]])
     clock.now += 100_000
     assert box.compact(keep_seconds=3600) == 1  # job 1's start: delivered and announced
     owed = box.notifications().due()
@@ -216,7 +222,7 @@ def test_compaction_never_forgets_the_start_of_a_run_still_open(tmp_path, clock)
     embeds it (a stop answered 404 delivers the start first), and stale-jobs watches it."""
     box = Outbox(tmp_path / "n.sqlite", clock=clock)
     box.enqueue([start(1)])
-    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
+    box.queue.record([Result(e.id, DeliveryStatus.DELIVERED) for e in box.queue.due()])
     clock.now += 30 * 86400
     assert box.compact(keep_seconds=7 * 86400) == 0
     assert box.open_runs("c") == [(1, 100)]
@@ -228,7 +234,7 @@ def test_compaction_never_forgets_the_start_of_a_run_still_open(tmp_path, clock)
 
 def test_without_nats_no_notifications_are_kept(box):
     box.enqueue([start(1)])
-    box.queue.record([Result(e.id, DELIVERED) for e in box.queue.due()])
+    box.queue.record([Result(e.id, DeliveryStatus.DELIVERED) for e in box.queue.due()])
     assert box.notifications().due() == [] and admin.stats(box.store)["notify"] == {}
 
 
@@ -319,9 +325,10 @@ def test_an_outbox_from_before_the_runs_table_is_filled_once(tmp_path, clock):
 def test_start_deliveries(box, clock):
     box.enqueue([start(1), start(2)])
     (first, _) = box.queue.due()
-    box.queue.record([Result(first.id, DELIVERED)])
+    box.queue.record([Result(first.id, DeliveryStatus.DELIVERED)])
     got = box.start_deliveries("c", [(1, 100), (2, 100), (2, 999)])
-    assert got == {(1, 100): (DELIVERED, clock.now), (2, 100): (PENDING, None)}
+    assert got == {(1, 100): (DeliveryStatus.DELIVERED, clock.now),
+                   (2, 100): (DeliveryStatus.PENDING, None)}
 
 
 def test_changed_lists_what_a_cycle_added_or_replaced_stops_included(tmp_path, clock):
@@ -330,7 +337,7 @@ def test_changed_lists_what_a_cycle_added_or_replaced_stops_included(tmp_path, c
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     box.enqueue([start(1), start(2), start(3)])
     delivered = next(e for e in box.queue.due() if e.job_id == 3)
-    box.queue.record([Result(delivered.id, DELIVERED)])
+    box.queue.record([Result(delivered.id, DeliveryStatus.DELIVERED)])
     copy = Outbox.copy_of(tmp_path / "o.sqlite", tmp_path / "copy.sqlite")
     box.close()
     admin.track_changes(copy.store)
@@ -451,3 +458,41 @@ def test_an_outbox_from_before_energy_events_takes_them_keeping_every_row(tmp_pa
     box = Outbox(path, clock=clock)  # done once: the next open finds the new table
     assert admin.stats(box.store)["counts"]["energy:pending"] == 1
     box.close()
+
+
+def test_statuses_on_disk_are_the_enum_values_as_plain_text(box, tmp_path, clock):
+    """DeliveryStatus is a StrEnum: the file holds the same text as before it existed
+    ('pending', 'delivered', 'rejected', type TEXT), rows written as plain strings read
+    back, and JSON (``queue list``, ``status``) prints the bare value."""
+    box.enqueue([start(1), start(2), start(3)])
+    first, second, _ = box.queue.due()
+    box.queue.record([Result(first.id, DeliveryStatus.DELIVERED),
+                      Result(second.id, DeliveryStatus.REJECTED, "HTTP 400")])
+    with box.store.read() as db:
+        stored = db.execute("SELECT job_id, status, typeof(status) FROM events "
+                            "ORDER BY job_id").fetchall()
+    assert stored == [(1, "delivered", "text"), (2, "rejected", "text"),
+                      (3, "pending", "text")]
+    with box.store.tx() as db:  # as an outbox of an earlier release holds it
+        db.execute("UPDATE events SET status = 'pending' WHERE job_id = 2")
+    assert [e.job_id for e in box.queue.due()] == [2, 3]
+    rows = admin.list_events(box.store, DeliveryStatus.PENDING)
+    assert [(r["jobId"], r["status"]) for r in rows] == [(2, "pending"), (3, "pending")]
+    assert json.dumps([DeliveryStatus.PENDING, DeliveryStatus.DELIVERED,
+                       DeliveryStatus.REJECTED]) == '["pending", "delivered", "rejected"]'
+
+
+def test_the_sql_spells_no_status_the_enum_lacks(box):
+    """The schema's CHECK and the queries write statuses as SQL literals: each one is a
+    DeliveryStatus value, and the CHECK of both queue tables admits exactly the enum."""
+    values = {s.value for s in DeliveryStatus}
+    with box.store.read() as db:
+        for table in ("events", "notify"):
+            (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = ?",
+                                (table,)).fetchone()
+            check = re.search(r"CHECK \(status IN \(([^)]*)\)\)", sql)
+            assert check and set(re.findall(r"'(\w+)'", check.group(1))) == values, table
+    source = "".join(p.read_text() for p in Path(outbox_package.__file__).parent.glob("*.py"))
+    spelled = re.findall(r"status\s*(?:=|!=|IN)\s*\(?((?:'\w+'(?:,\s*)?)+)", source)
+    literals = {v for group in spelled for v in re.findall(r"'(\w+)'", group)}
+    assert literals and literals <= values

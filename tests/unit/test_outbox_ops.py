@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccadapter.outbox import DELIVERED, PENDING, REJECTED, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 from tests.unit.test_outbox import Clock, deliver_all, start, stop
 
 
@@ -19,7 +19,7 @@ def box(tmp_path, clock):
 
 
 def reject(box, ids, why="HTTP 400: bad"):
-    box.queue.record(Result(i, REJECTED, why) for i in ids)
+    box.queue.record(Result(i, DeliveryStatus.REJECTED, why) for i in ids)
 
 
 def test_list_filters_by_status_and_kind_and_limits(box):
@@ -27,11 +27,12 @@ def test_list_filters_by_status_and_kind_and_limits(box):
     deliver_all(box)  # starts 1-3 delivered; stop 1 was held back behind start 1
     reject(box, [e.id for e in box.queue.due()])  # stop 1
     assert [r["kind"] for r in admin.list_events(box.store)] == ["start", "stop", "start", "start"]
-    rejected = admin.list_events(box.store, REJECTED)
+    rejected = admin.list_events(box.store, DeliveryStatus.REJECTED)
     assert [(r["jobId"], r["kind"], r["error"]) for r in rejected] == [(1, "stop",
                                                                         "HTTP 400: bad")]
-    assert [r["jobId"] for r in admin.list_events(box.store, DELIVERED, "start", limit=2)] == [1, 2]
-    assert admin.list_events(box.store, PENDING) == []
+    listed = admin.list_events(box.store, DeliveryStatus.DELIVERED, "start", limit=2)
+    assert [r["jobId"] for r in listed] == [1, 2]
+    assert admin.list_events(box.store, DeliveryStatus.PENDING) == []
     assert set(admin.list_events(box.store)[0]) == {"id", "cluster", "jobId", "startTime", "kind",
                                          "status", "attempts", "nextAttemptAt", "createdAt",
                                          "deliveredAt", "error"}
@@ -47,8 +48,8 @@ def test_requeue_makes_rejected_and_waiting_events_due_but_not_delivered_ones(bo
     box.enqueue([start(1), start(2), start(3)])
     one, two, three = (e.id for e in box.queue.due())
     reject(box, [one])
-    box.queue.record([Result(two, PENDING, "HTTP 503")])  # waits for its backoff
-    box.queue.record([Result(three, DELIVERED)])
+    box.queue.record([Result(two, DeliveryStatus.PENDING, "HTTP 503")])  # waits for its backoff
+    box.queue.record([Result(three, DeliveryStatus.DELIVERED)])
     assert box.queue.due() == []
     assert admin.requeue(box.store, [one, two, three, 42]) == [one, two]
     assert sorted(e.id for e in box.queue.due()) == [one, two]
@@ -59,19 +60,19 @@ def test_requeue_all_rejected(box):
     ids = [e.id for e in box.queue.due()]
     reject(box, ids[:2])
     assert admin.requeue(box.store) == ids[:2]
-    assert admin.list_events(box.store, REJECTED) == []
+    assert admin.list_events(box.store, DeliveryStatus.REJECTED) == []
     assert [e.id for e in box.queue.due()] == ids
 
 
 def test_drop_never_sends_and_keeps_the_event_from_coming_back(box):
     box.enqueue([start(1), start(2)])
     first, second = (e.id for e in box.queue.due())
-    box.queue.record([Result(second, DELIVERED)])
+    box.queue.record([Result(second, DeliveryStatus.DELIVERED)])
     assert admin.drop(box.store, [first, second]) == [first]  # a delivered one is not "dropped"
     assert box.queue.due() == []
     assert box.enqueue([start(1)]) == 0  # the next overlapping window: still known
     (row,) = admin.events_by_id(box.store, [first])
-    assert (row["status"], row["error"]) == (DELIVERED, "dropped by operator")
+    assert (row["status"], row["error"]) == (DeliveryStatus.DELIVERED, "dropped by operator")
     assert box.reopen_start("c", 1, 100) is False  # its body is gone: cc-cache cannot resend
 
 
@@ -85,7 +86,7 @@ def test_resend_reopens_delivered_events_with_fresh_bodies(box):
     due = box.queue.due()
     assert [(e.job_id, e.kind) for e in due] == [(1, "start")]  # stop still after its start
     assert due[0].payload["fresh"] is True
-    box.queue.record([Result(due[0].id, DELIVERED)])
+    box.queue.record([Result(due[0].id, DeliveryStatus.DELIVERED)])
     assert [(e.job_id, e.kind) for e in box.queue.due()] == [(1, "stop")]
     assert admin.resend(box.store, [start(2, host="n2")]) == 1
     assert admin.resend(box.store, [start(2)]) == 0

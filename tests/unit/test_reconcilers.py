@@ -10,7 +10,7 @@ import pytest
 
 from ccadapter.cc.client import CcClient
 from ccadapter.errors import SlurmCommandError
-from ccadapter.outbox import DELIVERED, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.reconcilers.nodestate import NodeStates
@@ -312,7 +312,7 @@ def _deliver(box, standin):
     for ev in box.queue.due():
         answer = client.send(ev.kind, ev.payload if ev.kind != "stop" else ev.payload["stop"])
         assert answer.status in (200, 201), answer
-        box.queue.record([Result(ev.id, DELIVERED)])
+        box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
     client.close()
 
 
@@ -344,7 +344,7 @@ def test_cc_cache_sends_again_a_stop_cc_backend_took_and_lost(env, standin, clie
     box.enqueue(events_for(done)[1:])
     clock.now = done.end_time + 30
     (stop,) = box.queue.due()
-    box.queue.record([Result(stop.id, DELIVERED)])  # answered 200, applied elsewhere
+    box.queue.record([Result(stop.id, DeliveryStatus.DELIVERED)])  # answered 200, applied elsewhere
     cache = CcCache(collector, box, CLUSTER, client, commit_interval=300, clock=clock)
     assert cache.run_once()["stops_again"] == 0
     assert box.queue.due() == []
@@ -373,7 +373,8 @@ def test_cc_cache_resends_a_lost_start_only_after_the_commit_interval(env, clien
     box.enqueue([NewEvent(CLUSTER, job_id, start, "start",
                           {"jobId": job_id, "resources": [{"hostname": "m1"}]})])
     (ev,) = box.queue.due()
-    box.queue.record([Result(ev.id, DELIVERED)])  # delivered just now: in cc-backend's job cache
+    # delivered just now: in cc-backend's job cache
+    box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
     cache = CcCache(collector, box, CLUSTER, client, commit_interval=120, clock=clock)
     summary = cache.run_once()
     assert summary["slurm_running"] == 1 and summary["in_cc_job_cache"] == 1

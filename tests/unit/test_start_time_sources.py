@@ -46,7 +46,7 @@ import pytest
 
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.messages import HookEvent, HookMessage
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm import timefmt
@@ -300,7 +300,7 @@ def test_fast_path_sends_no_start_before_the_job_leaves_configuring_where_nodes_
     start = re.search(r"StartTime=(\S+)", recorded)[1]
     later = datetime.strptime(start, _FMT).replace(tzinfo=UTC).timestamp() + BOOTED
     fast, box, woken = started(host)
-    fast.submit(HookMessage(job_id, "start", None))
+    fast.submit(HookMessage(job_id, HookEvent.START, None))
     assert wait(lambda: len(host.runner.stdins) >= 2 and not fast._pending
                 and not fast._later)  # asked again while CONFIGURING
     time.sleep(0.3)  # the last query's outcome is stored
@@ -309,7 +309,7 @@ def test_fast_path_sends_no_start_before_the_job_leaves_configuring_where_nodes_
     reset = datetime.fromtimestamp(later, UTC).strftime(_FMT)
     host.scontrol = recorded.replace(f"StartTime={start}", f"StartTime={reset}") \
         .replace("JobState=CONFIGURING", "JobState=RUNNING")
-    fast.submit(HookMessage(job_id, "start", None))
+    fast.submit(HookMessage(job_id, HookEvent.START, None))
     assert wait(woken.is_set)
     assert [e["startTime"] for e in admin.list_events(box.store, kind="start")] == [int(later)]
 
@@ -327,7 +327,7 @@ def test_fast_path_sends_a_configuring_start_at_once_where_slurmctld_boots_no_no
     fast, box, woken = started(host, start_settle=2.0)
     assert wait(lambda: fast._settle() == 0.0)  # its config, read at start
     asked = time.monotonic()
-    fast.submit(HookMessage(job_id, "start", None))
+    fast.submit(HookMessage(job_id, HookEvent.START, None))
     assert wait(woken.is_set)
     assert time.monotonic() - asked < 1.0  # not the 2 s it would settle where nodes may boot
     (event,) = admin.list_events(box.store, kind="start")

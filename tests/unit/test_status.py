@@ -15,7 +15,7 @@ from ccadapter.config.keys import Config
 from ccadapter.config.secrets import scrub
 from ccadapter.daemon.loop import Routine
 from ccadapter.ops.status import CycleLog, collect
-from ccadapter.outbox import REJECTED, NewEvent, Outbox, Result
+from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
 
@@ -82,7 +82,8 @@ def test_outbox_cycles_and_last_run(config, outbox_file):
     box.enqueue([NewEvent("c", 1, 100, "start", {"jobId": 1}),
                  NewEvent("c", 2, 100, "start", {"jobId": 2})])
     first = box.queue.due()[0]
-    box.queue.record([Result(first.id, REJECTED, f"HTTP 400: token {JWT} not allowed")])
+    box.queue.record([Result(first.id, DeliveryStatus.REJECTED,
+                             f"HTTP 400: token {JWT} not allowed")])
     routine = Routine("slurm-window", lambda: None, 60, last_ok=now - 5)
     CycleLog(box, clock=lambda: now - 5)(routine)
     routine.last_error = "SlurmCommandError: sacct: exit code 1"

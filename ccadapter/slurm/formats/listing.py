@@ -29,28 +29,29 @@ from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.values import decimal
 
 FIELDS = "JobIDRaw,JobID,Start,End,State,NodeList"
+# What each way of asking below costs as the queue grows, and what the ways not taken would:
+# BENCHMARKS.md, section "Scale: a long queue of pending jobs".
 # Runs that ran during a window: RUNNING matches every run with a start before the window's
 # end and an end after its start, or no end and the state RUNNING, whatever it ended as
 # (slurmdbd's _state_time_string(), as_mysql_jobacct_process.c, the same on 22.05, 24.11
 # and 26.05). MariaDB answers that from the job table's (time_end, time_eligible) index.
 # SUSPENDED is not asked: slurmdbd adds it as a subquery of the suspend table per job row
-# (OR-ed with the rest, so no index applies), a scan of every job the cluster ever ran:
-# 1.2-1.6 s at 345,000 rows on the test bed, against 0.04 s for RUNNING alone, and minutes
-# at a site with years of history. A run suspended now and never listed running is listed
+# (OR-ed with the rest, so no index applies), a scan of every job the cluster ever ran, which
+# grows with the site's history. A run suspended now and never listed running is listed
 # once it resumes or ends (its end is stored then); the hook announces its start anyway.
 RAN = ("-s", "RUNNING")
 # Runs that ended during a window, whatever they ended as: for these states slurmdbd asks
 # ``t1.state=X && t1.time_end between START and END`` (the same function), a range of that
-# index that holds only the runs that ended then, 0.02-0.1 s however many jobs are queued.
+# index that holds only the runs that ended then, whatever the number of queued jobs.
 # RUNNING cannot be asked that way: a run that has not ended has time_end 0, as every pending
-# job has, so slurmdbd reads every queued job's row to find the running ones (2 s at 50,000
-# queued on the test bed). What runs now is asked of slurmctld instead (STEP_FIELDS).
+# job has, so slurmdbd reads every queued job's row to find the running ones. What runs now
+# is asked of slurmctld instead (STEP_FIELDS).
 #
 # Only runs that got nodes (``--nnodes 1-1000000``, a million nodes being more than any
 # cluster): a job cancelled while it was queued ends as CANCELLED too, with an end time and
 # no nodes. slurmdbd adds ``t1.nodes_alloc between 1 and N`` to the rows the end-time range
 # selected, so a user's scancel of 10,000 queued jobs is not listed in every window of the
-# next two minutes and in slurm-lookback (120 kB a window for 2,000 in the CI scale test).
+# next two minutes and in slurm-lookback.
 # It lists the same lines as without it, minus ``None assigned``, but for a few seconds after
 # a job ends on 22.05: slurmdbd can hold a just-ended job with ``nodes_alloc`` 0 until its
 # start record arrives (slurmctld sends it with its database-index pass, every 5 s, when the
@@ -58,14 +59,12 @@ RAN = ("-s", "RUNNING")
 # listed a poll later: the next window starts slurmWindowOverlap before this one's end.
 ENDED = ("-s", "BF,CA,CD,DL,F,NF,OOM,PR,RQ,RS,RV,TO", "--nnodes", "1-1000000")
 # The jobs that run now, from slurmctld's step list (``squeue -s``): slurmctld packs the steps
-# of running jobs only, so the answer and its cost follow the running jobs (0.03-0.04 s at
-# 24,000 and at 50,000 queued; 0.11-0.14 s at 0 to 50,000 beside the scale benchmark's churn),
-# where its job list (``squeue -t R``) packs every queued job first (0.53-0.60 s at 50,000;
-# 0.75 s with the churn). JobId is the job's own id (an array task's too; StepId is printed to
-# keep the line's shape and for the reader). A job without any step is not in it: an
-# allocation (salloc) before its first srun, on a cluster without PrologFlags=Contain (with
-# it every job has its extern step from its allocation on); its hook announces its start,
-# and the listing of ended runs has it at its end at the latest.
+# of running jobs only, so the answer and its cost follow the running jobs, where its job
+# list (``squeue -t R``) packs every queued job first. JobId is the job's own id (an array
+# task's too; StepId is printed to keep the line's shape and for the reader). A job without
+# any step is not in it: an allocation (salloc) before its first srun, on a cluster without
+# PrologFlags=Contain (with it every job has its extern step from its allocation on); its
+# hook announces its start, and the listing of ended runs has it at its end at the latest.
 STEP_FIELDS = "JobId:|,StepId:|"
 TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}
 _NO_NODES = frozenset({"", "none assigned", "(null)", "none", "(unknown)"})

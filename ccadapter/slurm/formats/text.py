@@ -92,17 +92,16 @@ def parse_energy_plugin(out: str) -> str | None:
 # What lets slurmctld boot a job's nodes after it allocated them, and so reset the job's
 # StartTime once they are up (job_mgr.c job_config_fini): nodes powered down by power saving
 # or defined CLOUD (node_scheduler.c select_nodes sets JOB_POWER_UP_NODE for nodes in
-# power_down_node_bitmap: 22.05.8 :2796, 24.11.5 :3081, 26.05.3 :3056), which needs a
-# ResumeProgram to bring them back (power_save.c) and a SuspendProgram to power them down; and
-# a node features plugin that reboots nodes into the features a job asks for
-# (job_scheduler.c reboot_job_nodes: 22.05.8 :4413/:4421, 24.11.5 :4819/:4827, 26.05.3
-# :4933/:4941). A job's own ``--reboot`` is its ``Reboot=1`` (ControllerJob.reboot). Admin
-# reboots (``scontrol reboot``, RebootProgram) set the node DOWN and take it out of the
-# available ones until it is back (controller.c _queue_reboot_msg: 22.05.8 :1895-1900, 24.11.5
-# :2261-2266; power_save.c 26.05.3 :898-904), so no job is allocated a rebooting node.
-# Slurm 26.05 adds PowerAction entries to slurm.conf (read_config.c 26.05.3 :464): programs
-# that power nodes down and up by name (``scontrol power down ... Action=NAME``), which
-# ``scontrol show config`` does not print; from 26.05 on, the config cannot tell.
+# power_down_node_bitmap, 22.05 to 26.05), which needs a ResumeProgram to bring them back
+# (power_save.c) and a SuspendProgram to power them down; and a node features plugin that
+# reboots nodes into the features a job asks for (job_scheduler.c reboot_job_nodes). A job's
+# own ``--reboot`` is its ``Reboot=1`` (ControllerJob.reboot). Admin reboots (``scontrol
+# reboot``, RebootProgram) set the node DOWN and take it out of the available ones until it
+# is back (controller.c _queue_reboot_msg up to 24.11, power_save.c in 26.05), so no job is
+# allocated a rebooting node. Slurm 26.05 adds PowerAction entries to slurm.conf (read in
+# read_config.c): programs that power nodes down and up by name (``scontrol power down ...
+# Action=NAME``), which ``scontrol show config`` does not print; from 26.05 on, the config
+# cannot tell.
 _BOOT_KEYS = ("SuspendProgram", "ResumeProgram", "NodeFeaturesPlugins")
 _UNSET = frozenset({"(null)", "none", ""})
 _POWER_ACTIONS = (26, 5)  # the first release with PowerAction

@@ -16,9 +16,9 @@ The baseline generation:
 - sacctmgr has no ``--json``: the cluster list is read as parsable text, one name a line
   (``sacctmgr -n -P list clusters format=Cluster``);
 - consumed energy is the ``energy`` entry of the job record's ``tres.allocated`` (the job's
-  ``tres_alloc_str``, src/plugins/openapi/dbv0.0.38/parse.c:359), ``{"type": "energy",
-  "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null`` while unset (NO_VAL64 is
-  written as null, parse.c:824-838). Read by ``values.consumed_energy``.
+  ``tres_alloc_str``, ``parse_job`` in src/plugins/openapi/dbv0.0.38/parse.c),
+  ``{"type": "energy", "name": null, "id": 3, "count": JOULES}``; ``count`` is ``null``
+  while unset (``_dump_to_int64`` writes NO_VAL64 as null). Read by ``values.consumed_energy``.
 """
 
 from __future__ import annotations

@@ -112,13 +112,14 @@ def consumed_energy(entries: Any, ctx: ParseContext) -> int | None:
     """Joules the run consumed: the ``energy`` TRES of the job record's ``tres.allocated``.
 
     slurmctld adds each finished step's consumed energy to the job's allocated ``energy``
-    TRES, which starts as NO_VAL64 (Slurm 22.05 src/slurmctld/job_mgr.c:9591 and
-    step_mgr.c:288-306; 24.11 src/stepmgr/stepmgr.c:251-257), and sends it to slurmdbd with
-    the job's allocated TRES; sacct prints exactly this number as the job line's ConsumedEnergy
-    (src/sacct/print.c:599-647 of 22.05). So the job record of ``sacct -X`` carries it: no
-    step needs reading. Unset is NO_VAL64, written ``null`` by 22.05 and ``-2`` (the same bits
-    as int64) by 24.11+; either, a missing entry, and 0 (a plugin that measured nothing,
-    which cc-backend would show as a job that used no energy) give None. A count that is not
+    TRES, which starts as NO_VAL64 (``job_set_alloc_tres`` in src/slurmctld/job_mgr.c,
+    ``_internal_step_complete`` in src/slurmctld/step_mgr.c, src/stepmgr/stepmgr.c from 24.11
+    on), and sends it to slurmdbd with the job's allocated TRES; sacct prints exactly this
+    number as the job line's ConsumedEnergy (``print_fields`` in src/sacct/print.c). So the
+    job record of ``sacct -X`` carries it: no step needs reading. Unset is NO_VAL64, written
+    ``null`` by 22.05 and ``-2`` (the same bits as int64) by 24.11+; either, a missing entry,
+    and 0 (a plugin that measured nothing, which cc-backend would show as a job that used no
+    energy) give None. A count that is not
     an integer is a format we do not know: an error."""
     if not isinstance(entries, list):
         raise ctx.error(f"tres list expected, got {type(entries).__name__}")

@@ -11,7 +11,7 @@ import pytest
 from ccadapter.errors import OutboxError, TransientSlurmError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
-from ccadapter.prep.messages import HookMessage
+from ccadapter.prep.messages import HookEvent, HookMessage
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
 from tests.conftest import collector_settings, fixture_json, fixture_text
@@ -59,7 +59,7 @@ def test_start_is_enqueued_from_slurmctld_alone(env):
     fast, box, runner, _, woken, _ = env
     meta = fixture_json("24.11", "testbed/workload.json")
     gpu = meta["ids"]["gpujob"][0]
-    fast.submit(HookMessage(gpu, "start", None))
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
     assert wait(woken.is_set)
     (event,) = box.queue.due()
     body = event.payload
@@ -73,7 +73,7 @@ def test_end_retried_until_slurmctld_has_it(env):
     fast, box, runner, state, _, final = env
     meta = fixture_json("24.11", "testbed/workload.json")
     job = meta["ids"]["timeout"][0]  # pending in the busy snapshot, TIMEOUT in the final one
-    fast.submit(HookMessage(job, "end", None))
+    fast.submit(HookMessage(job, HookEvent.END, None))
     assert wait(lambda: len(runner.stdins) >= 2)  # asked again while it is not ended
     state["text"] = final
     assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
@@ -91,10 +91,10 @@ def test_an_end_is_asked_without_its_script_when_the_outbox_holds_the_start(env)
     request, not two."""
     fast, box, runner, state, _, final = env
     job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
-    fast.submit(HookMessage(job, "start", None))
+    fast.submit(HookMessage(job, HookEvent.START, None))
     assert wait(lambda: len(box.queue.due()) == 1)
     state["text"] = final
-    fast.submit(HookMessage(job, "end", None))
+    fast.submit(HookMessage(job, HookEvent.END, None))
     assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
     *start_asks, end_ask = runner.stdins  # the start's job and script, asked at once
     assert sorted(commands(text) for text in start_asks) == [[f"show job {job}"],
@@ -107,7 +107,7 @@ def test_an_end_whose_start_the_outbox_lacks_is_asked_again_with_its_script(env)
     fast, box, runner, state, _, final = env
     job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
     state["text"] = final
-    fast.submit(HookMessage(job, "end", None))  # its start's message was lost
+    fast.submit(HookMessage(job, HookEvent.END, None))  # its start's message was lost
     assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
     first, again = runner.stdins
     assert first.splitlines()[0] == f"show job {job}" and "batch_script" not in first
@@ -124,7 +124,7 @@ def commands(stdin: str) -> list[str]:
 def test_burst_is_coalesced(env):
     fast, _, runner, _, _, _ = env
     for job_id in range(1, 1001):
-        fast.submit(HookMessage(job_id, "start", None))
+        fast.submit(HookMessage(job_id, HookEvent.START, None))
     assert wait(lambda: fast._pending == {} and runner.calls["scontrol"] >= 1)
     time.sleep(0.2)
     questions = [a for a in runner.argvs if a[0] == "scontrol" and "config" not in a]
@@ -150,11 +150,11 @@ def test_outbox_full_leaves_the_job_to_the_poll_and_keeps_serving(env, caplog, m
     def full(events):  # what Outbox raises when SQLite finds the disk full
         raise OutboxError(str(box.path), "database or disk is full")
     monkeypatch.setattr(box, "enqueue", full)
-    fast.submit(HookMessage(gpu, "start", None))
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
     assert wait(lambda: "left to the poll" in caplog.text)
     assert "disk is full" in caplog.text and box.queue.due() == []
     monkeypatch.setattr(box, "enqueue", real)
-    fast.submit(HookMessage(gpu, "start", None))  # the fast path still runs
+    fast.submit(HookMessage(gpu, HookEvent.START, None))  # the fast path still runs
     assert wait(lambda: box.queue.due()), caplog.text
     assert [e.job_id for e in box.queue.due()] == [gpu]
 
@@ -185,10 +185,10 @@ def test_a_start_waits_for_slurmctld_to_leave_configuring_and_batches_with_ends(
     CONFIGURING and cost a second question."""
     make, runner, gpu, ended = timed
     fast = make(coalesce=0.01, start_settle=0.4)
-    fast.submit(HookMessage(gpu, "start", None))
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
     time.sleep(0.2)
     assert runner.stdins == []  # still settling
-    fast.submit(HookMessage(ended, "end", None))  # due at once, alone
+    fast.submit(HookMessage(ended, HookEvent.END, None))  # due at once, alone
     assert wait(lambda: runner.stdins)
     assert f"job {ended}" in runner.stdins[0] and f"job {gpu}" not in runner.stdins[0]
     assert wait(lambda: any(f"job {gpu}" in text for text in runner.stdins))
@@ -202,10 +202,10 @@ def test_an_end_is_asked_with_the_next_start_in_a_lane_of_its_own(timed):
     for an end, and it does not hold up the start)."""
     make, runner, gpu, other = timed
     fast = make(coalesce=5.0, start_settle=0.05)
-    fast.submit(HookMessage(other, "end", None))
+    fast.submit(HookMessage(other, HookEvent.END, None))
     time.sleep(0.2)
     assert runner.stdins == []  # an end alone waits
-    fast.submit(HookMessage(gpu, "start", None))
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
     assert wait(lambda: len(runner.stdins) == 3, timeout=2)  # long before its coalesce
     assert sorted(map(commands, runner.stdins)) == [
         [f"show job {gpu}"], [f"show job {other}"], [f"write batch_script {gpu} -"]]
@@ -243,8 +243,8 @@ def test_a_burst_is_asked_in_parts_at_once_and_its_ends_in_the_next_free_lane(en
     starts_asked_together(runner, seen)
     with fast._cond:  # one batch: the fast path takes none until all are in
         for job_id in (339, 331, 330, 329, 328):  # completed, running, ...: all started
-            fast.submit(HookMessage(job_id, "start", None))
-        fast.submit(HookMessage(335, "end", None))  # cancelled while pending
+            fast.submit(HookMessage(job_id, HookEvent.START, None))
+        fast.submit(HookMessage(335, HookEvent.END, None))  # cancelled while pending
     assert wait(lambda: len(runner.stdins) == 7 and not fast._pending)
     jobs_asked = [text for text in runner.stdins if "show job" in text]
     assert sorted(map(shown, jobs_asked[:3])) == [[328, 331], [329, 339], [330]]
@@ -266,9 +266,9 @@ def test_a_start_is_asked_at_once_in_a_free_lane_while_another_part_is_asked(env
             release.wait(5)
         return ask(argv, stdin, *args, **kwargs)
     runner.ask = slow_for_331
-    fast.submit(HookMessage(331, "start", None))
+    fast.submit(HookMessage(331, HookEvent.START, None))
     assert wait(lambda: fast._asked == {331})
-    fast.submit(HookMessage(328, "start", None))
+    fast.submit(HookMessage(328, HookEvent.START, None))
     assert wait(lambda: [e.job_id for e in box.queue.due()] == [328])
     release.set()
     assert wait(lambda: sorted(e.job_id for e in box.queue.due()) == [328, 331])
@@ -293,9 +293,9 @@ def test_a_job_is_not_asked_in_two_lanes_at_once(env):
         return done
     runner.ask = slow_start
     fast.coalesce = 0.0
-    fast.submit(HookMessage(job, "start", None))
+    fast.submit(HookMessage(job, HookEvent.START, None))
     assert wait(lambda: fast._asked == {job})
-    fast.submit(HookMessage(job, "end", None))
+    fast.submit(HookMessage(job, HookEvent.END, None))
     time.sleep(0.3)
     assert sum(f"show job {job}" in text for text in questions) == 1  # the start's alone
     release.set()
@@ -309,7 +309,7 @@ def test_a_het_job_whose_components_fall_into_two_parts_is_stored_once(env):
     leader, component = fixture_json("24.11", "testbed/workload.json")["ids"]["hetjob"]
     with fast._cond:
         for job_id in (331, leader, component):
-            fast.submit(HookMessage(job_id, "start", None))
+            fast.submit(HookMessage(job_id, HookEvent.START, None))
     # three parts, and the component's own part reads its leader too: the het job is
     # built twice, stored once
     assert wait(lambda: sorted(e.job_id for e in box.queue.due()) == [331, leader]
@@ -325,7 +325,7 @@ def test_a_burst_cheaper_to_dump_is_asked_in_one_part(env):
     fast, box, runner, _, _, _ = env
     with fast._cond:
         for job_id in (*range(10_000, 10_599), 331):  # 599 unknown to slurmctld, and one
-            fast.submit(HookMessage(job_id, "start", None))
+            fast.submit(HookMessage(job_id, HookEvent.START, None))
     assert wait(lambda: [e.job_id for e in box.queue.due()] == [331])
     dumps = [a for a in runner.argvs if a[-2:] == ["show", "job"]]
     assert len(dumps) == 1 and all("show job" not in text for text in runner.stdins)
@@ -343,7 +343,7 @@ def burst_with_a_failing_part(fast, runner, error: Exception) -> None:
     runner.ask = failing_one
     with fast._cond:
         for job_id in (328, 329, 330, 331, 339):
-            fast.submit(HookMessage(job_id, "start", None))
+            fast.submit(HookMessage(job_id, HookEvent.START, None))
 
 
 def test_a_part_that_fails_leaves_its_jobs_to_the_poll_and_the_others_are_stored(env, caplog):
@@ -374,8 +374,8 @@ def test_slurmctld_unreachable_costs_the_parts_one_wait_at_the_same_time(env, ca
     starts_asked_together(runner)
     with fast._cond:
         for job_id in (328, 329, 330, 331):
-            fast.submit(HookMessage(job_id, "start", None))
-        fast.submit(HookMessage(335, "end", None))
+            fast.submit(HookMessage(job_id, HookEvent.START, None))
+        fast.submit(HookMessage(335, HookEvent.END, None))
     assert wait(lambda: caplog.text.count("left to the poll") == 4)
     assert caplog.text.count("2 job(s) left to the poll") == 1
     assert caplog.text.count("1 job(s) left to the poll") == 3
@@ -386,15 +386,15 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
     """A hook socket that anyone reaches may name ids slurmctld never heard of: each is
     asked once, counted, and a message naming it again is dropped unasked."""
     fast, _, runner, _, woken, _ = env
-    fast.submit(HookMessage(999_999, "start", None))
+    fast.submit(HookMessage(999_999, HookEvent.START, None))
     assert wait(lambda: fast.counts["unknown"] == 1)
     asked = len(runner.stdins)
     for _ in range(5):
-        fast.submit(HookMessage(999_999, "end", None))
+        fast.submit(HookMessage(999_999, HookEvent.END, None))
     time.sleep(0.3)
     assert len(runner.stdins) == asked and fast.counts["unknown_job"] == 5
     gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
-    fast.submit(HookMessage(gpu, "start", None))  # a real job is still served
+    fast.submit(HookMessage(gpu, HookEvent.START, None))  # a real job is still served
     assert wait(woken.is_set)
 
 
@@ -412,7 +412,7 @@ def test_a_stop_waits_for_the_questions_in_flight_before_the_outbox_closes(env, 
 
     monkeypatch.setattr(fast.collector, "controller_jobs", slow)
     gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
-    fast.submit(HookMessage(gpu, "start", None))
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
     assert asked.wait(5)
     fast.stop()
     assert [e.job_id for e in box.queue.due()] == [gpu]  # stored before stop() returned

@@ -15,7 +15,7 @@ import pytest
 
 import ccadapter.prep.hook as hook
 import ccadapter.prep.server as server_module
-from ccadapter.prep.messages import BadMessage, parse_message
+from ccadapter.prep.messages import BadMessage, HookEvent, parse_message
 from ccadapter.prep.server import PrepServer
 
 ENV = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "42",
@@ -81,9 +81,21 @@ def test_sent_time_is_a_finite_number_or_none(sent, expected):
 
 def test_message_from_hook_environment():
     msg = parse_message(hook.build_message(ENV), "c1")
-    assert (msg.job_id, msg.event, msg.cluster) == (42, "start", "c1")
+    assert (msg.job_id, msg.event, msg.cluster) == (42, HookEvent.START, "c1")
     assert msg.sent is not None
     assert "PATH" not in json.loads(hook.build_message(ENV))
+
+
+@pytest.mark.parametrize(("context", "event", "word"), [
+    ("prolog_slurmctld", HookEvent.START, "start"),
+    ("epilog_slurmctld", HookEvent.END, "end"),
+])
+def test_hook_events_keep_their_words_in_the_log(context, event, word):
+    """The hook sends SLURM_SCRIPT_CONTEXT as slurmctld sets it (it knows no enum); the
+    daemon reads a HookEvent that logs and compares as the word it was before."""
+    msg = parse_message(hook.build_message({**ENV, "SLURM_SCRIPT_CONTEXT": context}), "c1")
+    assert msg.event is event
+    assert msg.event == word and f"{msg.event}" == str(msg.event) == word
 
 
 def test_a_message_names_its_cluster_else_the_socket_does():
@@ -158,7 +170,7 @@ def test_tcp(host):
     try:
         env = {**ENV, "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
         assert hook.main(["--socket", spec], env=env) == 0
-        assert [(m.job_id, m.event) for m in lst.wait(1)] == [(42, "end")]
+        assert [(m.job_id, m.event) for m in lst.wait(1)] == [(42, HookEvent.END)]
     finally:
         lst.server.stop()
 

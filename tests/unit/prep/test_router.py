@@ -2,7 +2,7 @@
 
 import pytest
 
-from ccadapter.prep.messages import BadMessage, HookMessage
+from ccadapter.prep.messages import BadMessage, HookEvent, HookMessage
 from ccadapter.prep.router import HookRouter
 
 
@@ -28,7 +28,7 @@ def test_each_message_goes_to_its_clusters_fast_path():
     router.add("b", b)
     router.start()
     for job, cluster in ((1, "a"), (2, "b"), (3, "a")):
-        router.submit(HookMessage(job, "start", None, cluster))
+        router.submit(HookMessage(job, HookEvent.START, None, cluster))
     assert (a.got, b.got) == ([1, 3], [2])
     assert (a.started, b.started) == (1, 1)
     router.stop()
@@ -39,9 +39,9 @@ def test_a_cluster_not_served_is_refused_naming_the_served_ones():
     router = HookRouter()
     router.add("a", FastPathStub())
     with pytest.raises(BadMessage, match=r"cluster 'x' is not ours \('a'\)"):
-        router.submit(HookMessage(1, "start", None, "x"))
+        router.submit(HookMessage(1, HookEvent.START, None, "x"))
     with pytest.raises(BadMessage, match="not ours"):
-        HookRouter().submit(HookMessage(1, "start", None, "a"))
+        HookRouter().submit(HookMessage(1, HookEvent.START, None, "a"))
 
 
 def test_clusters_added_and_removed_while_it_runs():
@@ -49,11 +49,11 @@ def test_clusters_added_and_removed_while_it_runs():
     late = FastPathStub()
     router.add("late", late)  # a cluster `sacctmgr list clusters` names from now on
     assert late.started == 1 and router.clusters() == ["late"]
-    router.submit(HookMessage(5, "end", None, "late"))
+    router.submit(HookMessage(5, HookEvent.END, None, "late"))
     router.remove("late")  # deleted from slurmdbd: its fast path stops
     assert late.stopped == 1 and late.got == [5]
     with pytest.raises(BadMessage):
-        router.submit(HookMessage(6, "end", None, "late"))
+        router.submit(HookMessage(6, HookEvent.END, None, "late"))
     added_before_start = FastPathStub()
     idle = HookRouter()
     idle.add("a", added_before_start)
