@@ -34,6 +34,7 @@ from ccadapter.slurm.formats.values import (
     job_id_of,
     mapping,
     number,
+    text,
 )
 
 # sacct --json -B -j IDS does not fill "script" on this generation.
@@ -43,10 +44,17 @@ CLUSTER_LIST_ARGS: tuple[str, ...] = ("-n", "-P", "list", "clusters", "format=Cl
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
+    return plain_state_record(record, ctx, release="22.05", has_script=False)
+
+
+def plain_state_record(record: Mapping[str, Any], ctx: ParseContext, *, release: str,
+                       has_script: bool) -> SacctRecord:
+    """A record whose ``state.current`` is a string and ``exit_code.return_code`` a plain
+    number: 22.05's, and 23.02's, which adds the batch script (``has_script``)."""
     ctx = ctx.for_job(job_id_of(record, ctx))
     state = field(record, "state.current", ctx)
     if not isinstance(state, str):
-        raise ctx.error(f"state.current: expected a string on 22.05, got {state!r}")
+        raise ctx.error(f"state.current: expected a string on {release}, got {state!r:.80}")
     exit_code = mapping(record.get("exit_code"), "exit_code", ctx)
     return build_sacct_record(
         record,
@@ -55,7 +63,7 @@ def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord
         array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
         exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
         shared=None,
-        script=None,
+        script=text(record.get("script"), "script", ctx) if has_script else None,
     )
 
 

@@ -30,16 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ccadapter.slurm.formats import v23_11
+from ccadapter.slurm.formats import v22_05, v23_11
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord
-from ccadapter.slurm.formats.values import (
-    build_sacct_record,
-    field,
-    job_id_of,
-    mapping,
-    number,
-    text,
-)
 
 SACCT_HAS_SCRIPTS = True
 CLUSTER_LIST_ARGS = v23_11.CLUSTER_LIST_ARGS
@@ -47,17 +39,4 @@ parse_cluster_list = v23_11.parse_cluster_list
 
 
 def parse_sacct_job(record: Mapping[str, Any], ctx: ParseContext) -> SacctRecord:
-    ctx = ctx.for_job(job_id_of(record, ctx))
-    state = field(record, "state.current", ctx)
-    if not isinstance(state, str):
-        raise ctx.error(f"state.current: expected a string on 23.02, got {state!r:.80}")
-    exit_code = mapping(record.get("exit_code"), "exit_code", ctx)
-    return build_sacct_record(
-        record,
-        ctx,
-        state=state,
-        array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
-        exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
-        shared=None,
-        script=text(record.get("script"), "script", ctx),
-    )
+    return v22_05.plain_state_record(record, ctx, release="23.02", has_script=True)
