@@ -1,6 +1,6 @@
 """The durable outbox (:mod:`ccadapter.outbox.events`): its file and transactions
 (:mod:`.store`), the queues the deliverers drain (:mod:`.queue`) and the operator's
-commands (:mod:`.operator`)."""
+commands (:mod:`.admin`)."""
 
 from ccadapter.outbox.events import NewEvent, Outbox
 from ccadapter.outbox.queue import DeliveryQueue, DeliveryStatus, Event, Result
