@@ -411,17 +411,10 @@ class CcBackend:
         return out
 
     def _latest_node_rows(self, cluster: str) -> list[dict[str, Any]]:
-        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
-                             timeout=30)
-        try:
-            db.row_factory = sqlite3.Row
-            rows = db.execute(
-                "SELECT n.hostname, s.time_stamp, s.cpus_allocated, s.memory_allocated, "
-                "s.gpus_allocated, s.jobs_running FROM node_state s JOIN node n "
-                "ON n.id = s.node_id WHERE n.cluster = ? ORDER BY s.time_stamp, s.id",
-                (cluster,)).fetchall()
-        finally:
-            db.close()
+        rows = self._query(
+            "SELECT n.hostname, s.time_stamp, s.cpus_allocated, s.memory_allocated, "
+            "s.gpus_allocated, s.jobs_running FROM node_state s JOIN node n "
+            "ON n.id = s.node_id WHERE n.cluster = ? ORDER BY s.time_stamp, s.id", (cluster,))
         return list({r["hostname"]: dict(r) for r in rows}.values())
 
     def wait_committed(self, timeout: float = 300) -> None:
@@ -440,37 +433,31 @@ class CcBackend:
         """How many jobs cc-backend's database holds, committed or cached, of job ids from
         ``first_job_id`` on (a cheap progress count for a large delivery; what it holds is
         read through :meth:`jobs`)."""
-        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
-                             timeout=30)
-        try:
-            return sum(db.execute(f"SELECT count(*) FROM {t} WHERE job_id >= ?",
-                                  (first_job_id,)).fetchone()[0]
-                       for t in ("job", "job_cache"))
-        finally:
-            db.close()
+        return sum(self._query(f"SELECT count(*) FROM {t} WHERE job_id >= ?",
+                               (first_job_id,))[0][0] for t in ("job", "job_cache"))
 
     def cached(self, first_job_id: int = 0) -> int:
         """How many starts wait in cc-backend's job cache (its SQLite ``job_cache``; no API
         lists them), of job ids from ``first_job_id`` on."""
-        db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
-                             timeout=30)
-        try:
-            return db.execute("SELECT count(*) FROM job_cache WHERE job_id >= ?",
-                              (first_job_id,)).fetchone()[0]
-        finally:
-            db.close()
+        return self._query("SELECT count(*) FROM job_cache WHERE job_id >= ?",
+                           (first_job_id,))[0][0]
 
     def _cached_jobs(self) -> list[dict[str, Any]]:
         """The job cache's rows as ``GET /api/jobs/`` would list them after a commit (cc-lib's
         Job: ``omitempty`` leaves out empty values)."""
+        return [_cache_row_as_job(dict(r))
+                for r in self._query("SELECT * FROM job_cache ORDER BY id")]
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        """Rows of cc-backend's SQLite database, opened read-only beside the running server
+        (it runs in WAL mode)."""
         db = sqlite3.connect(f"file:{self.directory / 'var' / 'job.db'}?mode=ro", uri=True,
                              timeout=30)
         try:
             db.row_factory = sqlite3.Row
-            rows = db.execute("SELECT * FROM job_cache ORDER BY id").fetchall()
+            return db.execute(sql, args).fetchall()
         finally:
             db.close()
-        return [_cache_row_as_job(dict(r)) for r in rows]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

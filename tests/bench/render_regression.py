@@ -19,6 +19,10 @@ def _ratio(before: float, after: float) -> str:
     return f"{after / before:.2f}x" if before else "—"
 
 
+def _within_noise(before: float, after: float, higher_better: bool) -> bool:
+    return after >= WORSE_RATE * before if higher_better else after <= WORSE_TIME * before
+
+
 def _table(doc: Doc, rows: list[tuple[str, Callable[[dict], float], str, bool]]) -> str:
     """``rows``: the figure, how to read it from one side's data, its format, and whether
     more is better."""
@@ -27,7 +31,7 @@ def _table(doc: Doc, rows: list[tuple[str, Callable[[dict], float], str, bool]])
            "after / before | within noise |", "| --- | --- | --- | --- | --- |"]
     for name, get, fmt, higher_better in rows:
         b, a = get(before), get(after)
-        ok = (a >= WORSE_RATE * b) if higher_better else (a <= WORSE_TIME * b)
+        ok = _within_noise(b, a, higher_better)
         out.append(f"| {name} | {fmt.format(b)} | {fmt.format(a)} | {_ratio(b, a)} | "
                    f"{'yes' if ok else '**no**'} |")
     return "\n".join(out) + "\n"
@@ -35,9 +39,7 @@ def _table(doc: Doc, rows: list[tuple[str, Callable[[dict], float], str, bool]])
 
 def _regressions(doc: Doc, rows) -> int:
     before, after = doc["data"]["before"], doc["data"]["after"]
-    return sum(1 for _, get, _, hb in rows
-               if not ((get(after) >= WORSE_RATE * get(before)) if hb
-                       else (get(after) <= WORSE_TIME * get(before))))
+    return sum(1 for _, get, _, hb in rows if not _within_noise(get(before), get(after), hb))
 
 
 def _pipeline_rows(doc: Doc) -> list:
