@@ -63,6 +63,17 @@ def unavailable(msg: str) -> NoReturn:
     pytest.skip(msg)
 
 
+def whoami() -> list[str]:
+    """``check-config --user U --group G`` as this process: whether the host has a
+    `cc-slurm-adapter` user or a `slurm` group (the README's install block makes both) must
+    not change what a test sees."""
+    import grp
+    import pwd
+
+    return ["--user", pwd.getpwuid(os.geteuid()).pw_name,
+            "--group", grp.getgrgid(os.getegid()).gr_name]
+
+
 def collector_settings(**config: Any) -> CollectorSettings:
     """The collector's settings of a config with these keys."""
     return CollectorSettings.from_config(Config(**config))

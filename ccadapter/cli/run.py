@@ -39,7 +39,7 @@ from ccadapter.daemon.loop import Routine
 from ccadapter.daemon.metrics import MetricsServer
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import last_run_path
-from ccadapter.ops.checks import Identity, startup_warnings
+from ccadapter.ops.checks import Identity, config_problems, startup_warnings
 from ccadapter.ops.status import CycleLog
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.server import PrepServer
@@ -134,6 +134,9 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: dict[str, str] | 
     set_log_levels(log_level or {"": "INFO"})
     config = load(config_path)
     require_delivery(config)
+    # what check-config refuses of the host (a group that does not exist), refused alike
+    for key, message in config_problems(config, config_file(config_path) or "", None):
+        raise CommandExit.config_key(key, message)
     starting = _StartTimeout().start()
     with outbox_writer(config, config_path, "daemon"), pid_lock(config):
         for warning in startup_warnings(config, config_file(config_path), deps.runner(config),

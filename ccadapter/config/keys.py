@@ -46,9 +46,18 @@ def _listen_address(value: str) -> str:
     return value
 
 
+def _socket_spec(value: str) -> str:
+    """A hook socket as the hook and the daemon read it (:func:`parse_spec`): checked when
+    the file is loaded, so that check-config and the daemon refuse it alike, naming the key,
+    instead of the daemon failing when it binds."""
+    parse_spec(value)
+    return value
+
+
 # Text keys checked when the file is loaded, kept as written.
 HostRegex = Annotated[str, AfterValidator(_compile)]
 ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+SocketSpec = Annotated[str, AfterValidator(_socket_spec)]
 
 
 class Config(ConfigViews, BaseModel):
@@ -61,10 +70,10 @@ class Config(ConfigViews, BaseModel):
 
     # --- cc-slurm-adapter keys, same defaults ---------------------------------------------
     pid_file_path: str = Field("/run/cc-slurm-adapter/daemon.pid", alias="pidFilePath")
-    prep_sock_listen_path: str = Field(
+    prep_sock_listen_path: SocketSpec = Field(
         "/run/cc-slurm-adapter/daemon.sock", alias="prepSockListenPath"
     )
-    prep_sock_connect_path: str = Field(
+    prep_sock_connect_path: SocketSpec = Field(
         "/run/cc-slurm-adapter/daemon.sock", alias="prepSockConnectPath"
     )
     last_run_path: str = Field("/var/lib/cc-slurm-adapter/lastrun", alias="lastRunPath")
@@ -200,6 +209,10 @@ class Config(ConfigViews, BaseModel):
         if bad:  # the value is not echoed: a URL may carry user:password@
             raise ValueError("must be a host name (as in cc-slurm-adapter) or a nats:// or "
                              "tls:// URL")
+        if not sep and ":" in value and not _ipv6(value):
+            # host:port would become nats://[host:port]:4222, which no server answers
+            raise ValueError(f"{value!r} holds a port: put the port in natsPort (or write "
+                             f"nats://{value})")
         return value
 
     @field_validator("nats_node_state_subject")
@@ -279,6 +292,14 @@ class Config(ConfigViews, BaseModel):
                 raise ValueError(f"{peer[:80]!r} is not an IP address or network (such as "
                                  "127.0.0.1, 10.1.2.0/24 or ::1)") from None
         return value
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _alias(field: str) -> str:

@@ -51,8 +51,10 @@ def parse_spec(spec: str) -> tuple[int, object]:
     if proto != "tcp":
         raise ValueError(f"unknown socket type {proto!r} in {spec!r}")
     host, _, port = rest.rpartition(":")
-    if not port.isdigit():
-        raise ValueError(f"no port in {spec!r}")
+    if not port.isdigit() or (not host and ":" not in rest):
+        raise ValueError(f"no port in {spec!r} (tcp:HOST:PORT, tcp:[V6]:PORT or tcp::PORT)")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"port {port} in {spec!r}: a port is 1 to 65535")
     if host.startswith("[") and host.endswith("]"):
         return _socket.AF_INET6, (host[1:-1], int(port))
     if not host:  # "tcp::PORT": the local machine

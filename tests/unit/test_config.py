@@ -4,12 +4,12 @@ import logging
 import pytest
 from click.testing import CliRunner
 
-from ccadapter.cli import main
+from ccadapter.cli import Deps, main
 from ccadapter.config.keys import Config
 from ccadapter.config.load import load_config, parse_config
 from ccadapter.config.rules import missing_files
 from ccadapter.errors import ConfigError
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ReplayRunner, whoami
 
 
 def test_defaults_match_cc_slurm_adapter():
@@ -101,7 +101,7 @@ def test_bad_metrics_listen_names_the_key(text, tmp_path):
         parse_config({"metricsListen": text})
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"metricsListen": text}))
-    res = CliRunner().invoke(main, ["check-config", str(path)])
+    res = CliRunner().invoke(main, ["check-config", str(path), *whoami()])
     assert res.exit_code == 2 and "metricsListen" in res.output
 
 
@@ -124,19 +124,19 @@ def test_secret_never_in_error():
 def test_check_config_cli(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"ignoreHosts": "("}))
-    res = CliRunner().invoke(main, ["check-config", str(bad)])
+    res = CliRunner().invoke(main, ["check-config", str(bad), *whoami()])
     assert res.exit_code == 2
     assert "ignoreHosts" in res.output
 
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"ccRestJwt": "s3cr3t-token", "slurmPollInterval": 30}))
-    res = CliRunner().invoke(main, ["check-config", str(good)])
+    res = CliRunner().invoke(main, ["check-config", str(good), *whoami()])
     assert res.exit_code == 0, res.output
     assert "s3cr3t" not in res.output
     assert json.loads(res.stdout.split("\n" + str(good))[0])["slurmPollInterval"] == 30
 
     example = str(FIXTURES / "cc-slurm-adapter-example.json")
-    res = CliRunner().invoke(main, ["check-config", example])
+    res = CliRunner().invoke(main, ["check-config", example, *whoami()])
     assert res.exit_code == 2
     assert "natsCredsFile" in res.output
 
@@ -165,7 +165,7 @@ def test_unreadable_files_are_config_errors(tmp_path, body, reason):
     with pytest.raises(ConfigError, match=reason) as err:
         load_config(path)
     assert err.value.key == "<file>"
-    result = CliRunner().invoke(main, ["check-config", str(path)])
+    result = CliRunner().invoke(main, ["check-config", str(path), *whoami()])
     assert result.exit_code == 2 and reason in result.output
 
 
@@ -246,14 +246,14 @@ def test_a_password_inside_a_url_is_never_printed(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"ccRestUrl": f"http://cc:{secret}@cc.example.org:8080",
                                 "natsServer": f"nats://n:{secret}2@broker:4222"}))
-    res = CliRunner().invoke(main, ["check-config", str(good)])
+    res = CliRunner().invoke(main, ["check-config", str(good), *whoami()])
     assert res.exit_code == 0, res.output
     assert secret not in res.output
     shown = json.loads(res.stdout.split("\n" + str(good))[0])
     assert shown["ccRestUrl"] == "http://cc:<redacted>@cc.example.org:8080"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"ccRestUrl": f"htp://cc:{secret}@cc.example.org"}))
-    res = CliRunner().invoke(main, ["check-config", str(bad)])
+    res = CliRunner().invoke(main, ["check-config", str(bad), *whoami()])
     assert res.exit_code == 2 and "ccRestUrl" in res.output and secret not in res.output
     from ccadapter.config.secrets import safe_url, scrub, secret_values, url_password
 
@@ -337,3 +337,53 @@ def grp_id(name: str) -> int:
     import grp
 
     return grp.getgrnam(name).gr_gid
+
+
+# Issue 35, item 8: each of these passed check-config, and the daemon then died on it with a
+# traceback (ValueError, OverflowError, a NATS URL nats://[host:4222]:4222, KeyError in the
+# hook server) and systemd restarted it every 15 s.
+DIES_AT_START = [
+    ({"prepSockListenPath": "tcp:127.0.0.1"}, "prepSockListenPath", "no port"),
+    ({"prepSockListenPath": "tcp:127.0.0.1:70000"}, "prepSockListenPath", "1 to 65535"),
+    ({"prepSockListenPath": "tcp::0"}, "prepSockListenPath", "1 to 65535"),
+    ({"prepSockConnectPath": "tcp:[::1]:99999"}, "prepSockConnectPath", "1 to 65535"),
+    ({"natsServer": "host:4222"}, "natsServer", "natsPort"),
+    ({"natsServer": "10.1.2.3:4222"}, "natsServer", "natsPort"),
+]
+
+
+@pytest.mark.parametrize(("raw", "key", "reason"), DIES_AT_START)
+def test_check_config_refuses_what_the_daemon_cannot_start_with(tmp_path, raw, key, reason):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"ccRestUrl": "http://cc", **raw}))
+    res = CliRunner().invoke(main, ["check-config", str(path), *whoami()])
+    assert res.exit_code == 2, res.output
+    assert f"config key {key!r}" in res.output and reason in res.output
+
+
+@pytest.mark.timeout(60)  # a daemon that starts runs until it is stopped
+@pytest.mark.parametrize(("raw", "key", "reason"), [
+    *DIES_AT_START,
+    ({"prepSockGroup": "no-such-group-here"}, "prepSockGroup", "does not exist")])
+def test_the_daemon_exits_2_naming_the_key_as_check_config_does(tmp_path, raw, key, reason):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "ccRestUrl": "http://127.0.0.1:9", "pidFilePath": str(tmp_path / "run" / "pid"),
+        "lastRunPath": str(tmp_path / "lastrun"),
+        "prepSockListenPath": str(tmp_path / "run" / "sock"), **raw}))
+
+    def slurm(config):
+        return ReplayRunner(lambda argv: "ClusterName = c\nSlurmUser = root(0)\n")
+
+    res = CliRunner().invoke(main, ["daemon", "--config", str(cfg)], obj=Deps(runner=slurm))
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exc_info
+    assert f"config key {key!r}" in res.output and reason in res.output
+    assert "Traceback" not in res.output
+
+
+def test_ipv6_nats_servers_and_ports_in_urls_are_still_taken():
+    assert parse_config({"natsServer": "fe80::1"}).nats_url() == "nats://[fe80::1]:4222"
+    assert parse_config({"natsServer": "nats://host:4333"}).nats_url() == "nats://host:4333"
+    assert parse_config({"prepSockListenPath": "tcp:[::1]:65535"})
+

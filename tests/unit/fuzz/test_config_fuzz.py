@@ -20,6 +20,7 @@ from ccadapter.config.keys import Config
 from ccadapter.config.load import load_config, parse_config
 from ccadapter.config.secrets import SECRET_KEYS
 from ccadapter.errors import ConfigError
+from tests.conftest import whoami
 
 pytestmark = pytest.mark.fuzz
 
@@ -112,7 +113,7 @@ def test_check_config_exits_0_or_2_and_keeps_secrets(tmp_path_factory: pytest.Te
     logs = _Logs()
     logging.getLogger("ccadapter").addHandler(logs)
     try:
-        result = CliRunner().invoke(main, ["check-config", str(path)])
+        result = CliRunner().invoke(main, ["check-config", str(path), *whoami()])
     finally:
         logging.getLogger("ccadapter").removeHandler(logs)
     assert result.exit_code in (0, 2), (result.output, result.exception)
