@@ -20,7 +20,10 @@ any        other 4xx                   rejected: parked with the body, not retri
 Every kind is a POST of a JSON body, but ``energy``: a PATCH of ``/api/jobs/edit_meta/``
 (cc-backend v1.5.4 internal/api/rest.go ``MountAPIRoutes``, job.go ``editMetaByRequest``).
 
-The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions.
+The JWT is sent in ``X-Auth-Token`` and never appears in logs or exceptions; it comes from a
+:class:`~ccadapter.cc.token.TokenSource`, which takes a rotated ``ccRestJwtFile`` while the
+daemon runs: a request refused with 401 or 403 is sent once more at once when the file holds
+another token by then.
 Transport: :mod:`ccadapter.cc.http` (requests, one pool of keep-alive connections sized to
 the delivery workers).
 """
@@ -39,6 +42,7 @@ from urllib.parse import urlencode
 from tenacity import retry_if_result
 
 from ccadapter.cc.http import HttpSession, Reply, TransportError
+from ccadapter.cc.token import TokenSource
 from ccadapter.config.secrets import safe_url
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import EventKind
@@ -116,9 +120,10 @@ _TRANSPORT_ADVICE = {
 }
 
 
-def _status_advice(status: int) -> str:
+def _status_advice(status: int, token: str = "ccRestJwt") -> str:
+    """What to do about an error answer; ``token``: where the token came from."""
     if status in (401, 403):
-        return "cc-backend refused our token: check ccRestJwt (expired? no api role?)"
+        return f"cc-backend refused our token: check {token} (expired? no api role?)"
     if status == 404:
         return "no such API there: is ccRestUrl cc-backend's base URL?"
     return "see cc-backend's log"
@@ -130,7 +135,7 @@ class CcClient:
     def __init__(
         self,
         url: str,
-        jwt: str,
+        jwt: str | TokenSource,
         *,
         ca_bundle: str | None = None,
         connect_timeout: float = 5.0,
@@ -149,8 +154,8 @@ class CcClient:
         # the latest request that got nowhere, said for an operator (one-shot commands
         # report it after their delivery); None until one failed
         self.last_problem: str | None = None
-        headers = {"X-Auth-Token": jwt, "Content-Type": "application/json",
-                   "Accept": "application/json"}
+        self.token = jwt if isinstance(jwt, TokenSource) else TokenSource.fixed(jwt)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         self._http = HttpSession(self.url, headers, pool_size=pool_size,
                                  connect_timeout=connect_timeout, read_timeout=read_timeout,
                                  ca_bundle=ca_bundle)
@@ -184,7 +189,7 @@ class CcClient:
         outcome = classify(kind, resp.status, text)
         if outcome in (Outcome.RETRY, Outcome.AUTH):
             self.last_problem = self._problem(what, f"HTTP {resp.status}",
-                                              _status_advice(resp.status))
+                                              _status_advice(resp.status, self.token.where))
         return Answer(outcome, resp.status, text)
 
     def _problem(self, what: str, reason: str, advice: str) -> str:
@@ -227,7 +232,8 @@ class CcClient:
             if resp.status != 200:
                 answer = " ".join(resp.data[:200].decode("utf-8", "replace").split())
                 raise CcBackendError(self._problem(what, f"HTTP {resp.status} {answer}",
-                                                   _status_advice(resp.status)))
+                                                   _status_advice(resp.status,
+                                                                  self.token.where)))
             try:
                 batch = json.loads(resp.data)["jobs"]
             except (ValueError, KeyError, TypeError):
@@ -241,12 +247,22 @@ class CcClient:
             page += 1
 
     def _request(self, method: str, path: str, body: bytes | None) -> Reply:
+        """One exchange with the token of now; refused (401, 403) while the token's file
+        holds another one by now (rotated), once more with that one."""
+        sent = self.token.current()
+        reply = self._exchange(method, path, body, sent)
+        if reply.status in (401, 403) and self.token.refused(sent):
+            reply = self._exchange(method, path, body, self.token.current())
+        return reply
+
+    def _exchange(self, method: str, path: str, body: bytes | None, token: str) -> Reply:
         """One exchange, timed for ``on_request`` under the path without its query."""
         started = time.monotonic()
         status = 0
+        auth = {"X-Auth-Token": token}
         try:
-            reply = self._http.get(path) if method == "GET" else \
-                self._http.post(path, body or b"", method)
+            reply = self._http.get(path, auth) if method == "GET" else \
+                self._http.post(path, body or b"", method, auth)
             status = reply.status
             return reply
         finally:

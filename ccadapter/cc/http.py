@@ -149,10 +149,12 @@ class HttpSession:
     def __repr__(self) -> str:  # the headers hold the JWT
         return f"HttpSession({self.base_url!r})"
 
-    def post(self, path: str, body: bytes, method: str = "POST") -> Reply:
-        """POST (or ``method``: PATCH) a JSON body (already encoded). The request is a copy
-        of one prepared per method and path: preparing it anew (URL parsing, header merging)
-        costs more than the copy."""
+    def post(self, path: str, body: bytes, method: str = "POST",
+             auth: Mapping[str, str] | None = None) -> Reply:
+        """POST (or ``method``: PATCH) a JSON body (already encoded), with the headers of
+        ``auth`` besides the session's (the token, which may change while the session
+        lives). The request is a copy of one prepared per method and path: preparing it
+        anew (URL parsing, header merging) costs more than the copy."""
         template = self._templates.get((method, path))
         if template is None:
             template = requests.Request(method, self.base_url + path,
@@ -161,12 +163,14 @@ class HttpSession:
         request = template.copy()
         request.body = body
         request.headers["Content-Length"] = str(len(body))
+        request.headers.update(auth or {})
         return self._send(request)
 
-    def get(self, path: str) -> Reply:
+    def get(self, path: str, auth: Mapping[str, str] | None = None) -> Reply:
         """GET ``path`` (with its query string)."""
         return self._send(requests.Request("GET", self.base_url + path,
-                                           headers=self._headers).prepare())
+                                           headers={**self._headers, **(auth or {})}
+                                           ).prepare())
 
     def _send(self, request: requests.PreparedRequest) -> Reply:
         try:

@@ -43,8 +43,11 @@ class RestDelivery:
     repeats for every event (cc-backend down, the token refused) is logged once a minute,
     not once per event: each event's own error is kept in the outbox (``queue list``)."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Sender, token_where: str = "ccRestJwt") -> None:
+        """``token_where``: where the token comes from, as a refusal names it
+        (:attr:`ccadapter.cc.token.TokenSource.where`)."""
         self.sender = sender
+        self.token_where = token_where
         self._gate = LogGate()
 
     def __call__(self, event: Event) -> Result:
@@ -91,8 +94,9 @@ class RestDelivery:
         # the same problem for every event: keyed by the status (and the transport error)
         said = self._gate.allow(f"{answer.status} {answer.detail if not answer.status else ''}")
         if answer.outcome is Outcome.AUTH and said:
-            log.error("cc-backend refused our token (HTTP %d) for %s: check ccRestJwt; "
-                      "will retry", answer.status, what)
+            log.error("cc-backend refused our token (HTTP %d) for %s: check %s; the event "
+                      "waits and goes out once a token is taken", answer.status, what,
+                      self.token_where)
         elif event.kind == EventKind.NODESTATE and answer.status == 0:
             log.debug("nodestate not delivered: %s", answer.detail)
         elif said:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ccadapter.cc.client import CcClient
 from ccadapter.cc.rest_delivery import RestDelivery
+from ccadapter.cc.token import TokenSource
 from ccadapter.config.keys import Config
 from ccadapter.config.rules import Target, node_state_path
 from ccadapter.config.views import outbox_path
@@ -87,7 +88,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     outbox.notify = nats_on and config.cc_rest_submit_jobs
     recorder.watch_outbox(outbox)
     # one connection per delivery worker, and one for a reconciler's read beside them
-    client = CcClient(config.cc_rest_url, config.rest_jwt(),
+    client = CcClient(config.cc_rest_url, token_source(config),
                       ca_bundle=config.cc_rest_ca_bundle or None, pool_size=workers + 1,
                       retry=retries.http, on_request=both(recorder.cc_request, liveness.touch)
                       ) if config.cc_rest_url else None
@@ -98,7 +99,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
     nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
     node_states = node_state_path(config)
-    rest = RestDelivery(client) if client else None
+    rest = RestDelivery(client, client.token.where) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"
@@ -161,6 +162,14 @@ def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Rec
     recorder.role(Role.STANDBY.value)
     return Control(collector, config.controller_host(), record=outbox.store.set_state,
                    on_change=changed)
+
+
+def token_source(config: Config) -> TokenSource:
+    """ccRestJwt, or ccRestJwtFile read again when it changes (raises ConfigError naming
+    the key when it cannot be read at start)."""
+    if config.cc_rest_jwt_file:
+        return TokenSource(config.rest_jwt, config.cc_rest_jwt_file, "ccRestJwtFile")
+    return TokenSource(config.rest_jwt)
 
 
 def _runner(config: Config, on_command: Callable[[str, float, bool], None],
