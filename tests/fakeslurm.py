@@ -36,10 +36,11 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from ccadapter.errors import TransientSlurmError
+from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.slurm.runner import Completed
 
 RELEASE = {"22.05": "22.05.8", "23.02": "23.02.8", "23.11": "23.11.11", "24.05": "24.05.8",
@@ -103,9 +104,13 @@ class RecordedSlurm:
                  scripts: Mapping[int, str] | None = None,
                  controller_script: Callable[[int], str] | None = None,
                  nodes: str = "", clock: Callable[[], float] | None = None,
-                 listing: dict | None = None, json_text: str | None = None) -> None:
+                 listing: dict | None = None, json_text: str | None = None,
+                 zone: tzinfo = UTC) -> None:
         """``listing``: the runs slurmdbd holds, when the JSON it prints (``sacct``) is
-        deliberately broken; ``json_text``: a raw answer to every ``--json`` query."""
+        deliberately broken; ``json_text``: a raw answer to every ``--json`` query.
+        ``zone``: where Slurm's commands run (another host, a chroot without
+        /etc/localtime): sacct reads ``--starttime``/``--endtime`` in it, unless the
+        command's environment sets ``TZ``."""
         self.version = version
         self.doc = json.loads(sacct) if isinstance(sacct, str) else sacct
         self.listed = listing if listing is not None else self.doc
@@ -119,6 +124,7 @@ class RecordedSlurm:
         # config that says nothing of booting nodes, read as "nodes may boot"
         self.config = ""
         self.clock = clock or (lambda: 4e9)
+        self.zone = zone
         self.sacct_down = False
         self.controller_down = False
         self.calls: Counter[str] = Counter()
@@ -140,8 +146,8 @@ class RecordedSlurm:
             if argv[1:] == ["-V"]:
                 return f"slurm {RELEASE.get(self.version, self.version)}\n"
             if "-P" in argv:
-                assert env == {"SLURM_TIME_FORMAT": "%s"}, env
-                return self._listing(argv)
+                assert env is not None and env["SLURM_TIME_FORMAT"] == "%s", env
+                return self._listing(argv, env)
             return self._json(argv)
         if argv[0] == "squeue":
             if self.controller_down:
@@ -255,14 +261,20 @@ class RecordedSlurm:
                     if leader and leader != r["job_id"] else f"{r['job_id']}.batch"
         return "".join(f"{job_id}|{step}|\n" for job_id, step in sorted(steps.items()))
 
-    def _records(self, argv: list[str], doc: dict) -> list[dict]:
+    def _records(self, argv: list[str], doc: dict, env: Mapping[str, str] | None = None
+                 ) -> list[dict]:
         if "--jobs" in argv:
             ids = {int(i) for i in argv[argv.index("--jobs") + 1].split(",")}
             # records without a readable id (broken on purpose) are printed in any answer
             return [r for r in doc["jobs"] if not isinstance(r, Mapping)
                     or not isinstance(r.get("job_id"), int) or r["job_id"] in ids
                     or _het_leader(r) in ids]
-        start, end = self._bound(argv, "--starttime"), self._bound(argv, "--endtime")
+        zone = self._zone(env)
+        start, end = self._bound(argv, "--starttime", zone), self._bound(argv, "--endtime", zone)
+        if start > end:  # as sacct refuses it, exit code 1
+            raise SlurmCommandError(argv, "exit code 1", "sacct: error: Start time "
+                                    f"({argv[argv.index('--starttime') + 1]}) requested is "
+                                    "after end time")
         out = []
         for r in doc["jobs"]:
             t = r.get("time", {})
@@ -282,15 +294,23 @@ class RecordedSlurm:
                 out.append(r)
         return out
 
-    def _bound(self, argv: list[str], flag: str) -> float:
+    def _zone(self, env: Mapping[str, str] | None) -> tzinfo:
+        """The zone sacct reads wall-clock times in: ``TZ`` of its environment, else
+        where it runs."""
+        name = (env or {}).get("TZ")
+        if name is None:
+            return self.zone
+        return UTC if name.lstrip(":") in ("UTC0", "UTC", "") else ZoneInfo(name.lstrip(":"))
+
+    def _bound(self, argv: list[str], flag: str, zone: tzinfo = UTC) -> float:
         text = argv[argv.index(flag) + 1]
         if text == "now":
             return self.clock()
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=zone).timestamp()
 
-    def _listing(self, argv: list[str]) -> str:
+    def _listing(self, argv: list[str], env: Mapping[str, str] | None = None) -> str:
         lines = []
-        for r in self._records(argv, self.listed):
+        for r in self._records(argv, self.listed, env):
             t = r.get("time", {})
             start, end = _epoch(t.get("start")), _epoch(t.get("end"))
             nodes = r.get("nodes") or "None assigned"

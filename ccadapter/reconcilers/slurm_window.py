@@ -116,6 +116,7 @@ class SlurmWindow:
         self.lookback = lookback
         self.lookback_part = lookback_part
         self._cursor: float | None = None  # where the lookback's next part starts
+        self._ahead_said = False  # a lastRun ahead of the clock was said
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
         scope = settings.cluster if settings.scoped else None
@@ -127,9 +128,12 @@ class SlurmWindow:
         cfg = self.settings
         if self.lookback:
             origin = self.outbox.store.get_state(self._origin)
+            if origin is None:
+                return now
             span = min(self.lookback, cfg.max_span)
-            return max(now - span, float(origin)) if origin else now
-        last = self.last_run.get()
+            # an origin ahead of the clock (stepped back since) came before every run of now
+            return now - span if float(origin) > now else max(now - span, float(origin))
+        last = self._clamped(self.last_run.get(), now)
         earliest = now - cfg.max_span
         if last is None:
             log.info("first start (no lastRun at %s): the first window reaches back "
@@ -145,6 +149,23 @@ class SlurmWindow:
         since = max(last - cfg.overlap, earliest)
         outage = self.outbox.store.get_state(self._outage)
         return min(since, float(outage)) if outage else since
+
+    def _clamped(self, last: float | None, now: float) -> float | None:
+        """lastRun, or now where it is ahead of this host's clock: the clock was stepped
+        back since it was written, and a window from there would start after its end (sacct
+        refuses that) until the clock caught up. Runs that ended meanwhile are found all the
+        same: this window reaches back slurmWindowOverlap, and slurm-lookback the last hour.
+        Said once per step."""
+        if last is None or last <= now + 1:
+            self._ahead_said = False
+            return last
+        if not self._ahead_said:
+            self._ahead_said = True
+            log.warning("%s: lastRun (%s, in %s) is %.0f s ahead of this host's clock (was the "
+                        "clock set back? time-sync.target); windows start from now, and "
+                        "slurm-lookback reads the last hour again", self.name,
+                        time.ctime(last), self.last_run.path, last - now)
+        return now
 
     def take_over(self) -> None:
         """This daemon takes over from another host's (controller failover): what this

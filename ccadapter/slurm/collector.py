@@ -37,14 +37,14 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import tzinfo
+from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
 
 from ccadapter.errors import SlurmCommandError, SlurmParseError
 from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
-from ccadapter.slurm.formats.listing import FIELDS, RAN, TIME_FORMAT_ENV, RunStamp, parse_listing
+from ccadapter.slurm.formats.listing import FIELDS, LISTING_ENV, RAN, RunStamp, parse_listing
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVersion
 from ccadapter.slurm.formats.text import (
     version_from_meta,
@@ -145,8 +145,8 @@ class Collector(SlurmInstallation):
         with ``asked=ENDED`` the runs that ended then (what polls ask: see
         :mod:`ccadapter.reconcilers.activity`); with ``asked=()`` also the jobs that were
         pending or eligible then (sacct's unfiltered window: every queued job of a busy site)."""
-        end = "now" if until is None else sacct_bound(until, self.tz, is_start=False)
-        return self._listing([*asked, "--starttime", sacct_bound(since, self.tz, is_start=True),
+        end = "now" if until is None else sacct_bound(until, UTC, is_start=False)
+        return self._listing([*asked, "--starttime", sacct_bound(since, UTC, is_start=True),
                               "--endtime", end], cluster)
 
     def stamps_of(self, job_ids: Iterable[int], cluster: str | None = None) -> Listing:
@@ -164,7 +164,7 @@ class Collector(SlurmInstallation):
     def _listing(self, args: list[str], cluster: str | None) -> Listing:
         argv = ["sacct", "-X", "-n", "-P", "--allusers", "--duplicates", *args,
                 "-o", FIELDS, *clusters_arg(cluster or self.cluster)]
-        out = self.runner.run(argv, env=TIME_FORMAT_ENV)
+        out = self.runner.run(argv, env=LISTING_ENV)
         stamps, errors = parse_listing(out, ParseContext(self._known_version or "", "sacct -P"))
         if errors and not self._known_version:  # errors name the version: ask it now
             stamps, errors = parse_listing(out, ParseContext(self._version_text(), "sacct -P"))

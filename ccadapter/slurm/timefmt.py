@@ -1,9 +1,12 @@
 """Time bounds for ``sacct --starttime/--endtime``.
 
-sacct reads its bounds as local wall-clock time (``YYYY-MM-DDTHH:MM:SS``) and resolves an
-ambiguous time (the repeated hour when daylight saving ends) as it likes. A window bound
-must never be read later (start) or earlier (end) than meant, or jobs fall between two
-windows; so an ambiguous bound is widened by the size of the clock change. Overlap between
+sacct reads its bounds as wall-clock time (``YYYY-MM-DDTHH:MM:SS``) in the zone it runs in,
+which need not be the daemon's (a chroot without /etc/localtime, another host through
+slurmCommandPrefix): the collector writes them in UTC and runs sacct with ``TZ=UTC0``
+(:data:`ccadapter.slurm.formats.listing.LISTING_ENV`). In a zone with daylight saving sacct
+resolves an ambiguous time (the repeated hour) as it likes; a window bound must never be read
+later (start) or earlier (end) than meant, or jobs fall between two windows, so
+:func:`sacct_bound` widens an ambiguous bound by the size of the clock change. Overlap between
 windows is harmless: runs are identified by (cluster, jobId, startTime).
 """
 

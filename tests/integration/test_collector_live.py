@@ -3,9 +3,15 @@ truth."""
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 import pytest
 
 from ccadapter.model import Shared
+from ccadapter.slurm.collector import Collector, CollectorSettings
+from ccadapter.slurm.formats.listing import ENDED
+from ccadapter.slurm.runner import SlurmRunner
+from ccadapter.slurm.timefmt import local_zone
 from tests.integration.workload import het_merged, sacct_truth
 
 pytestmark = pytest.mark.integration
@@ -192,3 +198,20 @@ def test_cli_jobs_json_while_running(workload):
     assert het["numNodes"] == len(het["resources"]) == 2 and het["numAcc"] == 1
     assert het["metaData"]["hetJobComponents"] == ",".join(
         f"{leader}+{n}={i}" for n, i in enumerate(sub.ids["hetjob"]))
+
+
+def test_a_window_lists_the_same_runs_whatever_zones_daemon_and_slurm_run_in(workload):
+    """Issue 35, item 9(a): the daemon wrote window bounds in its own zone, and sacct read
+    them in its own (a chroot without /etc/localtime, another host through the prefix):
+    a shift of hours, in which short jobs the hook missed were lost. Here the daemon runs in
+    Tokyo and Slurm's commands in Los Angeles, 17 hours apart."""
+    cluster = workload.sub.cluster
+    since = workload.sub.submitted_at - 5
+
+    def listed(prefix: list[str], zone) -> set[tuple[int, int]]:
+        collector = Collector(SlurmRunner(prefix), CollectorSettings(), tz=zone)
+        return {s.run for s in collector.stamps(since, asked=ENDED).stamps}
+
+    here = listed(list(cluster.prefix), local_zone())
+    apart = listed(["env", "TZ=America/Los_Angeles", *cluster.prefix], ZoneInfo("Asia/Tokyo"))
+    assert here and apart == here

@@ -547,3 +547,37 @@ def test_cc_cache_reads_cc_backends_answer_checked(env):
         with pytest.raises(CcBackendError, match="an entry without an integer jobId"):
             CcCache(collector, box, CLUSTER, client).run_once()
         client.close()
+
+
+def test_a_last_run_ahead_of_the_clock_is_clamped_and_said_once(env, caplog):
+    """Issue 35, item 9(b): the clock stepped back 5 minutes leaves lastRun in the future;
+    every window then asked sacct for a start after its end, which sacct refuses, until the
+    clock caught up. The window starts from now instead, and the log says why, once."""
+    _, clock, slurm, collector, box, last = env
+    last.set(clock.now + 300)
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    with caplog.at_level(logging.WARNING):
+        rec.run_once()
+        clock.now += 60
+        rec.run_once()
+    assert last.get() == clock.now
+    said = [r.getMessage() for r in caplog.records if "ahead of this host's clock" in
+            r.getMessage()]
+    assert len(said) == 1, caplog.text
+    start = windows(slurm)[0]
+    assert start <= time_text(clock.now - 60)  # the first window reached back from now
+
+
+def test_the_lookback_reads_its_hour_after_the_clock_stepped_back(env):
+    """The lookback's origin (the first window this outbox ran) ahead of the clock made it
+    skip every cycle until the clock caught up."""
+    _, clock, slurm, collector, box, last = env
+    box.store.set_state("slurm-window.origin", repr(clock.now + 300))
+    rec = SlurmWindow(collector, box, last, settings(), clock, lookback=3600)
+    assert "skipped" not in rec.run_once()
+    assert windows(slurm)
+
+
+def time_text(ts):
+    from datetime import UTC, datetime
+    return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%S")

@@ -67,6 +67,11 @@ ENDED = ("-s", "BF,CA,CD,DL,F,NF,OOM,PR,RQ,RS,RV,TO", "--nnodes", "1-1000000")
 # hook announces its start, and the listing of ended runs has it at its end at the latest.
 STEP_FIELDS = "JobId:|,StepId:|"
 TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}
+# What a listing runs with: epoch times out, and its window bounds (``--starttime``, wall-clock
+# text: sacct takes no epoch) read in UTC, as the collector writes them. The zone sacct runs
+# in is not the daemon's to know (a chroot without /etc/localtime, another host through
+# slurmCommandPrefix); a POSIX rule needs no zone file there, and UTC has no repeated hour.
+LISTING_ENV = {**TIME_FORMAT_ENV, "TZ": "UTC0"}
 _NO_NODES = frozenset({"", "none assigned", "(null)", "none", "(unknown)"})
 
 

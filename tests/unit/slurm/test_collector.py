@@ -12,6 +12,7 @@ from ccadapter.config.keys import Config
 from ccadapter.errors import SlurmParseError, TransientSlurmError
 from ccadapter.model import Shared
 from ccadapter.slurm.collector import IDS_PER_QUERY, Collector, CollectorSettings, RouteCosts
+from ccadapter.slurm.formats.listing import ENDED
 from tests.conftest import FIXTURES, WORKLOAD_IDS, ReplayRunner, collector_settings, fixture_json
 from tests.energy import with_energy
 from tests.fakeslurm import RecordedSlurm
@@ -296,3 +297,20 @@ def test_energy_gathering_is_read_with_the_cluster_name(line, gathered):
     assert collector.cluster_name() == "c"
     assert collector.energy_accounted() is gathered
     assert runner.calls["scontrol"] == 1  # one `scontrol show config` for both
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
+def test_window_bounds_mean_the_same_instant_to_the_daemon_and_to_sacct(version):
+    """Issue 35, item 9(a): the daemon (here in Tokyo) wrote bounds in its zone, sacct (run
+    through slurmCommandPrefix in Los Angeles) read them in its own: the window moved by
+    17 hours (here past now: sacct refuses it)."""
+    now = newest(fixture_json(version, "sacct-window.json")) + 60
+
+    def listed(daemon_zone, slurm_zone):
+        col = Collector(make_slurm(version, zone=slurm_zone), CollectorSettings(),
+                        clock=lambda: now, tz=daemon_zone)
+        return {s.run for s in col.stamps(now - 3660, asked=ENDED).stamps}
+
+    same = listed(UTC, UTC)
+    assert same and listed(ZoneInfo("Asia/Tokyo"), ZoneInfo("America/Los_Angeles")) == same
+    assert listed(ZoneInfo("America/Los_Angeles"), ZoneInfo("Asia/Tokyo")) == same
