@@ -16,6 +16,12 @@ The same engine drains the outbox itself and its NATS notification queue.
 A delivery that raises (a bug, or a body nothing expected) costs that event a retry with
 its backoff and a log line, never the batch: the others' results are recorded as usual, so
 one event cannot hold the outbox.
+
+Answers that cannot be recorded (the outbox's disk is full) are kept here, with the batches
+still in flight, until they can: their events count as in flight meanwhile and are never
+sent again, and the run ends with the outbox's error, for the caller to back off
+(:mod:`ccadapter.daemon.loop`). A crash loses only the memory of those answers: the events
+are still pending on disk and go out again, answered 422 (delivered already).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ccadapter.errors import CcAdapterError
 from ccadapter.model import EventKind
 from ccadapter.outbox import DeliveryStatus, Event, Result
 
@@ -87,6 +94,8 @@ class Deliverer:
         # reconcilers need. The first success afterwards makes all of them due at once, so
         # a backlog drains when the target is back, not minutes later.
         self._failing = False
+        # answered, not recorded yet (the outbox could not write): recorded first next run
+        self._unrecorded: list[tuple[Event, Result]] = []
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
 
     def close(self) -> None:
@@ -100,6 +109,7 @@ class Deliverer:
         ``stopping`` is asked before each batch is taken; the batches in flight are always
         finished."""
         stats = DeliveryStats()
+        self._record_held(stats)
         flying: deque[_Batch] = deque()
         sent = 0
         while True:
@@ -113,11 +123,19 @@ class Deliverer:
                 sent += 1
             if not flying:
                 break
-            results = self._finish(flying.popleft(), stats)
+            try:
+                results = self._finish(flying.popleft(), stats)
+            except CcAdapterError:
+                self._hold(flying)
+                raise
             if not any(r.status != DeliveryStatus.PENDING for r in results):
                 self._failing = True
                 while flying:  # sent already: their answers are recorded too
-                    self._finish(flying.popleft(), stats)
+                    try:
+                        self._finish(flying.popleft(), stats)
+                    except CcAdapterError:
+                        self._hold(flying)
+                        raise
                 break
             if self._failing:  # the probe got an answer
                 self._failing = False
@@ -132,14 +150,42 @@ class Deliverer:
         return [ev for ev in self.queue.due(limit + len(busy)) if ev.id not in busy][:limit]
 
     def _finish(self, batch: _Batch, stats: DeliveryStats) -> list[Result]:
-        """Wait for a batch's answers and record them in one transaction."""
+        """Wait for a batch's answers and record them in one transaction. When they cannot
+        be recorded (raises CcAdapterError), they are held for the next run."""
         results = [future.result() for future in batch.futures]
-        self.queue.record(results)
-        for ev, res in zip(batch.events, results, strict=True):
+        try:
+            self.queue.record(results)
+        except CcAdapterError:
+            self._unrecorded += zip(batch.events, results, strict=True)
+            raise
+        self._told(batch.events, results, stats)
+        return results
+
+    def _hold(self, flying: deque[_Batch]) -> None:
+        """The outbox cannot record: the batches still in flight are answered all the same
+        and their answers held, so that none of their events is sent again."""
+        while flying:
+            batch = flying.popleft()
+            self._unrecorded += zip(batch.events,
+                                    [future.result() for future in batch.futures], strict=True)
+
+    def _record_held(self, stats: DeliveryStats) -> None:
+        """Record the answers held since the outbox could not (raises CcAdapterError while
+        it still cannot: nothing is sent meanwhile)."""
+        if not self._unrecorded:
+            return
+        held = self._unrecorded
+        self.queue.record(result for _, result in held)
+        self._unrecorded = []
+        log.info("%d delivery answer(s) held while the outbox could not record them are "
+                 "recorded now", len(held))
+        self._told([ev for ev, _ in held], [res for _, res in held], stats)
+
+    def _told(self, events: list[Event], results: list[Result], stats: DeliveryStats) -> None:
+        for ev, res in zip(events, results, strict=True):
             stats.add(res)
             if self.on_result:
                 self.on_result(ev, res)
-        return results
 
     def _deliver_one(self, event: Event) -> Result:
         try:

@@ -36,6 +36,7 @@ from typing import Any
 
 from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.errors import CcAdapterError
+from ccadapter.report.loggate import LogGate
 
 # The name the loop logged under before it moved into the package: `--log-level
 # ccadapter.daemon=debug` (the line of every cycle) and the scale benchmark name it.
@@ -51,6 +52,8 @@ STOP_POLL = 1.0
 # Seconds between two lines of what the daemon did (the journal at the default level: one
 # line per cycle or per delivered event would bury what an operator looks for).
 SUMMARY_EVERY = 600.0
+# The longest pause between two delivery passes that failed (the outbox cannot record).
+PAUSE_MAX = 60.0
 
 
 @dataclass
@@ -334,22 +337,35 @@ class Daemon:
 
     def _deliver_loop(self, deliverer: Deliverer, wake: threading.Event) -> None:
         """Delivers at once when started, then whenever woken or idle_delivery_wait passed,
-        and once more when stopping (a pass that ends before its first batch then)."""
+        and once more when stopping (a pass that ends before its first batch then). A pass
+        that fails (the outbox cannot record: a full disk) is tried again after a pause that
+        doubles up to :data:`PAUSE_MAX`, said when it starts and once a minute, not woken
+        early: the deliverer holds the answers it could not record, and sends nothing
+        until they are."""
+        pause = 0.0
+        said = LogGate()
         while True:
             wake.clear()
             try:
                 stats = deliverer.run_once(stopping=self.stopping.is_set)
-            except CcAdapterError as exc:  # e.g. the outbox cannot record: disk full
-                log.error("delivery paused: %s; retrying", exc)
-                stats = None
-            except Exception:
-                log.exception("delivery failed; retrying")
-                stats = None
-            if stats is not None:
-                self.activity.deliveries(stats.delivered, stats.rejected, stats.retried)
+            except Exception as exc:  # CcAdapterError, e.g. the outbox cannot record
+                pause = min(PAUSE_MAX, max(self.idle_delivery_wait, 2 * pause))
+                if not isinstance(exc, CcAdapterError):
+                    log.exception("delivery failed; tried again in %.0f s", pause)
+                elif said.allow("paused"):
+                    log.error("delivery paused: %s; tried again in %.0f s, then less often "
+                              "(up to every %.0f s)", exc, pause, PAUSE_MAX)
+                if self.stopping.is_set():
+                    return
+                self.stopping.wait(pause)
+                continue
+            if pause:
+                log.info("delivery resumed")
+                pause = 0.0
+            self.activity.deliveries(stats.delivered, stats.rejected, stats.retried)
             if self.stopping.is_set():
                 return
-            if stats is not None and stats.delivered:
+            if stats.delivered:
                 for other in self._wakes:  # e.g. NATS notifications of what REST delivered
                     if other is not wake:
                         other.set()

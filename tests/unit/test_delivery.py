@@ -411,3 +411,59 @@ def test_the_next_batch_is_answered_while_one_is_recorded_and_order_is_kept(tmp_
     assert stats.delivered == 24 and len(sent) == len(set(sent)) == 24
     first_record = happened.index(next(h for h in happened if h[0] == "recorded"))
     assert len([h for h in happened[:first_record] if h[0] == "send"]) > 4  # overlapped
+
+
+def test_a_full_disk_backs_off_and_never_sends_an_event_twice(tmp_path, caplog):
+    """Issue 35, item 5: while the outbox could not record the answers (a full disk), the
+    batch in flight was abandoned and its events sent again a second later, each several
+    times: 512 requests a second against cc-backend. The answers now wait in memory until
+    they can be recorded, no event goes out again meanwhile, and delivery backs off."""
+    import threading
+    import time
+
+    from ccadapter.daemon.loop import Daemon
+    from ccadapter.errors import OutboxError
+    from ccadapter.outbox import Result
+
+    box = Outbox(tmp_path / "o.sqlite")
+    box.enqueue([NewEvent("c", job, 1, "start", {"jobId": job}) for job in range(1, 41)])
+    sent: list[int] = []
+    full = threading.Event()
+    full.set()
+    record = box.queue.record
+    tries = []
+
+    def deliver(event):
+        sent.append(event.id)
+        return Result(event.id, DeliveryStatus.DELIVERED)
+
+    def record_unless_full(results):
+        tries.append(time.monotonic())
+        if full.is_set():
+            raise OutboxError(str(box.path), "database or disk is full")
+        record(results)
+
+    box.queue.record = record_unless_full
+    deliverer = Deliverer(box.queue, deliver, workers=4, batch=16)
+    daemon = Daemon(deliverer, idle_delivery_wait=0.2)
+    runner = threading.Thread(target=daemon.run)
+    try:
+        with caplog.at_level(logging.WARNING):
+            runner.start()
+            time.sleep(4)
+            # what was sent before the first record failed, each once, and nothing since
+            assert len(sent) == len(set(sent)) <= 40
+            stuck = len(tries)
+            full.clear()  # space again
+            deadline = time.monotonic() + 90
+            while admin.stats(box.store)["pending"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+    finally:
+        daemon.stop()
+        runner.join(10)
+        deliverer.close()
+    assert admin.stats(box.store)["pending"] == 0
+    assert len(sent) == len(set(sent)) == 40
+    assert stuck <= 5, tries  # backing off: 1 s, 2 s, ... not one try a second per batch
+    assert len([r for r in caplog.records if "delivery paused" in r.getMessage()]) <= 2
+    box.close()
