@@ -317,6 +317,11 @@ class CcBackend:
         assert self._proxy is not None
         self._proxy.fail_with(status)
 
+    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None
+                  ) -> None:
+        assert self._proxy is not None
+        self._proxy.fail_path(path, status, body)
+
     def hang(self, seconds: float | None) -> None:
         assert self._proxy is not None
         self._proxy.hang(seconds)

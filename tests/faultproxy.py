@@ -39,6 +39,7 @@ class FaultProxy:
         self._cond = threading.Condition(self._lock)
         self._log: list[Exchange] = []
         self._fail: int | None = None
+        self._fail_paths: dict[str, tuple[int, bytes]] = {}
         self._hang: float | None = None
         self._drop = False
         self._latency = 0.0
@@ -68,6 +69,19 @@ class FaultProxy:
         """Answer every request with this status (a JSON error body) until ``None``."""
         with self._cond:
             self._fail = status
+
+    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None
+                  ) -> None:
+        """Answer the requests to ``path`` (without query) with this status and JSON body
+        until ``None``; the others go through (e.g. cc-backend's edit_meta answered 500 as
+        a site's slow archiver makes it answer, while its starts and stops are taken)."""
+        with self._cond:
+            if status is None:
+                self._fail_paths.pop(path, None)
+            else:
+                self._fail_paths[path] = (status, json.dumps(
+                    body or {"status": "Internal Server Error", "error": "fault proxy"}
+                ).encode())
 
     def hang(self, seconds: float | None) -> None:
         """Hold every request this long before forwarding it; ``None`` releases them."""
@@ -176,6 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
         proxy._held()
         with proxy._lock:
             fail, drop = proxy._fail, proxy._drop
+            only = proxy._fail_paths.get(path)
+        if only is not None and not drop and fail is None:
+            proxy._record(self.command, path, only[0], body)
+            self._answer(only[0], [("Content-Type", "application/json")], only[1])
+            return
         if drop:
             proxy._record(self.command, path, 0, body)
             self.close_connection = True

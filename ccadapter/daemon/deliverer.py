@@ -51,7 +51,7 @@ class Queue(Protocol):
 
     def record(self, results: Iterable[Result]) -> None: ...
 
-    def retry_now(self) -> None: ...
+    def retry_now(self, ids: Iterable[int] | None = None) -> None: ...
 
 
 @dataclass
@@ -91,9 +91,13 @@ class Deliverer:
         # with growing delays (up to minutes). While it is set, a burst starts with one
         # event, a probe: the events enqueued meanwhile (a catch-up's thousands) are not
         # each sent once to a target that refuses them all, at the cost of CPU the
-        # reconcilers need. The first success afterwards makes all of them due at once, so
-        # a backlog drains when the target is back, not minutes later.
+        # reconcilers need. The first success afterwards makes the events the outage held
+        # back due at once (``_held_back``), so a backlog drains when the target is back,
+        # not minutes later. An event the target answered "not yet" (an energy edit before
+        # the job is archived: Result.waiting) is no sign of an outage and keeps its own
+        # backoff: reset with the others, it would spend its tries in seconds.
         self._failing = False
+        self._held_back: set[int] = set()
         # answered, not recorded yet (the outbox could not write): recorded first next run
         self._unrecorded: list[tuple[Event, Result]] = []
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="deliver")
@@ -128,19 +132,24 @@ class Deliverer:
             except CcAdapterError:
                 self._hold(flying)
                 raise
-            if not any(r.status != DeliveryStatus.PENDING for r in results):
+            if not any(r.status != DeliveryStatus.PENDING or r.waiting for r in results):
                 self._failing = True
+                self._held_back.update(r.event_id for r in results)
                 while flying:  # sent already: their answers are recorded too
                     try:
-                        self._finish(flying.popleft(), stats)
+                        done = self._finish(flying.popleft(), stats)
                     except CcAdapterError:
                         self._hold(flying)
                         raise
+                    self._held_back.update(r.event_id for r in done
+                                           if r.status == DeliveryStatus.PENDING
+                                           and not r.waiting)
                 break
             if self._failing:  # the probe got an answer
                 self._failing = False
                 if any(r.status == DeliveryStatus.DELIVERED for r in results):
-                    self.queue.retry_now()
+                    self.queue.retry_now(self._held_back)
+                    self._held_back = set()
         return stats
 
     def _due(self, flying: deque[_Batch]) -> list[Event]:

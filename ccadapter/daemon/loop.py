@@ -336,38 +336,44 @@ class Daemon:
             self.on_cycle(routine)
 
     def _deliver_loop(self, deliverer: Deliverer, wake: threading.Event) -> None:
-        """Delivers at once when started, then whenever woken or idle_delivery_wait passed,
-        and once more when stopping (a pass that ends before its first batch then). A pass
-        that fails (the outbox cannot record: a full disk) is tried again after a pause that
-        doubles up to :data:`PAUSE_MAX`, said when it starts and once a minute, not woken
-        early: the deliverer holds the answers it could not record, and sends nothing
-        until they are."""
-        pause = 0.0
-        said = LogGate()
-        while True:
-            wake.clear()
-            try:
-                stats = deliverer.run_once(stopping=self.stopping.is_set)
-            except Exception as exc:  # CcAdapterError, e.g. the outbox cannot record
-                pause = min(PAUSE_MAX, max(self.idle_delivery_wait, 2 * pause))
-                if not isinstance(exc, CcAdapterError):
-                    log.exception("delivery failed; tried again in %.0f s", pause)
-                elif said.allow("paused"):
-                    log.error("delivery paused: %s; tried again in %.0f s, then less often "
-                              "(up to every %.0f s)", exc, pause, PAUSE_MAX)
-                if self.stopping.is_set():
-                    return
-                self.stopping.wait(pause)
-                continue
-            if pause:
-                log.info("delivery resumed")
-                pause = 0.0
-            self.activity.deliveries(stats.delivered, stats.rejected, stats.retried)
-            if self.stopping.is_set():
+        drain(deliverer, wake, [w for w in self._wakes if w is not wake], self.stopping,
+              self.idle_delivery_wait, self.activity)
+
+
+def drain(deliverer: Deliverer, wake: threading.Event, others: list[threading.Event],
+          stopping: threading.Event, idle_wait: float, activity: Activity) -> None:
+    """A delivery thread: delivers at once when started, then whenever woken or
+    ``idle_wait`` passed, and once more when stopping (a pass that ends before its first
+    batch then). What it delivered wakes the ``others`` (e.g. the NATS notifications of
+    what REST delivered). A pass that fails (the outbox cannot record: a full disk) is tried
+    again after a pause that doubles up to :data:`PAUSE_MAX`, said when it starts and once a
+    minute, not woken early: the deliverer holds the answers it could not record, and sends
+    nothing until they are."""
+    pause = 0.0
+    said = LogGate()
+    while True:
+        wake.clear()
+        try:
+            stats = deliverer.run_once(stopping=stopping.is_set)
+        except Exception as exc:  # CcAdapterError, e.g. the outbox cannot record
+            pause = min(PAUSE_MAX, max(idle_wait, 2 * pause))
+            if not isinstance(exc, CcAdapterError):
+                log.exception("delivery failed; tried again in %.0f s", pause)
+            elif said.allow("paused"):
+                log.error("delivery paused: %s; tried again in %.0f s, then less often "
+                          "(up to every %.0f s)", exc, pause, PAUSE_MAX)
+            if stopping.is_set():
                 return
-            if stats.delivered:
-                for other in self._wakes:  # e.g. NATS notifications of what REST delivered
-                    if other is not wake:
-                        other.set()
-            else:
-                wake.wait(self.idle_delivery_wait)
+            stopping.wait(pause)
+            continue
+        if pause:
+            log.info("delivery resumed")
+            pause = 0.0
+        activity.deliveries(stats.delivered, stats.rejected, stats.retried)
+        if stopping.is_set():
+            return
+        if stats.delivered:
+            for other in others:
+                other.set()
+        else:
+            wake.wait(idle_wait)

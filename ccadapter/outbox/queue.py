@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 from ccadapter.model import EventKind
-from ccadapter.outbox.store import Store
+from ccadapter.outbox.store import Store, batches, marks
 from ccadapter.retry import RetryPolicy
 
 
@@ -43,11 +43,16 @@ class Event:
     payload: dict[str, Any]
     attempts: int
     created_at: float
+    # when the event it waited for was delivered (an energy edit: its stop), if it waited
+    # for one: from then on the target can take it
+    after: float | None = None
 
     @classmethod
     def from_row(cls, r: tuple[Any, ...]) -> Event:
-        """From (id, cluster, job_id, start_time, kind, payload, attempts, created_at)."""
-        return cls(r[0], r[1], r[2], r[3], EventKind(r[4]), json.loads(r[5]), r[6], r[7])
+        """From (id, cluster, job_id, start_time, kind, payload, attempts, created_at
+        [, after])."""
+        return cls(r[0], r[1], r[2], r[3], EventKind(r[4]), json.loads(r[5]), r[6], r[7],
+                   r[8] if len(r) > 8 else None)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,10 @@ class Result:
     event_id: int
     status: DeliveryStatus  # PENDING: retry later
     error: str = ""
+    # PENDING because the target answered that it cannot take this event yet (an energy
+    # edit before the job is archived), not because it is down: its backoff is its own, and
+    # it says nothing of whether the target is up
+    waiting: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,10 @@ class QueueTable:
 
 
 EVENTS = QueueTable("events", "id", "events_due", """
-SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at
+SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at,
+  CASE WHEN kind = 'energy' THEN (
+        SELECT s.delivered_at FROM events s WHERE s.cluster = e.cluster
+          AND s.job_id = e.job_id AND s.start_time = e.start_time AND s.kind = 'stop') END
 FROM events e INDEXED BY events_pending
 WHERE status = 'pending' AND next_attempt_at <= :now
   AND NOT (kind = 'stop' AND EXISTS (
@@ -137,11 +149,17 @@ class DeliveryQueue:
                 if self.on_delivered and res.status == DeliveryStatus.DELIVERED:
                     self.on_delivered(db, res.event_id)
 
-    def retry_now(self) -> None:
-        """Make every waiting row due (the target is back, or the operator says so)."""
+    def retry_now(self, ids: Iterable[int] | None = None) -> None:
+        """Make waiting rows due: ``ids`` (those an outage held back: the target is back),
+        or every one (the operator says so)."""
+        table, key = self.spec.table, self.spec.key
         with self.store.tx() as db:
-            db.execute(f"UPDATE {self.spec.table} SET next_attempt_at = 0 "
-                       "WHERE status = 'pending'")
+            if ids is None:
+                db.execute(f"UPDATE {table} SET next_attempt_at = 0 WHERE status = 'pending'")
+                return
+            for chunk in batches(sorted(set(ids))):
+                db.execute(f"UPDATE {table} SET next_attempt_at = 0 WHERE status = 'pending' "
+                           f"AND {key} IN ({marks(chunk)})", chunk)
 
     def _apply(self, db: sqlite3.Connection, res: Result, now: float) -> None:
         table, key = self.spec.table, self.spec.key

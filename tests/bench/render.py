@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
+from tests.bench.render_defects import sec_energy_archive, sum_energy_archive
 from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 
@@ -708,6 +709,9 @@ SECTIONS: list[Section] = [
               f"flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.regression "
               f"--before REV --only {bench}", sec_regression, sum_regression)
       for bench in ("pipeline", "scale", "hook")],
+    Section("energy-archive", "Energy edits after a stop (issue 35)",
+            "flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
+            "tests.bench.energy_archive", sec_energy_archive, sum_energy_archive),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

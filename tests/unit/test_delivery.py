@@ -6,7 +6,7 @@ import socket
 import pytest
 
 from ccadapter.cc.client import CcBackendError, CcClient, Outcome, classify
-from ccadapter.cc.rest_delivery import ENERGY_ATTEMPTS, RestDelivery
+from ccadapter.cc.rest_delivery import ENERGY_PATIENCE, RestDelivery
 from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, admin
 from ccadapter.retry import RetryPolicy
@@ -236,28 +236,36 @@ def test_energy_is_retried_while_cc_backend_archives_the_job(setup, caplog):
     assert standin.jobs("c")[0]["metaData"]["energy"] == "51234"
 
 
-def test_energy_cc_backend_never_takes_is_rejected_after_its_attempts(setup, clock_box):
-    """A run cc-backend does not have (422, e.g. a NATS stop it dropped) is given up after
-    ENERGY_ATTEMPTS, with cc-backend's answer; an outage is retried without end."""
+def test_energy_cc_backend_never_takes_is_rejected_an_hour_after_its_stop(setup, clock_box):
+    """A run cc-backend does not have (422, e.g. a NATS stop it dropped) is given up
+    ENERGY_PATIENCE after its stop was delivered, with cc-backend's answer; an outage before
+    that (the stop waits, and the edit behind it) is retried without end and costs none of
+    the edit's patience."""
+    from ccadapter.outbox import Result
+
     box, clock = clock_box
     client = CcClient(setup[2].url, TOKEN, retry=RetryPolicy(attempts=1), read_timeout=2)
-    d = Deliverer(box.queue, RestDelivery(client), workers=1)
-    box.enqueue([energy_event(job=99)])  # no start, no stop: cc-backend has no job 99
+    d = Deliverer(box.queue, RestDelivery(client, clock=clock), workers=1)
+    t = 1_700_000_000
+    box.enqueue([NewEvent("c", 99, t, "stop", {"stop": stop_body(99, t)}),
+                 energy_event(job=99)])
     setup[2].fail_with(503)
-    for _ in range(ENERGY_ATTEMPTS + 2):
-        clock.now += 3600  # past any backoff
-        assert d.run_once().retried == 1
+    for _ in range(24):  # two hours down
+        clock.now += 300
+        d.run_once()
+    assert admin.stats(box.store)["rejected"] == 0
+    (stop,) = [e for e in admin.list_events(box.store, "pending") if e["kind"] == "stop"]
+    box.queue.record([Result(stop["id"], DeliveryStatus.DELIVERED)])  # taken, then lost
+    stopped = clock.now
     setup[2].fail_with(None)
-    box.store._db.execute("UPDATE events SET attempts = 0")  # the outage's attempts forgotten
-    for attempt in range(1, ENERGY_ATTEMPTS + 1):
-        clock.now += 3600  # past any backoff
-        stats = d.run_once()
-        if attempt < ENERGY_ATTEMPTS:
-            assert stats.retried == 1, attempt
-    assert stats.rejected == 1
+    while not admin.rejected(box.store):
+        clock.now += 300  # past any backoff
+        d.run_once()
+        assert clock.now - stopped <= ENERGY_PATIENCE + 300
+    assert clock.now - stopped >= ENERGY_PATIENCE
     (parked,) = admin.rejected(box.store)
-    assert parked["error"].startswith(f"gave up after {ENERGY_ATTEMPTS} attempts: HTTP 422: ")
-    assert "finding job failed" in parked["error"]
+    assert parked["error"].startswith("gave up 60 min after the stop, ")
+    assert "HTTP 422: " in parked["error"] and "finding job failed" in parked["error"]
     d.close()
     client.close()
 

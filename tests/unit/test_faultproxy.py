@@ -65,6 +65,18 @@ def test_fail_with_answers_in_the_servers_place(proxy):
     assert standin.count(START) == 1  # the 503 never reached it
 
 
+def test_fail_path_answers_one_path_and_forwards_the_rest(proxy):
+    p, standin = proxy
+    p.fail_path(START, 500, {"error": "open meta.json: no such file or directory"})
+    assert post(p.url, START, job(3)) == 500
+    assert post(p.url, "/api/jobs/stop_job/", {"jobId": 3, "cluster": "c",
+                                                "startTime": 1_700_000_000,
+                                                "stopTime": 1_700_000_060}) == 404
+    p.fail_path(START, None)
+    assert post(p.url, START, job(3)) == 201
+    assert standin.count(START) == 1 and standin.count("/api/jobs/stop_job/") == 1
+
+
 def test_drop_and_hang(proxy):
     p, standin = proxy
     p.drop_connections(True)
