@@ -8,10 +8,11 @@ every command runs inside :class:`~ccadapter.cli.base.Commands`, which turns a
 :class:`~ccadapter.cli.base.CommandExit` and what escapes into that line and the code.
 
 One module per group of commands: :mod:`.run` (daemon, sync), :mod:`.jobs`, :mod:`.ops`
-(check-config, status, queue, backfill, recover); :mod:`.tables` prints for terminals.
+(check-config, status, queue, backfill, recover), :mod:`.unreadable` (the Slurm records that
+could not be read); :mod:`.tables` prints for terminals.
 """
 
-from ccadapter.cli import jobs, ops, run  # noqa: F401 (the commands register on main)
+from ccadapter.cli import jobs, ops, run, unreadable  # noqa: F401 (they register on main)
 from ccadapter.cli.base import Deps, main
 
 __all__ = ["Deps", "main"]

@@ -29,9 +29,10 @@ now: a cycle's cost follows the runs that ended in a part, not in the whole span
 figures in BENCHMARKS.md, section "Scale: a long queue of pending jobs").
 
 A record that cannot be read (a Slurm release newer than the newest verified one whose
-layout changed) is reported and skipped, so that the rest is read; its job id is kept in the
-outbox (:mod:`ccadapter.outbox.unparsed`) and asked again at the end of every cycle of the
-window until it reads, however far the window has moved on.
+layout changed, a corrupt slurmdbd row that breaks every answer holding it) is reported and
+skipped, so that the rest is read and lastRun moves on; its job id is kept in the outbox
+(:mod:`ccadapter.outbox.unparsed`) and asked again at the end of a cycle of the window, on a
+delay of its own that grows to an hour, until it reads, however far the window has moved on.
 
 Where one daemon serves several clusters, each has its own window (its own lastRun, its own
 outage and origin in the outbox's state, :func:`ccadapter.model.scoped_key`): a cluster
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ccadapter.errors import CcAdapterError
+from ccadapter.errors import CcAdapterError, SlurmCommandError, SlurmParseError
 from ccadapter.model import scoped_key
 from ccadapter.outbox import Outbox
 from ccadapter.outbox.unparsed import Unparsed
@@ -117,6 +118,7 @@ class SlurmWindow:
         self.lookback_part = lookback_part
         self._cursor: float | None = None  # where the lookback's next part starts
         self._ahead_said = False  # a lastRun ahead of the clock was said
+        self._unparsed_asked = False  # every unreadable record asked once since the start
         self.outage_grace = outage_grace
         self.name = "slurm-lookback" if lookback else "slurm-window"
         scope = settings.cluster if settings.scoped else None
@@ -247,24 +249,31 @@ class SlurmWindow:
             self.unparsed.add(job_ids, errors[-1] if errors else "")
 
     def _read_unparsed(self, tally: _Tally) -> None:
-        """The records that could not be read before, asked again; those that read now
-        are enqueued like any other and leave the list."""
-        ids = self.unparsed.ids()
+        """The records that could not be read before and are due again (each on its own
+        delay, :mod:`ccadapter.outbox.unparsed`; at this process's first cycle every one:
+        a restart is when an upgraded ccadapter may read them); those that read now are
+        enqueued like any other and leave the list. A failure here fails nothing else:
+        they are all kept."""
+        ids = self.unparsed.due() if self._unparsed_asked else self.unparsed.ids()
+        self._unparsed_asked = True
         if not ids:
             return
         cfg = self.settings
         known = partial(self.outbox.known_starts, cluster=cfg.cluster)
         still: list[int] = []
         errors: list[str] = []
-        for result in self.collector.iter_jobs(ids, known=known):
-            events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
-            tally.read += len(result.jobs)
-            tally.events += len(events)
-            tally.new += self.outbox.enqueue(events)
-            still += result.unparsed
-            errors += result.errors
-        self._keep_unparsed(still, errors)  # the latest failure
-        if done := self.unparsed.settle(ids, still):
+        try:
+            for result in self.collector.iter_jobs(ids, known=known):
+                events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
+                tally.read += len(result.jobs)
+                tally.events += len(events)
+                tally.new += self.outbox.enqueue(events)
+                still += result.unparsed
+                errors += result.errors
+        except (SlurmCommandError, SlurmParseError) as exc:  # all still failing, or Slurm away
+            log.debug("%s: unreadable records asked again: %s", self.name, exc)
+            still, errors = ids, [str(exc)]
+        if done := self.unparsed.settle(ids, still, errors[-1] if errors else ""):
             log.info("%s: %d Slurm record(s) that could not be read before are read now: "
                      "jobs %s", self.name, len(done), ", ".join(map(str, done[:10])))
 

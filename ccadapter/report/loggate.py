@@ -5,6 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+# Keys kept before the ones said longer than ``every`` ago are dropped (problems keyed by a
+# job id would otherwise be remembered for the daemon's life).
+PRUNE_AT = 1000
+
 
 class LogGate:
     """Says each distinct problem at once, then at most once per ``every`` seconds: a
@@ -21,4 +25,6 @@ class LogGate:
             if now - self._last.get(key, -1e9) < self.every:
                 return False
             self._last[key] = now
+            if len(self._last) > PRUNE_AT:  # keys of problems that stopped: forgotten
+                self._last = {k: t for k, t in self._last.items() if now - t < self.every}
             return True

@@ -24,31 +24,28 @@ read become one Job (:mod:`.hetjob`).
 
 A record that cannot be read is reported with its job id and skipped; it never costs the rest
 of the answer, and its id is handed back (``unparsed``) so that the caller asks it again
-later (:mod:`ccadapter.reconcilers.unparsed`). A listing line without a readable job id fails
-the listing: the run it names could not be asked again by id.
+later (:mod:`ccadapter.outbox.unparsed`); a batch that ``sacct --json`` cannot answer at all
+is split until the record at fault stands alone (:mod:`.details`). A listing line without a
+readable job id fails the listing: the run it names could not be asked again by id.
 """
 
 from __future__ import annotations
 
-import gc
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
 
-from ccadapter.errors import SlurmCommandError, SlurmParseError
+from ccadapter.errors import SlurmCommandError
 from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
+from ccadapter.report.loggate import LogGate
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
-from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
+from ccadapter.slurm.details import DetailReader
+from ccadapter.slurm.formats import SUPPORTED, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, LISTING_ENV, RAN, RunStamp, parse_listing
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVersion
-from ccadapter.slurm.formats.text import (
-    version_from_meta,
-)
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.installation import SlurmInstallation
 from ccadapter.slurm.join import GpuPatterns, build_job
@@ -132,6 +129,10 @@ class Collector(SlurmInstallation):
         self.tz = tz or local_zone()
         self._warned_newer = False  # said once that this release is newer than verified
         self._unknown_states: set[str] = set()  # Slurm job states said to be unknown
+        self._reader = DetailReader(runner, self._version_text, self._seen)
+        # a record that does not read is asked again (ccadapter.outbox.unparsed): each
+        # error said once an hour, not at every question
+        self._said = LogGate(3600.0)
         self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
                                    lambda: self._known_version or "unknown", cluster, costs,
@@ -172,7 +173,8 @@ class Collector(SlurmInstallation):
         if anonymous:  # a run that cannot be named cannot be asked again: fail the listing
             raise anonymous[0]
         for err in errors:
-            log.error("skipped: %s", err)
+            if self._said.allow(err):
+                log.error("skipped: %s", err)
         self._say_unknown_states(s.state for s in stamps)
         return Listing(merge_stamps(stamps), [str(e) for e in errors],
                        [e.job_id for e in errors if e.job_id is not None])
@@ -221,19 +223,9 @@ class Collector(SlurmInstallation):
     def _details(self, ids: list[int], cluster: str | None, starts: set[int],
                  known: KnownRuns | None) -> QueryResult:
         scripts_wanted = self.settings.fetch_job_scripts and bool(starts)
-        argv = ["sacct", "--json", "-X", "--allusers", "--duplicates",
-                *(["-B"] if scripts_wanted else []),
-                "--jobs", ",".join(map(str, ids)), *clusters_arg(cluster or self.cluster)]
-        with _gc_paused():
-            doc = self._json(argv)
-            command = " ".join(argv[:2])
-            version = version_from_meta(doc, command)
-            self._known_version = str(version)
-            parser = format_for(version, command)
-            self._say_if_newer(version)
-            records, unparsed, errors = _parse_records(
-                doc, parser, ParseContext(str(version), command), set(ids))
-            del doc
+        read = self._reader.read(ids, scripts_wanted, clusters_arg(cluster or self.cluster))
+        records, version, unparsed, errors = read.records, read.version, read.unparsed, \
+            read.errors
         # A het job's components follow their leader: it alone is compared with the outbox
         # and asked of slurmctld (whose answer carries every component).
         leading = [r for r in records if not r.het_offset]
@@ -245,7 +237,7 @@ class Collector(SlurmInstallation):
         no_script = {r.job_id for r in fresh if not r.script} if scripts_wanted else set()
         try:
             controller, scripts, ctl_errors = self.slurmctld.records(
-                held, [i for i in held if i in no_script], cluster, str(version))
+                held, [i for i in held if i in no_script], cluster, self._known_version or "")
         except SlurmCommandError as exc:
             # Allocation details are an improvement, not a precondition: without them the
             # runs still carry their hostnames, and the next cycle tries again.
@@ -260,7 +252,8 @@ class Collector(SlurmInstallation):
             job = build_job(rec, ctl, script, self.settings.gpu_patterns)
             jobs.append(job if self.settings.energy else replace(job, energy=None))
         for err in errors:
-            log.error("skipped: %s", err)
+            if self._said.allow(err):
+                log.error("skipped: %s", err)
         self._say_unknown_states(job.state for job in jobs)
         return QueryResult(merge_jobs(jobs), version, errors, unparsed)
 
@@ -273,6 +266,12 @@ class Collector(SlurmInstallation):
             log.warning("Slurm %s: job state %s is unknown to this ccadapter: a run in it "
                         "counts as running until slurmdbd gives it an end time, then it is "
                         "stopped as %s", self._known_version or "", state, UNKNOWN_ENDED)
+
+    def _seen(self, version: SlurmVersion) -> None:
+        """An answer named its release: kept for messages, said once if newer than
+        verified."""
+        self._known_version = str(version)
+        self._say_if_newer(version)
 
     def _say_if_newer(self, version: SlurmVersion) -> None:
         """Once per collector: the release is newer than the newest verified one."""
@@ -297,35 +296,6 @@ class Collector(SlurmInstallation):
     def costs(self) -> RouteCosts:
         return self.slurmctld.costs
 
-    def _json(self, argv: list[str]) -> dict:
-        out = self.runner.run(argv)
-        try:
-            doc = json.loads(out)
-        except (ValueError, RecursionError) as exc:
-            # Besides JSONDecodeError: ValueError for an integer past Python's 4,300-digit
-            # limit, RecursionError for nesting past the decoder's depth.
-            raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
-                                  f"output is not JSON ({exc}): {out[:120]!r}") from None
-        if not isinstance(doc, dict):
-            raise SlurmParseError(self._version_text(), " ".join(argv[:2]),
-                                  "output is not a JSON object")
-        return doc
-
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Decoding a large sacct answer creates many acyclic objects; the cyclic garbage
-    collector would scan them again and again (it doubles the decode time of a large answer).
-    Nothing created here forms cycles, so collection waits until the end."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
 
 def _merged(results: Iterable[QueryResult]) -> QueryResult:
     out = QueryResult([], None)
@@ -341,25 +311,3 @@ def _known_runs(records: Sequence[SacctRecord], known: KnownRuns | None
                 ) -> set[tuple[int, int]]:
     started = [(r.job_id, r.start_time) for r in records if r.start_time and r.nodes]
     return known(started) if known and started else set()
-
-
-def _parse_records(doc: dict, parser, ctx: ParseContext, wanted: set[int] | None
-                   ) -> tuple[list[SacctRecord], list[int], list[str]]:
-    """The records read, the job ids of those that could not be read, and the errors."""
-    raw = doc.get("jobs")
-    if not isinstance(raw, list):
-        raise ctx.error("output has no 'jobs' list")
-    records: list[SacctRecord] = []
-    unparsed: list[int] = []
-    errors: list[str] = []
-    for item in raw:
-        try:
-            rec = parser.parse_sacct_job(item, ctx)
-        except SlurmParseError as exc:
-            errors.append(str(exc))
-            if exc.job_id is not None:
-                unparsed.append(exc.job_id)
-            continue
-        if wanted is None or rec.job_id in wanted or rec.het_job_id in wanted:
-            records.append(rec)  # `sacct -j LEADER` lists every component
-    return records, unparsed, errors

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ccadapter.cc.client import CcClient
-from ccadapter.errors import SlurmCommandError
+from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
 from ccadapter.reconcilers.cc_cache import CcCache
 from ccadapter.reconcilers.lifecycle import events_for
@@ -479,8 +479,8 @@ def test_lookback_reads_its_span_a_part_per_cycle_oldest_first(env):
 
 def test_a_record_that_cannot_be_read_is_asked_again_until_it_can(env):
     """A record that does not fit (here a state of a type no release writes) is reported
-    and skipped; its id is kept in the outbox and asked again every cycle, however far the
-    window moves on, until it reads (issue 28, item 5; issue 29)."""
+    and skipped; its id is kept in the outbox and asked again, however far the window moves
+    on, until it reads (issue 28, item 5; issue 29)."""
     import copy
 
     from ccadapter.outbox import unparsed
@@ -508,6 +508,7 @@ def test_a_record_that_cannot_be_read_is_asked_again_until_it_can(env):
     assert view["count"] == 1 and "state.current" in view["lastError"]
     assert "Slurm 24.11.5, `sacct --json`" in view["lastError"] and view["cluster"] == CLUSTER
     slurm.doc = clean  # a ccadapter that reads it (here: the record as Slurm wrote it)
+    clock.now += 3600  # its next turn (item 3 of issue 35: each on a delay of its own)
     assert rec.run_once()["unparsed"] == 0
     assert kinds() == {"start", "stop"}
     assert next(iter(unparsed.views(box.store).values()))["count"] == 0
@@ -581,3 +582,117 @@ def test_the_lookback_reads_its_hour_after_the_clock_stepped_back(env):
 def time_text(ts):
     from datetime import UTC, datetime
     return datetime.fromtimestamp(int(ts), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@pytest.mark.parametrize("how", ["exit", "cut"])
+def test_a_record_that_breaks_sacct_json_costs_its_own_job_only(env, how):
+    """Issue 35, item 2: one job whose slurmdbd record makes `sacct --json` fail for every
+    batch it is in (exit 1, or JSON cut short) held the window: the whole slice was an
+    outage, and later windows started there until slurmQueryMaxSpan, 7 days. The batch is
+    split until the bad id stands alone: the others are enqueued, the bad id waits in the
+    unparsed list, and lastRun moves on."""
+    meta, clock, slurm, collector, box, last = env
+    bad = meta["ids"]["multinode"][0]
+    slurm.poison, slurm.poison_how = {bad}, how
+    last.set(meta["since"])
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    summary = rec.run_once()
+    assert last.get() == clock.now  # the window moved on
+    enqueued = {e["jobId"] for e in admin.list_events(box.store, None, limit=1000)}
+    assert bad not in enqueued and len(enqueued) >= 5
+    assert rec.unparsed.ids() == [bad] and summary["unparsed"] == 1
+    json_calls = [a for a in slurm.argvs if "--json" in a]
+    assert len(json_calls) <= 2 + 2 * 8  # a bisection, not a call per id
+    slurm.poison = set()  # slurmdbd repaired (or ccadapter upgraded): it reads again
+    clock.now += 3600
+    rec.run_once()
+    assert rec.unparsed.ids() == []
+    assert bad in {e["jobId"] for e in admin.list_events(box.store, None, limit=1000)}
+
+
+def test_slurmdbd_down_is_an_outage_not_a_hunt_for_bad_records(env):
+    """Every part of a batch failing as slurmdbd being away fails is the window's outage
+    (it waits at the outage's start), not a bisection down to single ids."""
+    meta, clock, slurm, collector, box, last = env
+    last.set(meta["since"])
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    real_json = slurm._json
+
+    def down(argv):
+        raise TransientSlurmError(argv, "exit code 1", "sacct: error: Problem talking to "
+                                  "the database: Connection refused")
+
+    slurm._json = down
+    with pytest.raises(SlurmCommandError):
+        rec.run_once()
+    assert last.get() == meta["since"] and rec.unparsed.ids() == []
+    assert len([a for a in slurm.argvs if "--json" in a]) <= 3
+    slurm._json = real_json
+
+
+def test_records_that_never_read_cost_a_question_an_hour_not_one_a_minute(env, caplog):
+    """Issue 35, item 3: every unreadable record was asked again at every cycle (10,000 of
+    them: 53 `sacct --json -B` calls a minute) and each answer logged an ERROR line, for
+    ever. Each id now waits a delay of its own, doubling from a minute to an hour, and is
+    said when kept and at most once an hour after that."""
+    import copy
+
+    meta, clock, slurm, collector, box, last = env
+    broken = copy.deepcopy(slurm.doc)
+    for record in broken["jobs"]:
+        record["state"]["current"] = 7  # no release writes this: no record reads
+    slurm.listed, slurm.doc = copy.deepcopy(slurm.doc), broken
+    last.set(meta["since"])
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    with caplog.at_level(logging.ERROR):
+        rec.run_once()
+        kept = rec.unparsed.ids()
+        asked_first = len([a for a in slurm.argvs if "--json" in a])
+        for _ in range(120):  # two hours of cycles, a minute apart
+            clock.now += 60
+            rec.run_once()
+    assert len(kept) >= 5
+    again = [a for a in slurm.argvs if "--json" in a][asked_first:]
+    assert 5 <= len(again) <= 8, len(again)  # at 1, 3, 7, 15, 31, 63(+) and 123 min
+    said = [r.getMessage() for r in caplog.records if str(kept[0]) in r.getMessage()]
+    assert 1 <= len(said) <= 4, said  # when kept, then at most once an hour
+
+
+def test_an_administrator_sees_and_forgets_unreadable_records(env, tmp_path):
+    """Issue 35, item 3: `ccadapter unreadable list` shows what waits and `forget` gives it
+    up (the daemon stopped); a forgotten record is not asked again."""
+    import copy
+
+    from click.testing import CliRunner
+
+    from ccadapter.cli import main
+
+    meta, clock, slurm, collector, _, last = env
+    bad = meta["ids"]["complete"][0]
+    broken = copy.deepcopy(slurm.doc)
+    for record in broken["jobs"]:
+        if record["job_id"] == bad:
+            record["state"]["current"] = 7
+    slurm.listed, slurm.doc = copy.deepcopy(slurm.doc), broken
+    last.set(meta["since"])
+    box = Outbox(tmp_path / "state" / "outbox.sqlite", clock=clock)  # where the config says
+    rec = SlurmWindow(collector, box, last, settings(), clock)
+    rec.run_once()
+    assert rec.unparsed.ids() == [bad]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"stateDirectory": str(box.path.parent),
+                                  "lastRunPath": str(tmp_path / "lastrun"),
+                                  "pidFilePath": str(tmp_path / "pid")}))
+    listed = CliRunner().invoke(main, ["unreadable", "list", "--config", str(config),
+                                       "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    doc = json.loads(listed.output)
+    assert [r["jobId"] for r in doc["records"]] == [bad]
+    assert "state.current" in doc["lastError"][CLUSTER]
+    box.close()  # the daemon stopped: forget takes the outbox
+    gone = CliRunner().invoke(main, ["unreadable", "forget", str(bad), "--config",
+                                     str(config)])
+    assert gone.exit_code == 0 and f"given up: {bad}" in gone.output, gone.output
+    again = Outbox(box.path, clock=clock)
+    assert SlurmWindow(collector, again, last, settings(), clock).unparsed.ids() == []
+    again.close()
