@@ -39,6 +39,11 @@ class TransientSlurmError(SlurmCommandError):
     """A failure worth retrying (timeout, controller or database unreachable)."""
 
 
+class Stopped(SlurmCommandError):
+    """The daemon is stopping: a command (or a routine's next batch) was cut short. What it
+    would have done is repeated at the next start; never retried, never said as an error."""
+
+
 class SlurmParseError(CcAdapterError):
     """Slurm answered something we cannot read; names the version and the command, and the
     job (``job_id``) when the record that failed names one (it is then asked again later)."""

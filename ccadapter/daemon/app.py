@@ -27,6 +27,7 @@ from ccadapter.prep.server import PrepServer
 from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers import Reconciler
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.stopflag import StopFlag
 from ccadapter.runtime.watchdog import Liveness
 from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
@@ -63,6 +64,7 @@ class App:
     retries: RetryPolicies = field(default_factory=RetryPolicies)
     runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
     liveness: Liveness = field(default_factory=Liveness)  # fed by commands and requests
+    stop: StopFlag = field(default_factory=StopFlag)  # the daemon's stop, read by routines
 
     # --- the clusters --------------------------------------------------------------------
 
@@ -118,7 +120,7 @@ class App:
     # --- the daemon ----------------------------------------------------------------------
 
     def daemon(self) -> Daemon:
-        daemon = Daemon(self.deliverer, progress=self.liveness.touch)
+        daemon = Daemon(self.deliverer, progress=self.liveness.touch, stop_flag=self.stop)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
         if self.control is not None:  # first: a takeover's catch-up runs in the same pass

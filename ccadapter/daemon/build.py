@@ -54,6 +54,7 @@ from ccadapter.prep.fastpath import SESSIONS
 from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.stopflag import StopFlag
 from ccadapter.runtime.watchdog import Liveness
 from ccadapter.slurm.clusters import ClusterList
 from ccadapter.slurm.collector import Collector, CollectorSettings
@@ -71,6 +72,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     ``slurm-clusters`` routine) fills it."""
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
     retries = RetryPolicies.from_config(config)
+    stop = StopFlag()  # the daemon's stop, read by its routines and their Slurm commands
     owned: list[SlurmRunner] = []  # the runners built here, whose scontrol close() ends
     liveness = Liveness()  # every Slurm command and cc-backend request that ends moves it
 
@@ -78,7 +80,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         if runner is not None:
             return runner
         owned.append(_runner(config, both(partial(recorder.slurm_command, cluster=name),
-                                          liveness.touch), retries))
+                                          liveness.touch), retries, stop))
         return owned[-1]
 
     base = new_runner("")
@@ -117,7 +119,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
                  "nodestate": config.slurm_poll_interval}
-    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states)
+    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states, stop)
 
     def make(name: str, config_text: str = "") -> ClusterSync:
         return parts.sync(name, config.multi_cluster(),
@@ -139,7 +141,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                      on_unknown=recorder.hook_unknown)
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
                notifier, control, hook=hook, retries=retries, runners=owned,
-               liveness=liveness)
+               liveness=liveness, stop=stop)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,
@@ -173,10 +175,11 @@ def token_source(config: Config) -> TokenSource:
 
 
 def _runner(config: Config, on_command: Callable[[str, float, bool], None],
-            retries: RetryPolicies) -> SlurmRunner:
-    """Slurm commands, each told to ``on_command`` when it ends."""
+            retries: RetryPolicies, stop: StopFlag) -> SlurmRunner:
+    """Slurm commands, each told to ``on_command`` when it ends, cut short by ``stop``."""
     return SlurmRunner(config.slurm_command_prefix, config.slurm_command_timeout,
-                       retry=retries.slurm, sessions=SESSIONS, on_command=on_command)
+                       retry=retries.slurm, sessions=SESSIONS, on_command=on_command,
+                       stopping=stop)
 
 
 def both(first: Callable[..., None], second: Callable[..., object]) -> Callable[..., None]:

@@ -121,6 +121,7 @@ class SyncParts:
     client: CcClient | None
     last_runs: LastRuns
     node_states: Target | None  # node_state_path()
+    stop: Callable[[], bool] = lambda: False  # the daemon's stop (a window cut short)
 
     def sync(self, name: str, scoped: bool, runner: CommandRunner,
              config_text: str = "") -> ClusterSync:
@@ -138,10 +139,10 @@ class SyncParts:
                                 scoped=scoped)
         reconcilers: dict[str, Reconciler] = {
             "slurm-window": SlurmWindow(collector, outbox, last_run, window,
-                                        energy_probe=probe),
+                                        energy_probe=probe, stopping=self.stop),
             "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
                                           lookback=LOOKBACK_SPAN, lookback_part=LOOKBACK_PART,
-                                          energy_probe=probe),
+                                          energy_probe=probe, stopping=self.stop),
             "stale-jobs": StaleJobs(collector, outbox, name),
         }
         if client is not None and cfg.cc_rest_submit_jobs:

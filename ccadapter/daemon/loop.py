@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccadapter.daemon.deliverer import Deliverer
-from ccadapter.errors import CcAdapterError
+from ccadapter.errors import CcAdapterError, Stopped
 from ccadapter.report.loggate import LogGate
+from ccadapter.runtime.stopflag import StopFlag
 
 # The name the loop logged under before it moved into the package: `--log-level
 # ccadapter.daemon=debug` (the line of every cycle) and the scale benchmark name it.
@@ -118,11 +119,13 @@ class Daemon:
     def __init__(self, deliverer: Deliverer, clock: Callable[[], float] = time.monotonic,
                  idle_delivery_wait: float = 1.0,
                  progress: Callable[[], None] | None = None,
-                 wait: Callable[[threading.Event, float], object] = threading.Event.wait
-                 ) -> None:
+                 wait: Callable[[threading.Event, float], object] = threading.Event.wait,
+                 stop_flag: StopFlag | None = None) -> None:
         """``clock`` and ``wait`` (until the event is set or the timeout passes) pace the
         routines of the main loop and the lanes; a test passes a clock that ``wait``
-        advances, and :meth:`run` with ``max_cycles``, and needs no real time."""
+        advances, and :meth:`run` with ``max_cycles``, and needs no real time.
+        ``stop_flag``: the stop a signal asks for, which the routines and their Slurm
+        commands read too (:mod:`ccadapter.runtime.stopflag`)."""
         self.deliverers: list[tuple[str, Deliverer]] = [("delivery", deliverer)]
         self.clock = clock
         self.wait = wait
@@ -140,7 +143,7 @@ class Daemon:
         self.gate: Callable[[], bool] = lambda: True
         self._gate_was_open = True
         self._main_wake = threading.Event()
-        self._stop_asked = False  # set by a signal handler: a plain store, no lock
+        self.stop_flag = stop_flag or StopFlag()  # set by a signal handler too
         self.activity = Activity()
         self.summary_every = SUMMARY_EVERY
         self._summarized = clock()
@@ -197,12 +200,13 @@ class Daemon:
         perhaps while that thread holds a lock the stop would take (``self._lock``, an
         Event's), and would wait for itself for ever."""
         def asked(signum: int, frame: object) -> None:
-            self._stop_asked = True
+            self.stop_flag.set()
 
         for sig in signals:
             signal.signal(sig, asked)
 
     def stop(self) -> None:
+        self.stop_flag.set()
         self.stopping.set()
         self._main_wake.set()
         self.wake_delivery()
@@ -229,7 +233,7 @@ class Daemon:
                 self._start_lane(cluster)
         cycles = 0
         try:
-            while not self.stopping.is_set() and not self._stop_asked:
+            while not self.stopping.is_set() and not self.stop_flag():
                 self.progress()
                 self.run_due()
                 self._summarize()
@@ -258,7 +262,7 @@ class Daemon:
     def run_due(self, cluster: str | None = None) -> None:
         """The due routines of ``cluster``'s lane (None: the main loop's), here and now."""
         for routine in self._of(cluster):
-            if self.stopping.is_set() or self._stop_asked:
+            if self.stopping.is_set() or self.stop_flag():
                 return
             if routine.retired or (routine.gated and not self._gate_open()):
                 continue
@@ -317,6 +321,9 @@ class Daemon:
         started = self.clock()
         try:
             summary = routine.fn()
+        except Stopped as exc:  # the daemon stops: what is left runs at the next start
+            log.info("%s: %s", routine.label, exc)
+            return
         except Exception as exc:  # a failing routine must not stop the others
             routine.last_error = f"{type(exc).__name__}: {exc}"
             log.error("%s failed: %s", routine.label, routine.last_error)

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from ccadapter.errors import Stopped
 from ccadapter.model import EventKind
 from ccadapter.outbox import DeliveryStatus, Event, Result, admin, unparsed
 from ccadapter.outbox.store import Store
@@ -234,6 +235,8 @@ class Metrics:
         def run() -> T:
             try:
                 result = cycle()
+            except Stopped:  # cut short by the daemon's stop: no failure
+                raise
             except Exception:
                 self.cycle_failures.labels(name, cluster).inc()
                 raise

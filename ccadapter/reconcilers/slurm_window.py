@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ccadapter.errors import CcAdapterError, SlurmCommandError, SlurmParseError
+from ccadapter.errors import CcAdapterError, SlurmCommandError, SlurmParseError, Stopped
 from ccadapter.model import scoped_key
 from ccadapter.outbox import Outbox
 from ccadapter.outbox.unparsed import Unparsed
@@ -105,11 +105,15 @@ class SlurmWindow:
                  settings: WindowSettings, clock: Callable[[], float] = time.time, *,
                  lookback: float | None = None, lookback_part: float = 600.0,
                  outage_grace: float = 600.0,
-                 energy_probe: Callable[[], bool] | None = None) -> None:
+                 energy_probe: Callable[[], bool] | None = None,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
         """``energy_probe``: asked at each window instead of ``settings.energy`` (one of
-        several clusters: whether its slurmctld gathers energy is asked in its own lane)."""
+        several clusters: whether its slurmctld gathers energy is asked in its own lane).
+        ``stopping``: the daemon's stop, asked before each slice and each batch: a window
+        cut short raises :class:`Stopped`, its slice not counted (lastRun stays)."""
         self.collector = collector
         self.energy_probe = energy_probe
+        self.stopping = stopping
         self.outbox = outbox
         self.last_run = last_run
         self.settings = settings
@@ -189,7 +193,10 @@ class SlurmWindow:
         for number, (lo, hi) in enumerate(spans, 1):
             last = hi >= now  # a part that reaches now lists the jobs that run now too
             try:
+                self._stop_here()
                 self._slice(lo, None if last else hi, tally)
+            except Stopped:
+                raise
             except CcAdapterError:
                 if not self.lookback and self.outbox.store.get_state(self._outage) is None:
                     self.outbox.store.set_state(self._outage, repr(lo))
@@ -237,12 +244,18 @@ class SlurmWindow:
         details, starts = self.outbox.needs(cfg.cluster, runs, energy=energy)
         known = partial(self.outbox.known_starts, cluster=cfg.cluster)
         for result in self.collector.iter_jobs(details, starts=starts, known=known):
+            self._stop_here()  # the batch read, not stored: read again at the next start
             events = [ev for job in result.jobs for ev in events_for(job, cfg.ignore)]
             tally.read += len(result.jobs)
             tally.events += len(events)
             tally.skipped += len(result.errors)
             tally.new += self.outbox.enqueue(events)  # one transaction per batch
             self._keep_unparsed(result.unparsed, result.errors)
+
+    def _stop_here(self) -> None:
+        if self.stopping():
+            raise Stopped([self.name], "cut short: the daemon is stopping; what is left of "
+                          "the window is read at the next start")
 
     def _keep_unparsed(self, job_ids: list[int], errors: list[str]) -> None:
         if job_ids:
@@ -270,6 +283,8 @@ class SlurmWindow:
                 tally.new += self.outbox.enqueue(events)
                 still += result.unparsed
                 errors += result.errors
+        except Stopped:
+            raise
         except (SlurmCommandError, SlurmParseError) as exc:  # all still failing, or Slurm away
             log.debug("%s: unreadable records asked again: %s", self.name, exc)
             still, errors = ids, [str(exc)]

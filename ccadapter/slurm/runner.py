@@ -32,11 +32,14 @@ from typing import Protocol
 
 from tenacity import RetryCallState, retry_if_exception
 
-from ccadapter.errors import SlurmCommandError, TransientSlurmError
+from ccadapter.errors import SlurmCommandError, Stopped, TransientSlurmError
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.session import MAX_AGE, Session, SessionEnded, SessionTimeout
 
 log = logging.getLogger(__name__)
+
+# How often a command's wait looks at the daemon's stop.
+STOP_CHECK = 0.5
 
 # stderr fragments that mean "try again later", seen from sacct and scontrol.
 _TRANSIENT = re.compile(
@@ -143,6 +146,7 @@ class SlurmRunner:
         on_command: Callable[[str, float, bool], None] | None = None,
         session_age: float = MAX_AGE,
         sessions: int = 1,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
         """``on_command(command, seconds, ok)`` hears of every run, retries included
         (the daemon's metrics). ``sessions``: how many long-lived processes :meth:`ask`
@@ -155,6 +159,9 @@ class SlurmRunner:
         self.on_command = on_command
         self.session_age = session_age
         self.sessions = max(1, sessions)
+        # the daemon's stop (:class:`~ccadapter.runtime.stopflag.StopFlag`): a one-shot
+        # command in flight is killed within STOP_CHECK of it
+        self.stopping = stopping
         self._local = threading.local()
         self._slots: dict[tuple[str, ...], list[_Slot]] = {}
         self._slots_lock = threading.Lock()
@@ -324,6 +331,29 @@ class SlurmRunner:
     def _program(self, argv: Sequence[str]) -> str:
         return [*self.prefix, *argv][0]
 
+    def _wait(self, proc: _Child, argv: Sequence[str], stdin: str | None, limit: float,
+              started: float) -> tuple[bytes, bytes]:
+        """The child's output, once it ended; killed when ``limit`` passed (a transient
+        failure) or the daemon stops (:class:`Stopped`, looked at every
+        :data:`STOP_CHECK` seconds)."""
+        data = stdin.encode() if stdin is not None else None
+        while True:
+            left = started + limit - time.monotonic()
+            try:
+                return proc.communicate(data, timeout=max(0.0, min(left, STOP_CHECK)))
+            except subprocess.TimeoutExpired:
+                data = None  # sent already: communicate() goes on where it was
+                stopping = self.stopping is not None and self.stopping()
+                if not stopping and time.monotonic() - started < limit:
+                    continue
+                proc.kill()  # not communicate(): a grandchild may hold the pipes open
+                proc.wait()
+                self._spent(0, proc.cpu, started)
+                if stopping:
+                    raise Stopped(argv, "cut short: the daemon is stopping") from None
+                raise TransientSlurmError(argv, f"no answer within {limit:g} s (killed)"
+                                          ) from None
+
     def _execute(self, argv: Sequence[str], timeout: float | None, stdin: str | None,
                  env: Mapping[str, str] | None) -> Completed:
         full = [*self.prefix, *_setenv(env), *argv]
@@ -335,15 +365,7 @@ class SlurmRunner:
         except OSError as exc:
             raise SlurmCommandError(argv, f"cannot run {full[0]}: {exc.strerror}") from None
         with proc:
-            try:
-                out, err = proc.communicate(stdin.encode() if stdin is not None else None,
-                                            timeout=limit)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # not communicate(): a grandchild may hold the pipes open
-                proc.wait()
-                self._spent(0, proc.cpu, started)
-                raise TransientSlurmError(argv, f"no answer within {limit:g} s (killed)"
-                                          ) from None
+            out, err = self._wait(proc, argv, stdin, limit, started)
         self._spent(len(out), proc.cpu, started)
         return Completed(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
                          proc.returncode)

@@ -199,6 +199,35 @@ def test_a_3_day_catch_up_starts_without_hitting_the_start_timeout(site):
     assert len(copies) == 20_000
 
 
+def test_systemctl_stop_during_a_catch_up_ends_it_within_seconds(site):
+    """Issue 35, item 10: SIGTERM was read between two routines only. A catch-up whose
+    Slurm commands wait for a slurmdbd that does not answer then held the stop until
+    systemd killed the daemon (TimeoutStopSec, 60 s). The stop is now read by the window
+    between its batches and by the Slurm command it waits for: the daemon is out in
+    seconds, cleanly, and the next start reads what the stop cut short."""
+    container, _ = site
+    container.run("systemctl", "stop", "ccadapter")
+    three_days = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 3 * 86400))
+    container.run("touch", "-d", three_days, "/var/lib/cc-slurm-adapter/lastrun")
+    container.run("systemctl", "kill", "-s", "SIGSTOP", "slurmdbd")
+    try:
+        container.run("systemctl", "start", "--no-block", "ccadapter")
+        time.sleep(20)  # the first window's sacct waits for slurmdbd
+        asked = time.monotonic()
+        container.run("systemctl", "stop", "ccadapter", timeout=120)
+        took = time.monotonic() - asked
+    finally:
+        container.run("systemctl", "kill", "-s", "SIGCONT", "slurmdbd")
+    shown = container.show("ActiveState", "Result", "ExecMainStatus")
+    print(f"\nsystemctl stop during the catch-up took {took:.1f} s: {shown}")
+    assert took < 10, took
+    assert (shown["ActiveState"], shown["Result"], shown["ExecMainStatus"]) == (
+        "inactive", "success", "0")
+    container.run("systemctl", "start", "--no-block", "ccadapter")
+    container.wait_active(timeout=600)
+    assert container.show("StatusText")["StatusText"] == "first Slurm window synced"
+
+
 def test_stop_is_clean(site):
     container, _ = site
     container.wait_active()

@@ -7,6 +7,8 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from ccadapter.daemon.deliverer import DeliveryStats
 from ccadapter.daemon.loop import Daemon
 from ccadapter.model import Job, Resource, Shared
@@ -351,3 +353,62 @@ def test_log_levels_of_some_loggers_apart():
     assert bad.exit_code == 2 and "'chatty' is not LEVEL or LOGGER=LEVEL" in bad.output
     bad = CliRunner().invoke(main, ["--log-level", "ccadapter.daemon=debug", "status"])
     assert bad.exit_code == 2 and "the first part must be the level of everything" in bad.output
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_a_long_catch_up_stops_within_seconds_losing_nothing(tmp_path):
+    """Issue 35, item 10: SIGTERM was seen only when the routine in flight ended; during a
+    catch-up of days that is minutes, and systemd kills the daemon 60 s after its SIGTERM.
+    Here a catch-up of 24 one-hour slices whose every Slurm command takes 0.3 s (some 20 s
+    in all) gets SIGTERM after 2 s: the daemon is out within a few seconds, lastRun at the
+    end of a slice whose events are all stored, and the next start finishes the window."""
+    import signal
+
+    from ccadapter.outbox import Outbox
+    from ccadapter.reconcilers.slurm_window import SLICE, SlurmWindow, WindowSettings
+    from ccadapter.runtime.stopflag import StopFlag
+    from ccadapter.slurm.collector import Collector
+    from tests.conftest import collector_settings, fixture_json, fixture_text
+    from tests.fakeslurm import RecordedSlurm
+
+    meta = fixture_json("24.11", "testbed/workload.json")
+    now = meta["since"] + 300
+
+    class Slow(RecordedSlurm):
+        def run(self, argv, **kw):
+            time.sleep(0.3)
+            return super().run(argv, **kw)
+
+    slurm = Slow("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
+                 fixture_text("24.11", "testbed/scontrol-d-final.txt"), clock=lambda: now)
+    collector = Collector(slurm, collector_settings(slurmFetchJobScripts=False),
+                          clock=lambda: now)
+    box = Outbox(tmp_path / "o.sqlite", clock=lambda: now)
+    last = LastRun(tmp_path / "lastrun")
+    last.set(now - 24 * SLICE)
+    flag = StopFlag()
+    window = SlurmWindow(collector, box, last, WindowSettings("cluster24"), lambda: now,
+                         stopping=flag)
+    daemon = Daemon(IdleDeliverer(), idle_delivery_wait=0.05, stop_flag=flag)
+    daemon.add_routine(window.run_once, 60, "slurm-window")
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    daemon.stop_on_signals()
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        began = time.monotonic()
+        daemon.run()
+        took = time.monotonic() - began
+    finally:
+        timer.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stopped_at = last.get()
+    assert took < 5, took
+    assert now - 24 * SLICE < stopped_at < now  # moved, slice by slice, and not to the end
+    first = now - 24 * SLICE - 120  # lastRun - slurmWindowOverlap
+    assert (stopped_at - first) % SLICE == 0  # the end of a slice
+    rerun = SlurmWindow(collector, box, last, WindowSettings("cluster24"), lambda: now)
+    rerun.run_once()  # the next start
+    assert last.get() == now
+    box.close()
