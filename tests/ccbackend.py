@@ -38,7 +38,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -317,10 +317,10 @@ class CcBackend:
         assert self._proxy is not None
         self._proxy.fail_with(status)
 
-    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None
-                  ) -> None:
+    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None,
+                  when: Callable[[Any], bool] | None = None) -> None:
         assert self._proxy is not None
-        self._proxy.fail_path(path, status, body)
+        self._proxy.fail_path(path, status, body, when)
 
     def hang(self, seconds: float | None) -> None:
         assert self._proxy is not None

@@ -15,6 +15,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -39,7 +40,7 @@ class FaultProxy:
         self._cond = threading.Condition(self._lock)
         self._log: list[Exchange] = []
         self._fail: int | None = None
-        self._fail_paths: dict[str, tuple[int, bytes]] = {}
+        self._fail_paths: dict[str, tuple[int, bytes, Callable[[Any], bool] | None]] = {}
         self._hang: float | None = None
         self._drop = False
         self._latency = 0.0
@@ -70,18 +71,20 @@ class FaultProxy:
         with self._cond:
             self._fail = status
 
-    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None
-                  ) -> None:
+    def fail_path(self, path: str, status: int | None, body: dict[str, Any] | None = None,
+                  when: Callable[[Any], bool] | None = None) -> None:
         """Answer the requests to ``path`` (without query) with this status and JSON body
         until ``None``; the others go through (e.g. cc-backend's edit_meta answered 500 as
-        a site's slow archiver makes it answer, while its starts and stops are taken)."""
+        a site's slow archiver makes it answer, while its starts and stops are taken).
+        ``when``: only the requests whose JSON body it accepts (e.g. one job's stop
+        answered 200 and never applied, as cc-backend 1.5.4's stop/commit race does)."""
         with self._cond:
             if status is None:
                 self._fail_paths.pop(path, None)
             else:
                 self._fail_paths[path] = (status, json.dumps(
                     body or {"status": "Internal Server Error", "error": "fault proxy"}
-                ).encode())
+                ).encode(), when)
 
     def hang(self, seconds: float | None) -> None:
         """Hold every request this long before forwarding it; ``None`` releases them."""
@@ -148,6 +151,13 @@ class FaultProxy:
         raise AssertionError("unreachable")
 
 
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     proxy: FaultProxy
@@ -191,6 +201,8 @@ class _Handler(BaseHTTPRequestHandler):
         with proxy._lock:
             fail, drop = proxy._fail, proxy._drop
             only = proxy._fail_paths.get(path)
+        if only is not None and only[2] is not None and not only[2](_json(body)):
+            only = None
         if only is not None and not drop and fail is None:
             proxy._record(self.command, path, only[0], body)
             self._answer(only[0], [("Content-Type", "application/json")], only[1])

@@ -200,11 +200,14 @@ class CcClient:
         tests: :meth:`running_job_pages` keeps one page at a time)."""
         return [job for page in self.running_job_pages(cluster, per_page) for job in page]
 
-    def running_runs(self, cluster: str, per_page: int = 500) -> Iterator[tuple[int, int]]:
-        """The runs (jobId, startTime) cc-backend lists running, checked: an entry that is
-        no job with integer ``jobId`` and ``startTime`` raises, naming it and the page, as
-        any error answer does (it must not be read as a run, nor as no run)."""
-        for number, page in enumerate(self.running_job_pages(cluster, per_page), 1):
+    def running_runs(self, cluster: str, per_page: int = 500,
+                     start_time: tuple[int, int] | None = None) -> Iterator[tuple[int, int]]:
+        """The runs (jobId, startTime) cc-backend lists running (``start_time``: those
+        started in that range, both ends included), checked: an entry that is no job with
+        integer ``jobId`` and ``startTime`` raises, naming it and the page, as any error
+        answer does (it must not be read as a run, nor as no run)."""
+        for number, page in enumerate(self.running_job_pages(cluster, per_page, start_time),
+                                      1):
             for job in page:
                 run = job_run(job)
                 if run is None:
@@ -214,15 +217,19 @@ class CcClient:
                         "is ccRestUrl cc-backend's base URL, and is it cc-backend 1.5?"))
                 yield run
 
-    def running_job_pages(self, cluster: str, per_page: int = 500
+    def running_job_pages(self, cluster: str, per_page: int = 500,
+                          start_time: tuple[int, int] | None = None
                           ) -> Iterator[list[dict[str, Any]]]:
-        """The running jobs of a cluster, one page at a time, so that a caller keeping a
-        few fields of each holds one page in memory, not 100,000 jobs. Raises on any error:
-        an error answer must never be read as "no jobs running"."""
+        """The running jobs of a cluster (started in ``start_time``, if given: cc-backend's
+        ``start-time=FROM-TO``), one page at a time, so that a caller keeping a few fields
+        of each holds one page in memory, not 100,000 jobs. Raises on any error: an error
+        answer must never be read as "no jobs running"."""
         page = 1
         while True:
             query = urlencode({"state": "running", "cluster": cluster,
-                               "items-per-page": per_page, "page": page})
+                               "items-per-page": per_page, "page": page,
+                               **({"start-time": f"{start_time[0]}-{start_time[1]}"}
+                                  if start_time else {})})
             what = f"GET /api/jobs/ page {page}"
             try:
                 resp = self._request("GET", f"/api/jobs/?{query}", None)

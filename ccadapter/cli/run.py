@@ -51,7 +51,8 @@ from ccadapter.runtime.watchdog import Watchdog
 
 log = logging.getLogger("ccadapter")
 
-RECONCILERS = ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate")
+RECONCILERS = ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "lost-stops",
+               "nodestate")
 
 
 class _ReadyAfterFirstWindow:

@@ -38,6 +38,7 @@ from ccadapter.config.views import outbox_path
 from ccadapter.daemon.app import App
 from ccadapter.daemon.cluster_sync import (
     LOOKBACK_INTERVAL,
+    LOST_STOPS_INTERVAL,
     ClusterSync,
     LastRuns,
     Roster,
@@ -118,6 +119,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                  "slurm-lookback": LOOKBACK_INTERVAL,
                  "stale-jobs": config.slurm_poll_interval,
                  "cc-cache": config.cc_poll_interval,
+                 "lost-stops": LOST_STOPS_INTERVAL,
                  "nodestate": config.slurm_poll_interval}
     parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states, stop)
 

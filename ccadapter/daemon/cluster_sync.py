@@ -33,6 +33,7 @@ from ccadapter.model import last_run_path
 from ccadapter.outbox import Outbox
 from ccadapter.reconcilers import Reconciler
 from ccadapter.reconcilers.cc_cache import CcCache
+from ccadapter.reconcilers.lost_stops import LostStops
 from ccadapter.reconcilers.nodestate import NodeStates
 from ccadapter.reconcilers.slurm_window import SlurmWindow, WindowSettings
 from ccadapter.reconcilers.stale_jobs import StaleJobs
@@ -94,6 +95,8 @@ class Roster:
 # slurm-lookback: a second window over the last hour (late slurmdbd records), read ten
 # minutes of it per cycle, a cycle every 100 s: the hour about every ten minutes
 LOOKBACK_SPAN, LOOKBACK_PART, LOOKBACK_INTERVAL = 3600.0, 600.0, 100.0
+# lost-stops: the stops of the last two minutes, asked of cc-backend a few minutes on
+LOST_STOPS_INTERVAL = 120.0
 
 # Each cluster's lastRun, by its scope (None: the default mode's lastRunPath).
 LastRuns = Callable[[str | None], LastRun]
@@ -151,6 +154,9 @@ class SyncParts:
             # job list.
             reconcilers["cc-cache"] = CcCache(collector, outbox, name, client,
                                               cfg.cc_commit_job_interval)
+            # the stops cc-backend lost in its stop/commit race, minutes after they went out
+            reconcilers["lost-stops"] = LostStops(outbox, name, client,
+                                                  cfg.cc_commit_job_interval)
         if self.node_states is not None:
             reconcilers["nodestate"] = NodeStates(collector, outbox, name,
                                                   cfg.ignore_hosts_pattern(), time.time)

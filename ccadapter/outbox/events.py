@@ -16,11 +16,24 @@ Allocation details (hwthreads, GPUs) are captured at first sight: a pending star
 replaced by a richer one (one that carries allocation details), and a stop carries the start
 body stored for its run, so that a stop answered 404 can deliver the start first, hours later
 (the body rules are :func:`with_start` and :func:`keep_script`).
+
+What is kept, and for how long (:meth:`Outbox.compact`, hourly), bounds the file:
+- every event of the last ``slurmQueryMaxSpan`` (7 days), so overlapping windows never send
+  one twice; a run still open keeps its start however old;
+- the body of a start while its run is open, and for an hour after its stop went out (a
+  start body carries the batch script and ``slurmInfo``: kilobytes);
+- the body of a stop as long as its event (a stop cc-backend lost is sent again from it,
+  ``reopen_start``), without the copy of the start it carried after that hour;
+- rejected events and NATS notifications for 30 days (:data:`REJECTED_KEEP`);
+- node states for an hour. Freed pages go back to the file system (incremental vacuum).
+At 50,000 jobs a day that is a week of small rows and an hour of bodies; BENCHMARKS.md gives
+the size measured ("Outbox size over a month").
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections import Counter
@@ -40,6 +53,8 @@ from ccadapter.outbox.store import (
     put_state,
 )
 from ccadapter.retry import RetryPolicies, RetryPolicy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -140,14 +155,13 @@ class Outbox:
         return 0
 
     def compact(self, keep_seconds: float) -> int:
-        """Forget delivered events older than ``keep_seconds`` (the idempotency horizon:
-        slurmQueryMaxSpan) and drop the payloads of delivered events after an hour. The start
-        of a run that is still open is kept however old: its stop needs its body (a stop
-        answered 404 delivers the start first) and stale-jobs needs to know it runs. Reads
-        only the events old enough to change (index on status, delivered_at)."""
+        """Keep the outbox to what a site needs of it, within a bound (see the module
+        docstring); returns how many events were forgotten. Reads only the events old
+        enough to change (index on status, delivered_at)."""
         now = self.store.clock()
         with self.store.tx() as db:
-            gone = db.execute(
+            gone = self._prune_rejected(db, now)
+            gone += db.execute(
                 "DELETE FROM events WHERE status = 'delivered' AND delivered_at < ? "
                 "AND id NOT IN (SELECT event_id FROM notify WHERE status != 'delivered') "
                 "AND NOT (kind = 'start' AND EXISTS (SELECT 1 FROM runs r WHERE "
@@ -157,13 +171,45 @@ class Outbox:
             gone += db.execute("DELETE FROM events WHERE kind = 'nodestate' AND status = "
                                "'delivered' AND delivered_at < ?", (now - 3600,)).rowcount
             mark = float(get_state(db, _PAYLOADS_DROPPED) or 0.0)
+            span = (mark - 3600, now - 3600)  # delivered in the hour that just passed 1 h
+            # a run whose stop went out over an hour ago: its start body (scripts,
+            # slurmInfo) is needed no more, nor the copy its stop carried for a 404; the
+            # stop's own body stays as long as the event, to be sent again if lost
+            db.execute("UPDATE events SET payload = '' WHERE kind = 'start' AND payload != '' "
+                       "AND status = 'delivered' AND (cluster, job_id, start_time) IN ("
+                       "SELECT cluster, job_id, start_time FROM events INDEXED BY "
+                       "events_delivered WHERE status = 'delivered' AND delivered_at >= ? "
+                       "AND delivered_at < ? AND kind = 'stop') AND id NOT IN (SELECT "
+                       "event_id FROM notify WHERE status != 'delivered')", span)
+            db.execute("UPDATE events SET payload = json_remove(payload, '$.start') "
+                       "WHERE status = 'delivered' AND delivered_at >= ? AND delivered_at < ? "
+                       "AND kind = 'stop' AND payload != '' AND id NOT IN (SELECT event_id "
+                       "FROM notify WHERE status != 'delivered')", span)
             db.execute("UPDATE events SET payload = '' WHERE status = 'delivered' AND "
-                       "delivered_at >= ? AND delivered_at < ? AND kind != 'start' AND "
-                       "payload != '' AND id NOT IN (SELECT event_id FROM notify WHERE "
-                       "status != 'delivered')", (mark - 3600, now - 3600))
+                       "delivered_at >= ? AND delivered_at < ? AND kind = 'energy' AND "
+                       "payload != ''", span)
             put_state(db, _PAYLOADS_DROPPED, repr(now - 3600))
             db.execute("DELETE FROM notify WHERE event_id NOT IN (SELECT id FROM events)")
+        self.store.vacuum()
         return gone
+
+    def _prune_rejected(self, db: sqlite3.Connection, now: float) -> int:
+        """Rejected events and rejected NATS notifications older than
+        :data:`REJECTED_KEEP` (an operator had a month to retry them): forgotten, and said."""
+        horizon = now - REJECTED_KEEP
+        notes = db.execute("DELETE FROM notify WHERE status = 'rejected' AND event_id IN ("
+                           "SELECT id FROM events WHERE delivered_at < ?)", (horizon,)).rowcount
+        rows = db.execute("SELECT id, cluster, job_id, kind FROM events WHERE status = "
+                          "'rejected' AND created_at < ? ORDER BY id", (horizon,)).fetchall()
+        for chunk in batches([r[0] for r in rows]):
+            db.execute(f"DELETE FROM events WHERE id IN ({marks(chunk)})", chunk)
+        if rows or notes:
+            log.warning("outbox: %d rejected event(s) and %d rejected NATS notification(s) "
+                        "older than %d days forgotten (never delivered; e.g. %s)", len(rows),
+                        notes, REJECTED_KEEP // 86400, ", ".join(
+                            f"{kind} of job {job} ({cluster})" for _, cluster, job, kind
+                            in rows[:3]) or "notifications only")
+        return len(rows)
 
     @classmethod
     def copy_of(cls, source: str | Path, target: str | Path) -> Outbox:
@@ -251,6 +297,15 @@ class Outbox:
                         out[(job_id, start)] = (status, at)
         return out
 
+    def stops_delivered(self, cluster: str, since: float, until: float
+                        ) -> list[tuple[int, int]]:
+        """(jobId, startTime) of the runs whose stop was delivered in [since, until)."""
+        with self.store.read() as db:
+            return [(j, s) for j, s in db.execute(
+                "SELECT job_id, start_time FROM events INDEXED BY events_delivered WHERE "
+                "status = 'delivered' AND delivered_at >= ? AND delivered_at < ? AND "
+                "kind = 'stop' AND cluster = ?", (since, until, cluster))]
+
     def reopen_start(self, cluster: str, job_id: int, start_time: int, kind: str = "start"
                      ) -> bool:
         """cc-backend lost a run we delivered (or its stop, ``kind="stop"``): send it again.
@@ -267,6 +322,8 @@ _OPEN = ("SELECT r.job_id, r.start_time FROM runs r JOIN events e ON e.cluster =
          "WHERE r.cluster = ? AND e.status != 'rejected'")
 _OPEN_HOSTS = _OPEN.replace("SELECT r.job_id, r.start_time", "SELECT r.hosts")
 _PAYLOADS_DROPPED = "compact.payloads_dropped_before"
+# How long a rejected event (or NATS notification) is kept for the operator to retry it.
+REJECTED_KEEP = 30 * 86400
 
 
 def dumps(payload: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30)
+        self._incremental_vacuum()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
@@ -109,6 +110,24 @@ class Store:
                 db.execute(_FILL_RUNS)
                 db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
             _widen_kinds(db)
+
+    def _incremental_vacuum(self) -> None:
+        """Pages that compaction frees go back to the file system (:meth:`vacuum`), which
+        needs ``auto_vacuum=INCREMENTAL``: set before the first table of a new file, or set
+        and applied by one VACUUM for a file made before (seconds for a large one, once)."""
+        if self._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+            return
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        if self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            self._db.execute("VACUUM")
+
+    def vacuum(self, pages: int = 0) -> None:
+        """Give the free pages back to the file system (0: all of them). A failure (a full
+        disk) leaves them for the next time. Run by ``executescript``: the pragma frees a
+        page per step, and ``execute`` would take one step only."""
+        with self._lock, suppress(sqlite3.Error):
+            if self._db.execute("PRAGMA freelist_count").fetchone()[0]:
+                self._db.executescript(f"PRAGMA incremental_vacuum({int(pages)});")
 
     @classmethod
     def reader(cls, path: str | Path, clock: Callable[[], float] = time.time) -> Store:

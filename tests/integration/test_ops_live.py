@@ -27,7 +27,8 @@ from tests.integration.sync_scenario import (
 from tests.integration.workload import Cluster
 
 pytestmark = pytest.mark.integration
-ROUTINES = {"slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate"}
+ROUTINES = {"slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "lost-stops",
+            "nodestate"}
 
 
 def status(cfg: Path) -> dict:

@@ -461,7 +461,7 @@ def test_sync_goes_on_after_a_failing_reconciler_and_says_what_waits(env):
     assert res.exit_code == 1
     out = [json.loads(ln) for ln in res.output.splitlines() if ln.startswith("{")]
     assert [o.get("reconciler") for o in out[:-1]] == list(
-        ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "nodestate"))
+        ("slurm-window", "slurm-lookback", "stale-jobs", "cc-cache", "lost-stops", "nodestate"))
     assert "error" in out[3] and out[0]["new_events"] > 0  # the window is stored all the same
     first, second = errors_of(res)
     assert first.startswith("error: cc-cache: cc-backend http://127.0.0.1:")

@@ -496,3 +496,115 @@ def test_the_sql_spells_no_status_the_enum_lacks(box):
     spelled = re.findall(r"status\s*(?:=|!=|IN)\s*\(?((?:'\w+'(?:,\s*)?)+)", source)
     literals = {v for group in spelled for v in re.findall(r"'(\w+)'", group)}
     assert literals and literals <= values
+
+
+def big_start(job, t=100, script=4000):
+    return NewEvent("c", job, t, "start", {"jobId": job, "startTime": t, "resources": [
+        {"hostname": "n1"}], "metaData": {"jobScript": "#" * script, "slurmInfo": "x" * 2000}},
+        True)
+
+
+def big_stop(job, t=100):
+    return NewEvent("c", job, t, "stop", {"stop": {"jobId": job, "cluster": "c",
+                                                   "startTime": t, "stopTime": t + 60,
+                                                   "jobState": "completed"},
+                                          "start": big_start(job, t).payload})
+
+
+def test_a_lost_stop_can_be_sent_again_however_long_ago_it_was_delivered(box, clock):
+    """Issue 35, item 1: the hourly compaction emptied the body of a delivered stop, so a
+    stop cc-backend lost (its stop/commit race) could never be sent again: cc-cache, every
+    ccPollInterval, reopened nothing and said nothing. The stop's own body is kept as long
+    as its event; only the start it carried goes."""
+    box.enqueue([big_start(1), big_stop(1)])
+    deliver_all(box)
+    deliver_all(box)
+    clock.now += 6 * 3600  # a cc-cache cycle later
+    box.compact(keep_seconds=7 * 86400)
+    assert box.reopen_start("c", 1, 100, kind="stop")
+    (again,) = box.queue.due()
+    assert again.kind == "stop" and again.payload["stop"]["jobState"] == "completed"
+
+
+def test_compaction_keeps_what_a_resend_needs_and_drops_the_rest(box, clock):
+    """Issue 35, item 11: delivered start bodies (scripts, slurmInfo) were kept 7 days even
+    for closed runs. An hour after its stop was delivered a run's start body goes, and the
+    copy of it its stop carried; an open run keeps its start (its stop, a 404, cc-cache)."""
+    box.enqueue([big_start(1), big_stop(1), big_start(2)])
+    deliver_all(box)
+    deliver_all(box)
+    clock.now += 2 * 3600
+    box.compact(keep_seconds=7 * 86400)
+    with box.store.read() as db:
+        kept = {(j, k): p for j, k, p in db.execute(
+            "SELECT job_id, kind, payload FROM events")}
+    assert kept[(1, "start")] == ""
+    assert json.loads(kept[(1, "stop")]) == {"stop": big_stop(1).payload["stop"]}
+    assert json.loads(kept[(2, "start")]) == big_start(2).payload  # still running
+    assert box.enqueue([big_start(1), big_stop(1)]) == 0  # still idempotent
+
+
+def test_rejected_events_and_notifications_are_pruned_after_30_days(tmp_path, clock, caplog):
+    """Issue 35, item 11: rejected events and rejected NATS notifications were never pruned
+    (a rejected notification even kept its event for ever). After 30 days they go, said."""
+    import logging
+
+    box = Outbox(tmp_path / "r.sqlite", clock=clock, notify=True)
+    box.enqueue([big_start(1), big_start(2), big_start(3)])
+    one, two, three = box.queue.due()
+    box.queue.record([Result(one.id, DeliveryStatus.REJECTED, "HTTP 400: bad"),
+                      Result(two.id, DeliveryStatus.DELIVERED),
+                      Result(three.id, DeliveryStatus.DELIVERED)])
+    box.enqueue([big_stop(2), big_stop(3)])
+    deliver_all(box)
+    while owed := box.notifications().due():  # starts first, then their stops
+        box.notifications().record([Result(e.id, DeliveryStatus.REJECTED, "too large")
+                                    for e in owed])
+    clock.now += 29 * 86400
+    box.compact(keep_seconds=7 * 86400)
+    assert admin.stats(box.store)["rejected"] == 1
+    clock.now += 2 * 86400
+    with caplog.at_level(logging.WARNING):
+        box.compact(keep_seconds=7 * 86400)
+    with box.store.read() as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM notify").fetchone()[0] == 0
+    assert "rejected" in caplog.text
+    box.close()
+
+
+def test_the_outbox_file_shrinks_when_compaction_frees_it(tmp_path, clock):
+    """Issue 35, item 11: the file was never vacuumed: a backlog's pages stayed for good."""
+    box = Outbox(tmp_path / "v.sqlite", clock=clock)
+    box.enqueue([e for job in range(1, 2001) for e in (big_start(job), big_stop(job))])
+    while deliver_all(box):
+        pass
+    box.store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    full = box.path.stat().st_size
+    clock.now += 8 * 86400
+    box.compact(keep_seconds=7 * 86400)
+    box.store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert box.path.stat().st_size < full / 4, (full, box.path.stat().st_size)
+    box.close()
+
+
+def test_a_month_of_jobs_keeps_the_outbox_flat_after_its_retention(tmp_path, clock):
+    """Issue 35, item 11: 30 simulated days of 300 jobs a day, compacted hourly as the
+    daemon does: the file after 30 days is no larger than after 9 (retention 7 days)."""
+    box = Outbox(tmp_path / "m.sqlite", clock=clock)
+    sizes = {}
+    job = 0
+    for day in range(1, 31):
+        for _hour in range(24):
+            batch = [job + i for i in range(1, 13)]
+            job += 12
+            box.enqueue([e for j in batch for e in (big_start(j, int(clock.now)),
+                                                    big_stop(j, int(clock.now)))])
+            while deliver_all(box):
+                pass
+            clock.now += 3600
+            box.compact(keep_seconds=7 * 86400)
+        box.store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        sizes[day] = box.path.stat().st_size
+    assert sizes[30] <= sizes[9] * 1.1, sizes
+    box.close()

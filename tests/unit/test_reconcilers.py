@@ -696,3 +696,40 @@ def test_an_administrator_sees_and_forgets_unreadable_records(env, tmp_path):
     again = Outbox(box.path, clock=clock)
     assert SlurmWindow(collector, again, last, settings(), clock).unparsed.ids() == []
     again.close()
+
+
+def test_lost_stops_asks_close_start_times_in_one_range():
+    from ccadapter.reconcilers.lost_stops import GAP, start_ranges
+
+    assert start_ranges([]) == []
+    assert start_ranges([100, 100 + GAP, 100 + 2 * GAP + 1, 5000]) == [
+        (100, 100 + GAP), (100 + 2 * GAP + 1, 100 + 2 * GAP + 1), (5000, 5000)]
+
+
+def test_lost_stops_looks_at_each_stop_once_after_the_commit(tmp_path):
+    """Each stop is asked about once, ccCommitJobInterval plus a minute after it went out
+    (a run still in cc-backend's job cache is listed only after the commit)."""
+    from ccadapter.reconcilers.lost_stops import LostStops
+
+    clock = Clock(1_800_000_000.0)
+    box = Outbox(tmp_path / "o.sqlite", clock=clock)
+    stop = NewEvent("c", 7, 1_799_999_000, "stop", {"stop": {"jobId": 7}})
+    box.enqueue([stop])
+    (ev,) = box.queue.due()
+    box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
+
+    asked = []
+
+    class Listing:
+        def running_runs(self, cluster, start_time=None):
+            asked.append(start_time)
+            return iter([(7, 1_799_999_000)])
+
+    checker = LostStops(box, "c", Listing(), commit_interval=300, clock=clock)
+    assert checker.run_once()["checked"] == 0  # too soon: it may sit in the job cache
+    clock.now += 400
+    assert checker.run_once() == {"checked": 1, "queries": 1, "stops_again": 1}
+    assert asked == [(1_799_999_000, 1_799_999_000)]
+    clock.now += 400
+    assert checker.run_once()["checked"] == 0
+    box.close()

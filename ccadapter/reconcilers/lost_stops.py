@@ -1,0 +1,73 @@
+"""lost-stops: the runs whose stop cc-backend took a few minutes ago, asked whether it still
+lists them running; the stops it lost are sent again.
+
+cc-backend 1.5.4 answers 200 to a stop that meets a commit of its job cache and applies it to
+another job (internal/api/job.go ``stopJobByRequest`` looks in the cache before it takes the
+lock; see :mod:`.cc_cache`): the run stays running there. cc-cache finds such runs too, but
+every ``ccPollInterval`` (6 hours by default) and by listing every running job; the race
+shows within minutes of the stop, so this looks at each stop once, soon after it went out:
+once ``ccCommitJobInterval`` has passed (a run still in the job cache is listed only after
+the commit) plus a minute (a stop crossing the listing), within :data:`HORIZON`. It asks
+``GET /api/jobs/?state=running&start-time=FROM-TO`` for the start times of those runs, close
+ones in one range: the cost follows the stops of the last minutes, not the jobs running.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ccadapter.cc.client import CcClient
+from ccadapter.outbox import Outbox
+
+log = logging.getLogger(__name__)
+
+HORIZON = 1800.0  # stops delivered longer ago than this are cc-cache's
+SETTLE = 60.0  # after the commit: a stop that crossed the listing is not lost
+GAP = 600  # start times this close are asked in one range
+
+
+@dataclass(eq=False)
+class LostStops:
+    name: ClassVar[str] = "lost-stops"
+
+    outbox: Outbox
+    cluster: str
+    client: CcClient
+    commit_interval: float = 300.0
+    clock: Callable[[], float] = time.time
+    _checked_until: float | None = field(default=None, init=False)
+
+    def run_once(self) -> dict[str, Any]:
+        now = self.clock()
+        until = now - self.commit_interval - SETTLE
+        since = max(self._checked_until or 0.0, now - HORIZON)
+        if until <= since:
+            return {"checked": 0}
+        stopped = self.outbox.stops_delivered(self.cluster, since, until)
+        ranges = start_ranges(sorted({start for _, start in stopped}))
+        listed: set[tuple[int, int]] = set()
+        for lo, hi in ranges:
+            listed.update(self.client.running_runs(self.cluster, start_time=(lo, hi)))
+        self._checked_until = until  # only once cc-backend answered for all of them
+        lost = sorted(set(stopped) & listed)
+        again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in lost)
+        if again:
+            log.warning("lost-stops: cc-backend still lists %d run(s) running whose stop it "
+                        "took minutes ago (its stop/commit race), e.g. job %d; their stops are "
+                        "sent again", again, lost[0][0])
+        return {"checked": len(stopped), "queries": len(ranges), "stops_again": again}
+
+
+def start_ranges(starts: list[int]) -> list[tuple[int, int]]:
+    """Sorted start times as ranges of times at most :data:`GAP` apart."""
+    ranges: list[tuple[int, int]] = []
+    for start in starts:
+        if ranges and start - ranges[-1][1] <= GAP:
+            ranges[-1] = (ranges[-1][0], start)
+        else:
+            ranges.append((start, start))
+    return ranges
