@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ccadapter.model import EventKind
 from ccadapter.outbox.events import NewEvent, dumps
-from ccadapter.outbox.queue import DeliveryStatus, Event
+from ccadapter.outbox.queue import PAYLOAD, DeliveryStatus, Event
 from ccadapter.outbox.store import Store, batches, existing, marks
 
 _LISTED = ("id", "cluster", "jobId", "startTime", "kind", "status", "attempts",
@@ -95,6 +96,7 @@ def drop(store: Store, ids: Iterable[int]) -> list[int]:
             db.execute("UPDATE events SET status = 'delivered', delivered_at = ?, "
                        "payload = '', last_error = 'dropped by operator' "
                        f"WHERE id IN ({marks(chunk)})", (now, *chunk))
+            db.execute(f"DELETE FROM bodies WHERE event_id IN ({marks(chunk)})", chunk)
     return found
 
 
@@ -105,12 +107,22 @@ def resend(store: Store, events: Iterable[NewEvent]) -> int:
     opened = 0
     with store.tx() as db:
         for ev in events:
-            opened += db.execute(
-                "UPDATE events SET status = 'pending', next_attempt_at = 0, payload = ?, "
-                "last_error = NULL, delivered_at = NULL WHERE cluster = ? AND job_id = ? "
-                "AND start_time = ? AND kind = ? AND status = 'delivered'",
-                (dumps(ev.payload), ev.cluster, ev.job_id, ev.start_time, ev.kind),
-            ).rowcount
+            row = ("" if ev.kind == EventKind.START else
+                   dumps({"stop": ev.payload["stop"]}) if ev.kind == EventKind.STOP else
+                   dumps(ev.payload))
+            found = db.execute(
+                "SELECT id FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
+                "AND kind = ? AND status = 'delivered'",
+                (ev.cluster, ev.job_id, ev.start_time, ev.kind)).fetchone()
+            if found is None:
+                continue
+            db.execute("UPDATE events SET status = 'pending', next_attempt_at = 0, "
+                       "payload = ?, last_error = NULL, delivered_at = NULL WHERE id = ?",
+                       (row, found[0]))
+            if ev.kind == EventKind.START:
+                db.execute("INSERT OR REPLACE INTO bodies (event_id, body) VALUES (?, ?)",
+                           (found[0], dumps(ev.payload)))
+            opened += 1
     return opened
 
 
@@ -125,6 +137,9 @@ def track_changes(store: Store) -> None:
         db.execute("CREATE TEMP TRIGGER IF NOT EXISTS changed_updated AFTER UPDATE "
                    "OF payload, status ON main.events BEGIN INSERT OR IGNORE INTO "
                    "changed VALUES (new.id); END")
+        db.execute("CREATE TEMP TRIGGER IF NOT EXISTS changed_body AFTER UPDATE "
+                   "ON main.bodies BEGIN INSERT OR IGNORE INTO changed VALUES "
+                   "(new.event_id); END")
 
 
 def changed(store: Store) -> list[Event]:
@@ -133,8 +148,8 @@ def changed(store: Store) -> list[Event]:
     table, not through the queue's ``due``, which holds a stop back while its start waits."""
     with store.read() as db:
         rows = db.execute(
-            "SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at "
-            "FROM events WHERE status = 'pending' AND id IN (SELECT id FROM temp.changed) "
+            f"SELECT id, cluster, job_id, start_time, kind, {PAYLOAD}, attempts, created_at "
+            "FROM events e WHERE status = 'pending' AND id IN (SELECT id FROM temp.changed) "
             "ORDER BY id").fetchall()
     return [Event.from_row(r) for r in rows]
 

@@ -6,34 +6,23 @@ no-op, so overlapping Slurm windows, restarts and hook-plus-poll double sighting
 become double deliveries. The order per job is the queue's business
 (:mod:`ccadapter.outbox.queue`), the file's and its transactions the store's
 (:mod:`ccadapter.outbox.store`); the operator's commands are in
-:mod:`ccadapter.outbox.operator`.
+:mod:`ccadapter.outbox.admin`.
 
 With NATS notifications on (REST and NATS both), an event cc-backend took gets a row in
 ``notify`` in the same transaction that records the delivery, so a notification survives a
 crash like the event did; :meth:`Outbox.notifications` drains those rows.
 
 Allocation details (hwthreads, GPUs) are captured at first sight: a pending start is only ever
-replaced by a richer one (one that carries allocation details), and a stop carries the start
-body stored for its run, so that a stop answered 404 can deliver the start first, hours later
-(the body rules are :func:`with_start` and :func:`keep_script`).
+replaced by a richer one (one that carries allocation details, :func:`keep_script`), and a
+stop is delivered with the start body stored for its run beside it, so that a stop answered
+404 can deliver the start first, hours later.
 
-What is kept, and for how long (:meth:`Outbox.compact`, hourly), bounds the file:
-- every event of the last ``slurmQueryMaxSpan`` (7 days), so overlapping windows never send
-  one twice; a run still open keeps its start however old;
-- the body of a start while its run is open, and for an hour after its stop went out (a
-  start body carries the batch script and ``slurmInfo``: kilobytes);
-- the body of a stop as long as its event (a stop cc-backend lost is sent again from it,
-  ``reopen_start``), without the copy of the start it carried after that hour;
-- rejected events and NATS notifications for 30 days (:data:`REJECTED_KEEP`);
-- node states for an hour. Freed pages go back to the file system (incremental vacuum).
-At 50,000 jobs a day that is a week of small rows and an hour of bodies; BENCHMARKS.md gives
-the size measured ("Outbox size over a month").
+What is kept, and for how long, bounds the file: :mod:`ccadapter.outbox.retention`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import time
 from collections import Counter
@@ -44,17 +33,14 @@ from typing import Any
 
 from ccadapter.model import EventKind
 from ccadapter.outbox.queue import EVENTS, NOTIFY, DeliveryQueue, DeliveryStatus
+from ccadapter.outbox.retention import compact
 from ccadapter.outbox.store import (
     Store,
     batches,
     copy_file,
-    get_state,
     marks,
-    put_state,
 )
 from ccadapter.retry import RetryPolicies, RetryPolicy
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,98 +104,54 @@ class Outbox:
         return added.total()
 
     def _enqueue_one(self, db: sqlite3.Connection, ev: NewEvent, now: float) -> int:
-        payload = ev.payload
+        """A start's body goes into the bodies table, its row holds none; a stop keeps its
+        own body only: delivery reads the start body stored for its run beside it (the one
+        captured at first sight, the richest we will ever have; queue.PAYLOAD). A stop whose
+        run has no start body stored (its start dropped by the operator) keeps the one it
+        came with, until an hour after its delivery."""
         run = (ev.cluster, ev.job_id, ev.start_time)
+        row_payload = ev.payload
         if ev.kind == EventKind.NODESTATE:  # only the newest state of a cluster matters
             db.execute("DELETE FROM events WHERE kind = 'nodestate' AND cluster = ? "
                        "AND status != 'delivered'", (ev.cluster,))
-        if ev.kind == EventKind.STOP:
-            row = db.execute(
-                "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
-                "AND kind = 'start' AND payload != ''", run).fetchone()
-            if row:  # the start captured at first sight is the richest we will ever have
-                payload = with_start(payload, json.loads(row[0]))
+        elif ev.kind == EventKind.STOP:
+            if db.execute(_START_BODY, run).fetchone():
+                row_payload = {"stop": ev.payload["stop"]}  # the stored start goes beside it
             db.execute("DELETE FROM runs WHERE cluster = ? AND job_id = ? AND start_time = ?",
                        run)
+        elif ev.kind == EventKind.START:
+            row_payload = {}
         cur = db.execute(
             "INSERT OR IGNORE INTO events (cluster, job_id, start_time, kind, payload, rich, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (*run, ev.kind, dumps(payload), int(ev.rich), now))
+            (*run, ev.kind, dumps(row_payload) if row_payload else "", int(ev.rich), now))
         if ev.kind == EventKind.START and cur.rowcount:
+            db.execute("INSERT INTO bodies (event_id, body) VALUES (?, ?)",
+                       (cur.lastrowid, dumps(ev.payload)))
             db.execute(
                 "INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts) SELECT ?, ?, ?, ? "
                 "WHERE NOT EXISTS (SELECT 1 FROM events WHERE cluster = ? AND job_id = ? "
                 "AND start_time = ? AND kind = 'stop')",
-                (*run, start_hosts(payload), *run))
+                (*run, start_hosts(ev.payload), *run))
         if cur.rowcount:
             return 1
         if ev.kind == EventKind.START and ev.rich:
             row = db.execute(
-                "SELECT payload FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
-                "AND kind = 'start' AND status = 'pending' AND rich = 0", run).fetchone()
+                "SELECT e.id, b.body FROM events e JOIN bodies b ON b.event_id = e.id "
+                "WHERE e.cluster = ? AND e.job_id = ? AND e.start_time = ? AND e.kind = 'start' "
+                "AND e.status = 'pending' AND e.rich = 0", run).fetchone()
             if row:
-                db.execute(
-                    "UPDATE events SET payload = ?, rich = 1 WHERE cluster = ? AND job_id = ? "
-                    "AND start_time = ? AND kind = 'start'",
-                    (dumps(keep_script(payload, json.loads(row[0]))), *run))
+                db.execute("UPDATE bodies SET body = ? WHERE event_id = ?",
+                           (dumps(keep_script(ev.payload, json.loads(row[1]))), row[0]))
+                db.execute("UPDATE events SET rich = 1 WHERE id = ?", (row[0],))
         return 0
 
     def compact(self, keep_seconds: float) -> int:
-        """Keep the outbox to what a site needs of it, within a bound (see the module
-        docstring); returns how many events were forgotten. Reads only the events old
-        enough to change (index on status, delivered_at)."""
-        now = self.store.clock()
-        with self.store.tx() as db:
-            gone = self._prune_rejected(db, now)
-            gone += db.execute(
-                "DELETE FROM events WHERE status = 'delivered' AND delivered_at < ? "
-                "AND id NOT IN (SELECT event_id FROM notify WHERE status != 'delivered') "
-                "AND NOT (kind = 'start' AND EXISTS (SELECT 1 FROM runs r WHERE "
-                "r.cluster = events.cluster AND r.job_id = events.job_id "
-                "AND r.start_time = events.start_time))",
-                (now - keep_seconds,)).rowcount
-            gone += db.execute("DELETE FROM events WHERE kind = 'nodestate' AND status = "
-                               "'delivered' AND delivered_at < ?", (now - 3600,)).rowcount
-            mark = float(get_state(db, _PAYLOADS_DROPPED) or 0.0)
-            span = (mark - 3600, now - 3600)  # delivered in the hour that just passed 1 h
-            # a run whose stop went out over an hour ago: its start body (scripts,
-            # slurmInfo) is needed no more, nor the copy its stop carried for a 404; the
-            # stop's own body stays as long as the event, to be sent again if lost
-            db.execute("UPDATE events SET payload = '' WHERE kind = 'start' AND payload != '' "
-                       "AND status = 'delivered' AND (cluster, job_id, start_time) IN ("
-                       "SELECT cluster, job_id, start_time FROM events INDEXED BY "
-                       "events_delivered WHERE status = 'delivered' AND delivered_at >= ? "
-                       "AND delivered_at < ? AND kind = 'stop') AND id NOT IN (SELECT "
-                       "event_id FROM notify WHERE status != 'delivered')", span)
-            db.execute("UPDATE events SET payload = json_remove(payload, '$.start') "
-                       "WHERE status = 'delivered' AND delivered_at >= ? AND delivered_at < ? "
-                       "AND kind = 'stop' AND payload != '' AND id NOT IN (SELECT event_id "
-                       "FROM notify WHERE status != 'delivered')", span)
-            db.execute("UPDATE events SET payload = '' WHERE status = 'delivered' AND "
-                       "delivered_at >= ? AND delivered_at < ? AND kind = 'energy' AND "
-                       "payload != ''", span)
-            put_state(db, _PAYLOADS_DROPPED, repr(now - 3600))
-            db.execute("DELETE FROM notify WHERE event_id NOT IN (SELECT id FROM events)")
+        """Keep the outbox within its bound (:mod:`ccadapter.outbox.retention`); returns how
+        many events were forgotten."""
+        gone = compact(self.store, keep_seconds)
         self.store.vacuum()
         return gone
-
-    def _prune_rejected(self, db: sqlite3.Connection, now: float) -> int:
-        """Rejected events and rejected NATS notifications older than
-        :data:`REJECTED_KEEP` (an operator had a month to retry them): forgotten, and said."""
-        horizon = now - REJECTED_KEEP
-        notes = db.execute("DELETE FROM notify WHERE status = 'rejected' AND event_id IN ("
-                           "SELECT id FROM events WHERE delivered_at < ?)", (horizon,)).rowcount
-        rows = db.execute("SELECT id, cluster, job_id, kind FROM events WHERE status = "
-                          "'rejected' AND created_at < ? ORDER BY id", (horizon,)).fetchall()
-        for chunk in batches([r[0] for r in rows]):
-            db.execute(f"DELETE FROM events WHERE id IN ({marks(chunk)})", chunk)
-        if rows or notes:
-            log.warning("outbox: %d rejected event(s) and %d rejected NATS notification(s) "
-                        "older than %d days forgotten (never delivered; e.g. %s)", len(rows),
-                        notes, REJECTED_KEEP // 86400, ", ".join(
-                            f"{kind} of job {job} ({cluster})" for _, cluster, job, kind
-                            in rows[:3]) or "notifications only")
-        return len(rows)
 
     @classmethod
     def copy_of(cls, source: str | Path, target: str | Path) -> Outbox:
@@ -310,30 +252,26 @@ class Outbox:
                      ) -> bool:
         """cc-backend lost a run we delivered (or its stop, ``kind="stop"``): send it again.
         False when it is not delivered here, or its body was compacted away."""
+        body = ("EXISTS (SELECT 1 FROM bodies WHERE event_id = events.id)" if kind == "start"
+                else "payload != ''")
         with self.store.tx() as db:
             return bool(db.execute(
                 "UPDATE events SET status = 'pending', next_attempt_at = 0 WHERE cluster = ? "
                 "AND job_id = ? AND start_time = ? AND kind = ? AND status = 'delivered' "
-                "AND payload != ''", (cluster, job_id, start_time, kind)).rowcount)
+                f"AND {body}", (cluster, job_id, start_time, kind)).rowcount)
 
 
 _OPEN = ("SELECT r.job_id, r.start_time FROM runs r JOIN events e ON e.cluster = r.cluster "
          "AND e.job_id = r.job_id AND e.start_time = r.start_time AND e.kind = 'start' "
          "WHERE r.cluster = ? AND e.status != 'rejected'")
 _OPEN_HOSTS = _OPEN.replace("SELECT r.job_id, r.start_time", "SELECT r.hosts")
-_PAYLOADS_DROPPED = "compact.payloads_dropped_before"
-# How long a rejected event (or NATS notification) is kept for the operator to retry it.
-REJECTED_KEEP = 30 * 86400
+_START_BODY = ("SELECT 1 FROM events s JOIN bodies b ON b.event_id = s.id WHERE s.cluster = ? "
+               "AND s.job_id = ? AND s.start_time = ? AND s.kind = 'start'")
+
 
 
 def dumps(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-
-
-def with_start(stop_body: dict[str, Any], start_body: dict[str, Any]) -> dict[str, Any]:
-    """A stop as the outbox keeps it: with the start body stored for its run, so that a
-    stop answered 404 (cc-backend lost the job) can deliver the start first."""
-    return {**stop_body, "start": start_body}
 
 
 def keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:

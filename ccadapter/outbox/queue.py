@@ -79,8 +79,21 @@ class QueueTable:
     due_query: str
 
 
-EVENTS = QueueTable("events", "id", "events_due", """
-SELECT id, cluster, job_id, start_time, kind, payload, attempts, created_at,
+# An event's body as delivery sends it: a start's from the bodies table; a stop's own with
+# its run's start body beside it as "start" (a stop answered 404 delivers the start first,
+# and NATS takes its partition from it; the one it came with where none is stored); the
+# others' row. Read with the event table as ``e``.
+PAYLOAD = """CASE e.kind
+  WHEN 'start' THEN (SELECT b.body FROM bodies b WHERE b.event_id = e.id)
+  WHEN 'stop' THEN coalesce((
+        SELECT json_set(e.payload, '$.start', json(b.body)) FROM events s
+        JOIN bodies b ON b.event_id = s.id
+        WHERE s.cluster = e.cluster AND s.job_id = e.job_id AND s.start_time = e.start_time
+          AND s.kind = 'start'), e.payload)
+  ELSE e.payload END"""
+
+EVENTS = QueueTable("events", "id", "events_due", f"""
+SELECT id, cluster, job_id, start_time, kind, {PAYLOAD}, attempts, created_at,
   CASE WHEN kind = 'energy' THEN (
         SELECT s.delivered_at FROM events s WHERE s.cluster = e.cluster
           AND s.job_id = e.job_id AND s.start_time = e.start_time AND s.kind = 'stop') END
@@ -99,8 +112,8 @@ WHERE status = 'pending' AND next_attempt_at <= :now
 ORDER BY id LIMIT :limit
 """)
 
-NOTIFY = QueueTable("notify", "event_id", "notify_due", """
-SELECT e.id, e.cluster, e.job_id, e.start_time, e.kind, e.payload, n.attempts, e.created_at
+NOTIFY = QueueTable("notify", "event_id", "notify_due", f"""
+SELECT e.id, e.cluster, e.job_id, e.start_time, e.kind, {PAYLOAD}, n.attempts, e.created_at
 FROM notify n INDEXED BY notify_pending JOIN events e ON e.id = n.event_id
 WHERE n.status = 'pending' AND n.next_attempt_at <= :now
   AND NOT (e.kind = 'stop' AND EXISTS (

@@ -72,15 +72,41 @@ CREATE TABLE IF NOT EXISTS runs (
     hosts           TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (cluster, job_id, start_time)
 ) WITHOUT ROWID;
+-- the body of each start event (kilobytes: the batch script, slurmInfo), apart from its
+-- row: the events table keeps small rows, densely packed, for a week, while a body goes an
+-- hour after its run's stop (events.py, compact), freeing whole pages. A row shrunk in
+-- place would keep its page for the week.
+CREATE TABLE IF NOT EXISTS bodies (
+    event_id        INTEGER PRIMARY KEY,
+    body            TEXT    NOT NULL
+);
+"""
+# An event forgotten takes its body along (also for a table rebuilt by _widen_kinds).
+_BODY_FOLLOWS = """
+CREATE TRIGGER IF NOT EXISTS events_gone AFTER DELETE ON events
+BEGIN DELETE FROM bodies WHERE event_id = old.id; END
 """
 
-# An outbox written before the runs table existed gets it filled once, from its events.
+# An outbox written before the bodies table kept each start's body in its row, and a copy
+# of it in its stop's: moved once (the stop keeps its own body only).
+_MOVE_BODIES = (
+    "INSERT OR IGNORE INTO bodies (event_id, body) SELECT id, payload FROM events "
+    "WHERE kind = 'start' AND payload != ''",
+    "UPDATE events SET payload = '' WHERE kind = 'start' AND payload != ''",
+    "UPDATE events SET payload = json_remove(payload, '$.start') WHERE kind = 'stop' "
+    "AND payload != ''",
+)
+
+# An outbox written before the runs table existed gets it filled once, from its events (the
+# start bodies in their rows then, or in the bodies table since).
 _FILL_RUNS = """
 INSERT OR IGNORE INTO runs (cluster, job_id, start_time, hosts)
 SELECT e.cluster, e.job_id, e.start_time, coalesce((SELECT group_concat(
-           json_extract(r.value, '$.hostname'), ',') FROM json_each(e.payload, '$.resources') r),
-       '')
-FROM events e WHERE e.kind = 'start' AND e.payload != '' AND NOT EXISTS (
+           json_extract(r.value, '$.hostname'), ',') FROM json_each(coalesce((
+               SELECT b.body FROM bodies b WHERE b.event_id = e.id), e.payload),
+           '$.resources') r), '')
+FROM events e WHERE e.kind = 'start' AND (e.payload != '' OR EXISTS (
+    SELECT 1 FROM bodies b WHERE b.event_id = e.id)) AND NOT EXISTS (
     SELECT 1 FROM events s WHERE s.cluster = e.cluster AND s.job_id = e.job_id
       AND s.start_time = e.start_time AND s.kind = 'stop')
 """
@@ -109,7 +135,12 @@ class Store:
             if db.execute("SELECT 1 FROM state WHERE key = 'schema.runs'").fetchone() is None:
                 db.execute(_FILL_RUNS)
                 db.execute("INSERT INTO state (key, value) VALUES ('schema.runs', '1')")
+            if get_state(db, "schema.bodies") is None:
+                for statement in _MOVE_BODIES:
+                    db.execute(statement)
+                put_state(db, "schema.bodies", "1")
             _widen_kinds(db)
+            db.execute(_BODY_FOLLOWS)
 
     def _incremental_vacuum(self) -> None:
         """Pages that compaction frees go back to the file system (:meth:`vacuum`), which

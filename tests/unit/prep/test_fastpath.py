@@ -80,9 +80,12 @@ def test_end_retried_until_slurmctld_has_it(env):
 
 
 def stored(box, kind):
-    """The payload the outbox holds for the one event of ``kind`` (due or not)."""
+    """The body the outbox would send for the one event of ``kind`` (due or not)."""
+    from ccadapter.outbox.queue import PAYLOAD
+
     with box.store.read() as db:
-        (payload,) = db.execute("SELECT payload FROM events WHERE kind = ?", (kind,)).fetchone()
+        (payload,) = db.execute(f"SELECT {PAYLOAD} FROM events e WHERE kind = ?",
+                                (kind,)).fetchone()
     return json.loads(payload)
 
 
