@@ -195,6 +195,16 @@ class CcClient:
     def _problem(self, what: str, reason: str, advice: str) -> str:
         return f"cc-backend {safe_url(self.url)} (ccRestUrl): {what}: {reason}; {advice}"
 
+    def job_start(self, db_id: int) -> int | None:
+        """The startTime of cc-backend's job ``db_id`` (``GET /api/jobs/{id}``); None when
+        it cannot be read (an error, another server's answer)."""
+        try:
+            resp = self._request("GET", f"/api/jobs/{int(db_id)}", None)
+            start = json.loads(resp.data)["Meta"]["startTime"] if resp.status == 200 else None
+        except (TransportError, ValueError, KeyError, TypeError):
+            return None
+        return start if isinstance(start, int) and not isinstance(start, bool) else None
+
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
         """All running jobs of a cluster (every page in one list; for small clusters and
         tests: :meth:`running_job_pages` keeps one page at a time)."""

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
 from ccadapter.model import EventKind
-from ccadapter.outbox import DeliveryStatus, Event, Result
+from ccadapter.outbox import NOT_HELD, DeliveryStatus, Event, Result
 from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,9 @@ _ENERGY_NOT_YET = frozenset({422, 500})
 # commit worker moves the job cache while a stop waits for the repository lock (the stop
 # then takes a stale row id; README, Troubleshooting). No API undoes it.
 _STOPPED_AS = re.compile(r"job has already been stopped \(state is: (\w+)\)")
+# cc-backend's 422 to a start of a job id it holds a run of from less than a day before, or
+# of this very run (internal/api/job.go startJob): the job it found.
+_DUPLICATE = re.compile(r"already exists: dbid: (\d+)")
 
 
 class RestDelivery:
@@ -61,7 +64,25 @@ class RestDelivery:
         if event.kind == EventKind.STOP:
             return self._deliver_stop(event)
         answer = self.sender.send(event.kind, event.payload)
+        if event.kind == EventKind.START and (held := self._held_instead(event, answer)):
+            note = f"{NOT_HELD}{_refused(event, held)}"
+            log.warning("%s; its times, nodes and state go into that job's metaData once it "
+                        "ends", note)
+            return Result(event.id, DeliveryStatus.DELIVERED, note)
         return self._result(event, answer)
+
+    def _held_instead(self, event: Event, answer: Answer) -> int | None:
+        """When cc-backend answered this run's start 422 because it holds another run of
+        the job id from less than a day before (cc-backend 1.5.4 startJob's duplicate rule,
+        internal/api/job.go), that run's start time, read from the job the answer names
+        (``dbid: N``); None for a 422 that means this run is held already, and when it
+        cannot be told."""
+        found = _DUPLICATE.search(answer.detail) if answer.status == 422 else None
+        lookup = getattr(self.sender, "job_start", None)
+        if found is None or lookup is None:
+            return None
+        start = lookup(int(found.group(1)))
+        return start if start is not None and start != event.start_time else None
 
     def _deliver_stop(self, event: Event) -> Result:
         answer = self.sender.send(EventKind.STOP, event.payload["stop"])
@@ -73,6 +94,8 @@ class RestDelivery:
             return Result(event.id, DeliveryStatus.REJECTED,
                           "stop answered 404 and no start body is known")
         first = self.sender.send(EventKind.START, start)
+        if held := self._held_instead(event, first):
+            return self._note_on_held(event, held, start)
         if first.outcome is not Outcome.DELIVERED:
             return self._result(event, first, note="start before stop: ")
         log.info("job %d (%s): start delivered late, before its stop", event.job_id,
@@ -112,6 +135,26 @@ class RestDelivery:
         return Result(event.id, DeliveryStatus.PENDING,
                       f"{note}HTTP {answer.status}: {answer.detail}")
 
+    def _note_on_held(self, event: Event, held: int, start: dict) -> Result:
+        """A run cc-backend holds no job of has ended: what can be held of it -- its times,
+        nodes and state -- goes into the metaData of the job it holds for that job id
+        (``PATCH /api/jobs/edit_meta/``, key ``requeuedRun.START``)."""
+        stop = event.payload["stop"]
+        key = f"requeuedRun.{event.start_time}"
+        answer = self.sender.send(EventKind.ENERGY, {  # an edit of metaData, as energy's
+            "jobId": event.job_id, "cluster": event.cluster, "startTime": held,
+            "payload": {"key": key, "value": run_summary(start, stop)}})
+        if answer.outcome is Outcome.DELIVERED:
+            log.info("job %d (%s): its run of %d is in the metaData of the run of %d (%s)",
+                     event.job_id, event.cluster, event.start_time, held, key)
+            return Result(event.id, DeliveryStatus.DELIVERED,
+                          f"{NOT_HELD}{_refused(event, held)}; its times, nodes and state "
+                          f"are in that job's metaData.{key}")
+        if answer.status in _ENERGY_NOT_YET:  # that job is being archived
+            return self._energy_not_yet(event, answer, f"metaData.{key} of job "
+                                                       f"{event.job_id}")
+        return self._result(event, answer, note="requeued run into metaData: ")
+
     @staticmethod
     def _stopped_by_another(event: Event, answer: Answer) -> str:
         """The problem when cc-backend holds this run stopped in a state not ours ("" when
@@ -141,3 +184,21 @@ class RestDelivery:
                           f"{event.attempts + 1} attempts: {error}")
         log.debug("%s not taken yet, will retry: %s", what, error)
         return Result(event.id, DeliveryStatus.PENDING, error, waiting=True)
+
+
+def _refused(event: Event, held: int) -> str:
+    return (f"cc-backend holds the run of job {event.job_id} ({event.cluster}) that started at "
+            f"{_iso(held)} and refuses this run of {_iso(event.start_time)} (cc-backend 1.5.4 "
+            "holds one run of a job id a day)")
+
+
+def run_summary(start: dict, stop: dict) -> str:
+    """A run in one line, for the metaData of another: times, length, state, hosts."""
+    began, ended = int(start.get("startTime") or 0), int(stop.get("stopTime") or 0)
+    hosts = ",".join(r.get("hostname", "") for r in start.get("resources") or ())
+    return (f"{_iso(began)} to {_iso(ended)} ({max(0, ended - began)} s), "
+            f"{stop.get('jobState', '?')}, on {hosts or '?'}")
+
+
+def _iso(ts: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

@@ -130,8 +130,8 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
     """``outbox``, the cycles by cluster (``cycles``), the served clusters (``served``) and
     the failover role (``control``); an outbox that does not exist yet is not created."""
     view: dict[str, Any] = {"path": str(path), "exists": path.exists(), "pending": 0,
-                            "rejected": 0, "oldestPendingAge": None, "counts": {},
-                            "rejectedEvents": []}
+                            "rejected": 0, "notHeld": 0, "oldestPendingAge": None,
+                            "counts": {}, "rejectedEvents": []}
     if not view["exists"]:
         return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None,
                 "unparsed": {}}
@@ -139,6 +139,7 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
     try:
         stats = admin.stats(outbox.store)
         view.update(pending=stats["pending"], rejected=stats["rejected"],
+                    notHeld=stats["not_held"],
                     counts=_nested(stats["counts"]),
                     rejectedEvents=admin.rejected(outbox.store, rejected_limit))
         if stats["pending"]:

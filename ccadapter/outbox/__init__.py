@@ -3,6 +3,7 @@
 commands (:mod:`.admin`)."""
 
 from ccadapter.outbox.events import NewEvent, Outbox
-from ccadapter.outbox.queue import DeliveryQueue, DeliveryStatus, Event, Result
+from ccadapter.outbox.queue import NOT_HELD, DeliveryQueue, DeliveryStatus, Event, Result
 
-__all__ = ["DeliveryQueue", "DeliveryStatus", "Event", "NewEvent", "Outbox", "Result"]
+__all__ = ["NOT_HELD", "DeliveryQueue", "DeliveryStatus", "Event", "NewEvent", "Outbox",
+           "Result"]

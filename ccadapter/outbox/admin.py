@@ -9,7 +9,7 @@ from typing import Any
 
 from ccadapter.model import EventKind
 from ccadapter.outbox.events import NewEvent, dumps
-from ccadapter.outbox.queue import PAYLOAD, DeliveryStatus, Event
+from ccadapter.outbox.queue import NOT_HELD_ROWS, PAYLOAD, DeliveryStatus, Event
 from ccadapter.outbox.store import Store, batches, existing, marks
 
 _LISTED = ("id", "cluster", "jobId", "startTime", "kind", "status", "attempts",
@@ -24,9 +24,12 @@ def stats(store: Store) -> dict[str, Any]:
                                   "status = 'pending'").fetchone()[0]
         notify = dict(db.execute(
             "SELECT status, count(*) FROM notify GROUP BY 1").fetchall())
+        not_held = db.execute(f"SELECT count(*) FROM events WHERE {NOT_HELD_ROWS}"
+                              ).fetchone()[0]
     return {"counts": counts, "notify": notify,
             "pending": _count(counts, DeliveryStatus.PENDING),
             "rejected": _count(counts, DeliveryStatus.REJECTED),
+            "not_held": not_held,
             "oldest_pending_age": (store.clock() - oldest) if oldest else 0.0}
 
 

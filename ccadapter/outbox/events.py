@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.model import EventKind
-from ccadapter.outbox.queue import EVENTS, NOTIFY, DeliveryQueue, DeliveryStatus
+from ccadapter.outbox.queue import EVENTS, NOT_HELD_ROWS, NOTIFY, DeliveryQueue, DeliveryStatus
 from ccadapter.outbox.retention import compact
 from ccadapter.outbox.store import (
     Store,
@@ -238,6 +238,15 @@ class Outbox:
                     if (job_id, start) in wanted:
                         out[(job_id, start)] = (status, at)
         return out
+
+    def not_held(self, cluster: str, runs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Of these runs, those cc-backend holds no job of (queue.NOT_HELD): its duplicate
+        rule refused their start; sending it again would change nothing."""
+        wanted = set(runs)
+        with self.store.read() as db:
+            found = set(db.execute(f"SELECT job_id, start_time FROM events WHERE cluster = ? "
+                                   f"AND {NOT_HELD_ROWS}", (cluster,)).fetchall())
+        return found & wanted
 
     def stops_delivered(self, cluster: str, since: float, until: float
                         ) -> list[tuple[int, int]]:

@@ -21,6 +21,13 @@ from ccadapter.model import EventKind
 from ccadapter.outbox.store import Store, batches, marks
 from ccadapter.retry import RetryPolicy
 
+# The note a delivered start carries when cc-backend holds another run of its job id instead
+# (cc-backend 1.5.4 refuses a run of a job id within a day of an earlier one): cc-cache does
+# not send it again, and ``status`` counts these runs (``notHeld``).
+NOT_HELD = "not held: "
+# Those starts, as a WHERE clause the partial index events_not_held (store.py) answers.
+NOT_HELD_ROWS = "kind = 'start' AND last_error LIKE 'not held: %'"
+
 
 class DeliveryStatus(StrEnum):
     """Where an outbox row stands (the ``status`` column of ``events`` and ``notify``) and

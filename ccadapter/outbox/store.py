@@ -48,6 +48,9 @@ CREATE INDEX IF NOT EXISTS events_due ON events (status, next_attempt_at);
 CREATE INDEX IF NOT EXISTS events_pending ON events (status, id);
 -- delivered events by age: compaction reads the old ones only, not the whole history
 CREATE INDEX IF NOT EXISTS events_delivered ON events (status, delivered_at);
+-- the starts of runs cc-backend holds no job of (queue.NOT_HELD): few, counted by status
+CREATE INDEX IF NOT EXISTS events_not_held ON events (cluster, job_id)
+    WHERE kind = 'start' AND last_error LIKE 'not held: %';
 """
 SCHEMA = _EVENTS.format(table="events") + _EVENTS_INDEXES + """
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);

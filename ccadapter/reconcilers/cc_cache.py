@@ -21,7 +21,9 @@ open are listed by id in slurmdbd). Only the runs that differ are read in detail
   keeps a new job in its job cache until its commit worker (``commit-job-worker``, 2 minutes by
   default) moves it, and ``GET /api/jobs/`` does not list it until then
   (internal/repository/jobCreate.go, internal/taskmanager/commitJobService.go at v1.5.4).
-  Sending it again then would get a 500 (the cache's UNIQUE constraint), not a 422.
+  Sending it again then would get a 500 (the cache's UNIQUE constraint), not a 422. Nor is a
+  run cc-backend refused because it holds another run of the job id from less than a day
+  before (``NOT_HELD``, :mod:`ccadapter.cc.rest_delivery`): it would refuse it again.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class CcCache(OneCluster):
 
     def _missing(self, runs: set[Run], now: float) -> tuple[int, int, int]:
         """Runs Slurm lists running that cc-backend does not list."""
+        # a run whose start cc-backend refused for its duplicate rule stays unlisted
+        runs = runs - self.outbox.not_held(self.cluster, runs)
         if not runs:
             return 0, 0, 0
         stored = self.outbox.start_deliveries(self.cluster, runs)

@@ -755,7 +755,20 @@ class CcBackendStandin:
             if method != "GET":
                 return _error(405, f"method {method} not allowed")
             return self._get_jobs(query)
+        if path.startswith(JOBS_PATH) and path[len(JOBS_PATH):].isdigit() and method == "GET":
+            return self._get_job(int(path[len(JOBS_PATH):]))
         return _error(404, f"no route for {method} {path}")
+
+    def _get_job(self, db_id: int) -> tuple[int, Any]:
+        """api/job.go:260-330 (getCompleteJobByID): the job table only (repository/jobFind.go
+        FindByID), 422 when it holds no such id; ``Data`` empty without all-metrics."""
+        with self._lock:
+            job = self._jobs.rows.get(db_id)
+            if job is None:
+                return _error(422, f"finding job with db id {db_id} failed: sql: no rows in "
+                              "result set")
+            return 200, {"Meta": _job_json(job, with_meta=True, now=int(time.time()),
+                                           listing=False), "Data": None}
 
     # cc-backend v1.5.4 is cited as FILE:LINES (FILE under internal/ unless it says pkg/).
 

@@ -147,20 +147,26 @@ def test_two_start_times_of_one_run_become_two_jobs_while_cached(rig, tmp_path):
     box.close()
 
 
-def test_two_start_times_of_one_run_once_committed_end_in_a_rejected_stop(rig, tmp_path):
+def test_a_run_refused_for_another_of_its_job_id_goes_into_that_ones_metadata(rig, tmp_path):
     """The other order: the first reading is committed when the second comes. cc-backend
-    answers the second start 422 (within a day) and knows no run at its startTime, so that
-    run's stop ends rejected while the first run stays running in cc-backend for good."""
+    answers the second start 422 (within a day of the first) and holds no run at its
+    startTime (issue 35, item 6): the start is noted as not held, not sent again, and the
+    second run's stop puts its times, state and hosts into the first job's metaData; no
+    event is rejected."""
     box = Outbox(tmp_path / "o.sqlite")
     box.enqueue([start_event(t=T)])
     rig.drain(box)
     rig.standin.commit_now()
     box.enqueue([start_event(t=T + 3600), stop_event(t=T + 3600)])
     stats = rig.drain(box)
-    assert (stats.delivered, stats.rejected) == (1, 1)
+    assert (stats.delivered, stats.rejected) == (2, 0)
     ((state, error),) = status_of(box, EventKind.STOP)
-    assert state == DeliveryStatus.REJECTED and "another run within 24 h?" in error
-    assert [(j["startTime"], j["jobState"]) for j in rig.standin.jobs()] == [(T, "running")]
+    assert state == DeliveryStatus.DELIVERED and error.startswith("not held: ")
+    assert f"metaData.requeuedRun.{T + 3600}" in error
+    (job,) = rig.standin.jobs()
+    assert (job["startTime"], job["jobState"]) == (T, "running")
+    assert job["metaData"][f"requeuedRun.{T + 3600}"].endswith(", completed, on n1")
+    assert box.not_held("c", [(1, T + 3600), (1, T)]) == {(1, T + 3600)}
     box.close()
 
 

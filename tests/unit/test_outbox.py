@@ -457,7 +457,7 @@ def test_an_outbox_from_before_energy_events_takes_them_keeping_every_row(tmp_pa
     indexes = {r[0] for r in box.store._db.execute(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' "
         "AND sql IS NOT NULL")}
-    assert indexes == {"events_due", "events_pending", "events_delivered"}
+    assert indexes == {"events_due", "events_pending", "events_delivered", "events_not_held"}
     assert box.open_runs("c") == [(2, 100)]  # the runs table was filled from the old rows
     box.close()
     box = Outbox(path, clock=clock)  # done once: the next open finds the new table

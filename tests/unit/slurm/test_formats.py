@@ -384,3 +384,20 @@ def test_int_ranges():
     assert int_ranges("0-2,5") == (0, 1, 2, 5)
     with pytest.raises(ValueError):
         int_ranges("3-1")
+
+
+def test_a_requeued_run_reads_as_requeued_and_ended(version):
+    """Issue 35, item 6: a job requeued while it ran (`scontrol requeue`). From 23.11 on the
+    first run's record is ["PENDING", "REQUEUED"], read as PENDING: a run that never ran, so
+    it was never stopped and stayed running in cc-backend."""
+    from ccadapter.model import JobState, base_state, cc_state, ended
+
+    doc = fixture_json(version, "sacct-requeued.json")
+    ver = version_from_meta(doc, "sacct --json")
+    parser = format_for(ver, "sacct --json")
+    first, second = sorted((parser.parse_sacct_job(r, ParseContext(str(ver), "sacct --json"))
+                            for r in doc["jobs"]), key=lambda r: r.start_time)
+    assert first.job_id == second.job_id and first.start_time < second.start_time
+    assert base_state(first.state) == "REQUEUED" and ended(first.state, first.end_time)
+    assert cc_state(first.state) is JobState.PREEMPTED
+    assert second.state == "COMPLETED"

@@ -1,0 +1,61 @@
+"""Record a requeued job's runs as ``sacct --json`` prints them, into
+tests/fixtures/<version>/sacct-requeued.json.
+
+Run as root with the test bed up:  .venv/bin/python -m tests.testbed.record_requeue
+[--versions 22.05,...]
+
+Each cluster runs ``sleep 20``, requeues it (``scontrol requeue``) while it runs, waits for its
+second run to end (Slurm holds a requeued job back a couple of minutes: BeginTime), then
+records ``sacct --json -X --allusers --duplicates -j ID``: the first run ended as requeued
+(22.05 and 23.02 write the state ``REQUEUED``; 23.11 on ``["PENDING", "REQUEUED"]``, the base
+state first), the second completed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.integration.workload import Cluster, testbed_clusters
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def record(cluster: Cluster, timeout: float = 420) -> Path:
+    out = cluster.run("sbatch", "--parsable", "-J", "requeued", "-o", "/dev/null",
+                      "--wrap", "sleep 20")
+    job = out.strip().split(";")[0]
+    time.sleep(6)
+    cluster.run("scontrol", "requeue", job)
+    until = time.monotonic() + timeout
+    while True:
+        states = cluster.run("sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o",
+                             "State").split()
+        if len(states) >= 2 and states[-1] == "COMPLETED":
+            break
+        if time.monotonic() > until:
+            raise TimeoutError(f"{cluster.name}: job {job}: {states}")
+        time.sleep(5)
+    doc = json.loads(cluster.run("sacct", "--json", "-X", "--allusers", "--duplicates",
+                                 "-j", job))
+    path = FIXTURES / cluster.short / "sacct-requeued.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--versions", default="")
+    args = parser.parse_args()
+    wanted = set(filter(None, args.versions.split(",")))
+    clusters = [c for c in testbed_clusters() if not wanted or c.short in wanted]
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        for path in pool.map(record, clusters):
+            print(path)
+
+
+if __name__ == "__main__":
+    main()
