@@ -28,7 +28,7 @@ from ccadapter.cli.run import report_undelivered
 from ccadapter.cli.tables import render_events, render_table
 from ccadapter.config.keys import Config
 from ccadapter.config.rules import missing_files
-from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.config.secrets import scrub
 from ccadapter.config.views import outbox_path
 from ccadapter.daemon.app import App
 from ccadapter.errors import CcAdapterError, FileAccessError, OutboxError
@@ -126,7 +126,7 @@ def queue_list(deps: Deps, config_path: str | None, status_: str, kind: str | No
         rows = admin.list_events(outbox.store, status, kind, limit)
     finally:
         outbox.close()
-    rows = scrub(rows, secret_values(config))
+    rows = scrub(rows, config.secret_values())
     click.echo(json.dumps(rows, indent=2, ensure_ascii=False) if fmt == "json"
                else render_events(rows, deps.clock()))
 
@@ -176,7 +176,7 @@ def queue_drop(deps: Deps, config_path: str | None, ids: tuple[int, ...],
     Dropped events stay in the outbox as done, so overlapping Slurm windows do not
     enqueue them again."""
     with _changing(config_path, "queue drop", ids, all_rejected) as (config, outbox):
-        done = _drop_confirmed(outbox, ids, all_rejected, yes, secret_values(config),
+        done = _drop_confirmed(outbox, ids, all_rejected, yes, config.secret_values(),
                                deps.clock())
     if done is not None:
         click.echo(f"{len(done)} event(s) dropped" + (f": {_ids(done)}" if done else ""))

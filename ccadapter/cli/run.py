@@ -30,7 +30,7 @@ from ccadapter.cli.base import (
     set_log_levels,
 )
 from ccadapter.config.keys import Config
-from ccadapter.config.secrets import safe_url, scrub, secret_values
+from ccadapter.config.secrets import safe_url, scrub
 from ccadapter.config.views import outbox_path
 from ccadapter.daemon.app import App
 from ccadapter.daemon.build import build
@@ -321,7 +321,7 @@ def report_undelivered(app: App, summary: dict[str, Any]) -> bool:
                      f"{_nats_problem(app)}; they wait in the outbox for the daemon (or the "
                      "next run)")
     for line in lines:
-        click.echo(f"error: {scrub(line, secret_values(app.config))}", err=True)
+        click.echo(f"error: {scrub(line, app.config.secret_values())}", err=True)
     return bool(lines)
 
 

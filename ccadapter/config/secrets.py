@@ -4,11 +4,8 @@ keys, the passwords inside URLs, and the scrubbing of other programs' texts."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from ccadapter.config.keys import Config
 
 # Keys whose values are secrets: never logged, never echoed in errors.
 SECRET_KEYS = frozenset({"ccRestJwt", "natsPassword"})
@@ -34,11 +31,6 @@ def safe_url(url: str) -> str:
         return url
     netloc, slash, path = rest.partition("/")
     return f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path}"
-
-
-def secret_values(config: Config) -> list[str]:
-    """The config's secrets that are set (:meth:`Config.secret_values`)."""
-    return config.secret_values()
 
 
 def scrub(obj: Any, secrets: Iterable[str]) -> Any:

@@ -9,7 +9,7 @@ import ipaddress
 import re
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ccadapter.config.secrets import (
     REDACTED,
@@ -19,9 +19,6 @@ from ccadapter.config.secrets import (
     url_password,
 )
 from ccadapter.errors import ConfigError
-
-if TYPE_CHECKING:
-    from ccadapter.config.keys import Config
 
 OUTBOX_FILE = "outbox.sqlite"
 
@@ -150,5 +147,6 @@ class ConfigViews:
         return [v for v in values if v] + [pw for k in URL_KEYS if (pw := url_password(data[k]))]
 
 
-def outbox_path(config: Config) -> Path:
+def outbox_path(config: ConfigViews) -> Path:
+    """The outbox file of a config (``stateDirectory``, or lastRunPath's directory)."""
     return config.state_dir() / OUTBOX_FILE

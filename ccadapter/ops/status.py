@@ -24,7 +24,7 @@ from typing import Any
 
 from ccadapter import __version__
 from ccadapter.config.keys import Config
-from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.config.secrets import scrub
 from ccadapter.daemon.app import HOOK_KEY, SERVED_KEY
 from ccadapter.daemon.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon.loop import Routine
@@ -85,7 +85,7 @@ def collect(config: Config, outbox_file: Path, clock: Callable[[], float] = time
         doc["clusters"] = _cluster_views(config, cycles, served, now)
         for name, view in doc["clusters"].items():
             view["unparsedRecords"] = records.get(name)
-    return scrub(doc, secret_values(config))
+    return scrub(doc, config.secret_values())
 
 
 def daemon_view(config: Config) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 from ccadapter.config.keys import Config
-from ccadapter.config.secrets import scrub, secret_values
+from ccadapter.config.secrets import scrub
 from ccadapter.config.views import outbox_path
 from ccadapter.errors import (
     CcAdapterError,
@@ -40,7 +40,7 @@ def describe(exc: BaseException, config: Config | None) -> str:
     else:
         text = f"{type(exc).__name__}: {exc}"
     text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
-    return scrub(text, secret_values(config)) if config else text
+    return scrub(text, config.secret_values()) if config else text
 
 
 def _advice(exc: CcAdapterError) -> str:

@@ -255,11 +255,11 @@ def test_a_password_inside_a_url_is_never_printed(tmp_path):
     bad.write_text(json.dumps({"ccRestUrl": f"htp://cc:{secret}@cc.example.org"}))
     res = CliRunner().invoke(main, ["check-config", str(bad), *whoami()])
     assert res.exit_code == 2 and "ccRestUrl" in res.output and secret not in res.output
-    from ccadapter.config.secrets import safe_url, scrub, secret_values, url_password
+    from ccadapter.config.secrets import safe_url, scrub, url_password
 
     config = load_config(good)
     assert scrub(f"HTTP 500 from http://cc:{secret}@cc.example.org:8080: x",
-                 secret_values(config)) == \
+                 config.secret_values()) == \
         "HTTP 500 from http://cc:<redacted>@cc.example.org:8080: x"
     assert url_password(config.cc_rest_url) == secret
     assert safe_url(config.cc_rest_url) == "http://cc.example.org:8080"

@@ -89,3 +89,22 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
 def test_the_layers_name_only_existing_paths():
     missing = [e for e in layers() if not (PACKAGE / e).exists()]
     assert missing == []
+
+
+# Issue 35: config/keys.py, views.py and secrets.py imported each other in a loop (under
+# TYPE_CHECKING), hiding which holds what. Within config/, imports run one way.
+CONFIG = Path(__file__).resolve().parents[2] / "ccadapter" / "config"
+
+
+def config_imports(module: str) -> set[str]:
+    """The config modules ``module`` imports, TYPE_CHECKING blocks included."""
+    tree = ast.parse((CONFIG / f"{module}.py").read_text())
+    return {node.module.rsplit(".", 1)[1] for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.startswith("ccadapter.config.")}
+
+
+def test_the_config_modules_import_each_other_one_way():
+    order = ["secrets", "views", "keys", "load", "rules"]  # each may import those before it
+    for i, module in enumerate(order):
+        assert config_imports(module) <= set(order[:i]), (module, config_imports(module))

@@ -1,7 +1,7 @@
 """One run, one startTime (issue 13, item 1): a start must never be sent again with another
 startTime. The outbox keys events by (cluster, jobId, startTime, kind), so two readings of one
 run's start are two runs to ccadapter, and cc-backend 1.5 stores both as jobs while the first
-is in its job cache (tests/unit/test_delivery_jobcache.py).
+is in its job cache (tests/unit/cc/test_rest_delivery_jobcache.py).
 
 Where the startTime of one run could differ between ccadapter's sources, and what pins each:
 

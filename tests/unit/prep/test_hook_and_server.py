@@ -357,6 +357,19 @@ def test_tcp_peers_outside_the_allowed_networks_are_closed_unread():
         lst.server.stop()
 
 
+@pytest.mark.parametrize(("peer", "allowed"), [
+    ("::ffff:127.0.0.1", True), ("::ffff:10.9.8.7", False), ("::ffff:192.0.2.1", False),
+    ("127.0.0.1", True), ("fe80::1%eth0", False)])
+def test_ipv4_mapped_peers_are_judged_by_their_ipv4_address(peer, allowed):
+    """A dual-stack TCP socket (``tcp:[::]:PORT``) sees an IPv4 client as ``::ffff:a.b.c.d``;
+    the allow-list names IPv4 networks. Tested without an IPv6 address on the host: the
+    peer as the socket reports it, judged by the server (issue 35: the IPv6 tests that skip
+    on such hosts hid this branch)."""
+    judge = server_module.PrepServer(["tcp:127.0.0.1:1"], "c", lambda msg: None,
+                                     allowed=[ipaddress.ip_network("127.0.0.0/8")])
+    assert judge._allowed(peer) is allowed
+
+
 def test_half_sent_connections_beyond_the_cap_wait_in_the_listen_queue(monkeypatch):
     """A flood of connections that never finish costs at most MAX_CONNECTIONS buffers; the
     others wait in the kernel's queue and are read once the first expire."""

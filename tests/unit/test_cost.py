@@ -27,12 +27,19 @@ def test_a_cycle_summary_carries_its_cost():
 
 
 def test_metrics_record_the_cost_of_successful_cycles():
+    spent = Tally()
+
+    def cycle():
+        spent.commands, spent.cpu = spent.commands + 1, spent.cpu + 0.5  # a command's CPU
+        return {}
+
     metrics = Metrics()
-    run = metrics.observed("slurm-window", costed(lambda: {}, lambda: Tally(1, 10, 0.5)),
-                           "c1")
+    run = metrics.observed("slurm-window", costed(cycle, lambda: Tally(
+        spent.commands, spent.bytes, spent.cpu, spent.seconds)), "c1")
     run()
     run()
     value = metrics.registry.get_sample_value
     labels = {"reconciler": "slurm-window", "cluster": "c1"}
     assert value("ccadapter_reconciler_cycle_duration_seconds_count", labels) == 2
-    assert value("ccadapter_reconciler_cpu_seconds_total", labels) >= 0
+    # the Slurm commands' CPU of both cycles, and the daemon's own (a little)
+    assert 1.0 <= value("ccadapter_reconciler_cpu_seconds_total", labels) < 1.5

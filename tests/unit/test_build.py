@@ -225,7 +225,7 @@ def test_nats_only_sends_energy_over_rest(tmp_path):
     """cc-backend's NATS API has no message for metadata; its REST edit_meta stays."""
     start = {"jobId": 7, "cluster": "c", "user": "u", "project": "p", "startTime": 100,
              "numNodes": 1, "numHwthreads": 1, "resources": [{"hostname": "n1"}],
-             "metaData": {"jobName": "j"}}  # as ccadapter sends it: see test_delivery
+             "metaData": {"jobName": "j"}}  # as ccadapter sends it: see cc/test_rest_delivery
     stop = {"jobId": 7, "cluster": "c", "startTime": 100, "stopTime": 160,
             "jobState": "completed"}
     energy = {"jobId": 7, "cluster": "c", "startTime": 100,
