@@ -223,8 +223,6 @@ KNOWN_DIFFERENCES: dict[str, tuple[int, int]] = {
     # Without the trailing slash start_job is POST /api/jobs/{id}, whose id must be an
     # integer (api/rest.go, api/job.go: getJobByID); the stand-in serves no such route.
     "start-without-trailing-slash": (400, 404),
-    # GET /api/jobs/{id} (api/job.go: getCompleteJobByID) is not served by the stand-in.
-    "get-job-by-database-id": (422, 404),
 }
 
 
