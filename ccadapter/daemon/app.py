@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,10 @@ from ccadapter.daemon.metrics import Metrics, MetricsServer, Recorder
 from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import DropReason, HookMessage
+from ccadapter.prep.peers import PeerIdentity
 from ccadapter.prep.router import HookRouter
 from ccadapter.prep.server import PrepServer
+from ccadapter.prep.shares import Shares
 from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers import Reconciler
 from ccadapter.retry import RetryPolicies
@@ -61,6 +64,7 @@ class App:
     control: Control | None = None  # slurmctldFailover: whether this daemon works
     router: HookRouter = field(default_factory=HookRouter)
     hook: HookTally = field(default_factory=HookTally)  # hook messages taken and dropped
+    shares: Shares = field(default_factory=Shares)  # what hook senders may cost slurmctld
     retries: RetryPolicies = field(default_factory=RetryPolicies)
     runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
     liveness: Liveness = field(default_factory=Liveness)  # fed by commands and requests
@@ -181,13 +185,23 @@ class App:
         on_message: Callable[[HookMessage], None] = self.router.submit
         if self.control is not None:
             on_message = self._while_active(self.router.submit, check_control)
+        allowed = cfg.allowed_peers()
         server = PrepServer([cfg.prep_sock_listen_path], main, on_message,
                             group=cfg.prep_sock_group, on_drop=self.hook.dropped,
-                            cluster_specs=own, allowed=cfg.allowed_peers())
+                            cluster_specs=own, allowed=allowed,
+                            identity=PeerIdentity(self.slurmctlds_own, allowed))
         return server, self.router
 
+    def slurmctlds_own(self, uid: int) -> bool:
+        """Whether a local uid is one slurmctld runs the hook as: SlurmUser of a served
+        cluster (as its config was last read), root, or the daemon's own user (whose
+        processes own the daemon anyway)."""
+        if uid in (0, os.getuid()):
+            return True
+        return any(s.collector.slurmctld.node_boot.slurm_uid == uid for s in self.syncs)
+
     def _fast_path(self, sync: ClusterSync, wake: Callable[[], None]) -> FastPath:
-        return FastPath(sync.collector, self.outbox, wake,
+        return FastPath(sync.collector, self.outbox, wake, shares=self.shares,
                         ignore=self.config.ignore_hosts_pattern(),
                         retry=self.retries.fast_path,
                         on_received=partial(self.hook.received, sync.name),

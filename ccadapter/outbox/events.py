@@ -176,6 +176,16 @@ class Outbox:
                     [*chunk, *([] if cluster is None else [cluster])]).fetchall())
         return found & set(runs)
 
+    def latest_run(self, cluster: str, job_id: int) -> str | None:
+        """What the outbox holds of the job's latest run: "stop" (its stop, so it ended),
+        "start" (its start only: running), None (nothing, or only what is older than the
+        outbox keeps). The hook's fast path asks this before it asks slurmctld."""
+        with self.store.read() as db:
+            rows = db.execute("SELECT start_time, kind FROM events WHERE cluster = ? AND "
+                              "job_id = ? AND kind IN ('start', 'stop') ORDER BY start_time "
+                              "DESC, kind DESC LIMIT 1", (cluster, job_id)).fetchall()
+        return rows[0][1] if rows else None
+
     def open_runs(self, cluster: str) -> list[tuple[int, int]]:
         """(jobId, startTime) of runs whose start is queued or delivered and whose stop is
         not known yet: what cc-backend shows (or will show) as running."""

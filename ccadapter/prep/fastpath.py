@@ -22,9 +22,11 @@ the job already; nobody waits for it); a job is not asked in two slots at once. 
 or end that slurmctld has not finished recording is asked again after a short, growing
 delay (at most ``slurmQueryDelay`` seconds), up to ``slurmMaxRetries`` times. Whatever
 the fast path misses, the poll catches: it is an accelerator, never the only path, so a
-full pending set drops messages, and so do the rules that bound what ids slurmctld does not
-know may cost (:mod:`ccadapter.prep.guard`): those are counted and said in a few log lines,
-never one per message (:mod:`ccadapter.prep.tally`).
+full pending set drops messages, and so do the rules that bound what a message may cost
+(:mod:`ccadapter.prep.admission`: a replayed job the outbox holds is not asked, every
+question is drawn from its sender's share, a retry too, and ids slurmctld does not know are
+bounded further). Drops are counted and said in a few log lines, never one per
+message (:mod:`ccadapter.prep.tally`).
 
 slurmctld runs the hook once per component of a heterogeneous job, each time with that
 component's id (and ``SLURM_HET_JOB_ID``, the leader's). The collector reads every component
@@ -47,8 +49,10 @@ from dataclasses import replace
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
+from ccadapter.prep.admission import Admission
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
+from ccadapter.prep.shares import Shares
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
 from ccadapter.slurm.collector import Collector
@@ -71,13 +75,15 @@ class FastPath:
                  max_pending: int = 10_000,
                  coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
                  slots: int = SLOTS, guard: JobIdGuard | None = None,
+                 shares: Shares | None = None,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[DropReason, str], None] | None = None,
                  on_unknown: Callable[[list[int]], None] | None = None) -> None:
         """``on_received()``, ``on_drop(reason, detail)`` and ``on_unknown(ids)`` (ids
         slurmctld did not show) count messages for the daemon's metrics and log
         (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does.
-        ``slots``: how many parts are asked of slurmctld at once (:meth:`_take`)."""
+        ``slots``: how many parts are asked of slurmctld at once (:meth:`_take`).
+        ``shares``: what senders may cost slurmctld, shared by every cluster's fast path."""
         self.collector = collector
         self.outbox = outbox
         self.wake = wake
@@ -89,6 +95,7 @@ class FastPath:
         self.burst = burst
         self.slots = max(1, slots)
         self.guard = guard or JobIdGuard()
+        self.admission = Admission(outbox, self.guard, shares or Shares())
         # id -> (events, attempts, when it is due: monotonic seconds)
         self._pending: dict[int, tuple[set[HookEvent], int, float]] = {}
         self._later: list[tuple[float, int, HookEvent, int]] = []  # (due, id, event, attempts)
@@ -133,15 +140,19 @@ class FastPath:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
         if self.on_received:
             self.on_received()
-        refused = self.guard.refuse(msg.job_id)
+        what = f"{self.name}: job {msg.job_id} {msg.event} from {msg.peer.key}"
+        with self._cond:
+            joins = msg.job_id in self._pending  # asked anyway: costs nothing more
+        refused = self.admission.refuse(msg, joins)
         if refused is not None:
-            self._drop(refused, f"{self.name}: job {msg.job_id} {msg.event}")
+            self._drop(refused, what)
             return
         with self._cond:
             if msg.job_id not in self._pending and len(self._pending) >= self.max_pending:
-                self._drop(DropReason.FAST_PATH_FULL, f"{self.name}: job {msg.job_id} "
-                           f"{msg.event}, {self.max_pending} jobs pending")
+                self._drop(DropReason.FAST_PATH_FULL, f"{what}, {self.max_pending} jobs "
+                           "pending")
                 return
+            self.admission.note(msg)
             wait = self._settle() if msg.event == HookEvent.START else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
             self._pending[msg.job_id] = (events | {msg.event}, attempts,
@@ -219,20 +230,24 @@ class FastPath:
         once: so a start does not wait for the questions asked before it. A het job whose
         components fall into two parts is read whole in both; the outbox keeps its events
         once. A bug leaves only this part's jobs to the poll, and says how many."""
+        retried: set[int] = set()
         try:
-            self._sync_part(part)
+            retried = self._sync_part(part)
         except Exception:  # a bug must not end the fast path: the poll goes on
             log.exception("%s: %d job(s) left to the poll", self.name, len(part))
         finally:
             with self._cond:
                 self._free += 1
                 self._asked.difference_update(part)
+                for job_id in part:
+                    if job_id not in retried and job_id not in self._pending:
+                        self.admission.done(job_id)
                 self._cond.notify_all()  # the loop, and a stop waiting for the slots
 
-    def _sync_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> None:
+    def _sync_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> set[int]:
         """Asks slurmctld about the part's ids and puts their events into the outbox, or
-        leaves them to the poll. Every job read (a het job's components too) counts the
-        announcements of all its ids in the part."""
+        leaves them to the poll; returns the ids to be asked again. Every job read (a het
+        job's components too) counts the announcements of all its ids in the part."""
         ids = sorted(part)
         starts = {i for i, (kinds, _) in part.items() if HookEvent.START in kinds}
         asked = time.monotonic()
@@ -240,24 +255,27 @@ class FastPath:
             # one question to a long-lived scontrol, batch scripts of the starts included
             jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts,
                                                            beside=self._scripts)
-            jobs = self._with_missed_scripts(jobs, starts)
+            jobs = with_missed_scripts(self.collector, self.outbox, jobs, starts)
         except CcAdapterError as exc:
             log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
-            return
+            return set()
         log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
-        events = []
+        events, retried = [], set()
         for job in jobs:
             told = [part[i] for i in job.slurm_ids if i in part]  # components: several
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
+            again = None
             if HookEvent.END in wanted and not job.finished:
-                self._retry(job.job_id, HookEvent.END, attempts)
+                again = HookEvent.END
             elif HookEvent.START in wanted and base_state(job.state) == "CONFIGURING":
                 # its nodes may boot, and slurmctld reset StartTime once they are up: the
                 # start is not final yet (ccadapter.model.PENDING_STATES, .slurm.nodeboot)
-                self._retry(job.job_id, HookEvent.START, attempts)
+                again = HookEvent.START
+            if again is not None and self._retry(job.job_id, again, attempts):
+                retried.add(job.job_id)
             events.extend(events_for(job, self.ignore))
         self.guard.answered((i for job in jobs for i in job.slurm_ids), missing)
         if missing and self.on_unknown:
@@ -267,32 +285,15 @@ class FastPath:
                      ", ".join(map(str, missing[:5])))
         with self._cond:
             if self._abandoned:  # the daemon stopped without this answer: the outbox is shut
-                return
+                return retried
         try:
             added = self.outbox.enqueue(events) if events else 0
         except CcAdapterError as exc:  # e.g. the disk is full: the poll finds them later
             log.error("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
-            return
+            return retried
         if added:
             self.wake()
-
-    def _with_missed_scripts(self, jobs: list[Job], starts: set[int]) -> list[Job]:
-        """An end is asked without its batch script: the outbox holds the run's start,
-        script included, and puts it into the stop (``Outbox.enqueue``), so the script
-        would cost slurmctld a request per job for nothing. Only the scripts of ends whose
-        start the outbox lacks (its hook message was lost, or it came before the daemon)
-        are asked, in one more question."""
-        ends = [job for job in jobs if job.started and not job.job_script
-                and not starts.intersection(job.slurm_ids)]
-        if not ends or not self.collector.settings.fetch_job_scripts:
-            return jobs
-        # a fast path serves one cluster: its jobs all carry that cluster's name
-        known = self.outbox.known_starts([(j.job_id, j.start_time) for j in ends],
-                                         ends[0].cluster)
-        scripts = self.collector.slurmctld.scripts(
-            [j.job_id for j in ends if (j.job_id, j.start_time) not in known])
-        return [replace(job, job_script=scripts[job.job_id]) if job.job_id in scripts else job
-                for job in jobs]
+        return retried
 
     def _drop(self, reason: DropReason, detail: str) -> None:
         if self.on_drop:
@@ -300,12 +301,40 @@ class FastPath:
         else:
             log.warning("hook message dropped (%s): %s", reason, detail)
 
-    def _retry(self, job_id: int, event: HookEvent, attempts: int) -> None:
+    def _retry(self, job_id: int, event: HookEvent, attempts: int) -> bool:
+        """Asks the job again later, if tries are left and its sender's share pays for it
+        (an end replayed for a running job would otherwise cost ``slurmMaxRetries``
+        questions a message)."""
         if self.retry.exhausted(attempts + 1):
             log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
                      job_id, "ended" if event == HookEvent.END else "running", attempts + 1)
-            return
+            return False
+        spent = self.admission.again(job_id, event)
+        if spent is not None:
+            self._drop(DropReason.SHARE, f"{self.name}: job {job_id} {event} asked again, "
+                       f"from {spent.key}")
+            return False
         delay = self.retry.delay(attempts + 1)
         with self._cond:
             heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts + 1))
             self._cond.notify()
+        return True
+
+
+def with_missed_scripts(collector: Collector, outbox: Outbox, jobs: list[Job],
+                        starts: set[int]) -> list[Job]:
+    """An end is asked without its batch script: the outbox holds the run's start,
+    script included, and puts it into the stop (``Outbox.enqueue``), so the script
+    would cost slurmctld a request per job for nothing. Only the scripts of ends whose
+    start the outbox lacks (its hook message was lost, or it came before the daemon)
+    are asked, in one more question."""
+    ends = [job for job in jobs if job.started and not job.job_script
+            and not starts.intersection(job.slurm_ids)]
+    if not ends or not collector.settings.fetch_job_scripts:
+        return jobs
+    # a fast path serves one cluster: its jobs all carry that cluster's name
+    known = outbox.known_starts([(j.job_id, j.start_time) for j in ends], ends[0].cluster)
+    scripts = collector.slurmctld.scripts(
+        [j.job_id for j in ends if (j.job_id, j.start_time) not in known])
+    return [replace(job, job_script=scripts[job.job_id]) if job.job_id in scripts else job
+            for job in jobs]

@@ -6,7 +6,11 @@ slurmctld a question and the fast path a place in a slot while genuine starts wa
 rules bound that; none can lose a job, since the poll finds every job the fast path skips:
 
 - An id slurmctld did not show when asked is remembered (``memory`` ids, for ``ttl``
-  seconds); a message naming it again is dropped unasked (``unknown_job``).
+  seconds); a message naming it again is dropped unasked (``unknown_job``). Not an id above
+  the newest slurmctld has shown: that may be a job not submitted yet, and remembering it
+  would drop its real prolog's message (announcing the next ids would take the fast path
+  from the next jobs). Such ids are asked again each time, paid from their sender's share
+  (:mod:`ccadapter.prep.shares`).
 - Every id slurmctld did not show draws on a budget that refills at ``rate`` ids a second up
   to ``burst``. While the budget is spent (a flood), a new id far from the newest one
   slurmctld showed (more than ``near`` apart) is dropped unasked (``flood``): slurmctld hands
@@ -17,7 +21,9 @@ rules bound that; none can lose a job, since the poll finds every job the fast p
 
 So a flood's questions to slurmctld are about ``burst`` at once and ``rate`` a second after
 that, and genuine messages keep the fast path unless the flood imitates their ids. While no
-flood runs nothing is refused: only ids slurmctld did not show spend the budget.
+flood runs nothing is refused: only ids slurmctld did not show spend the budget. Messages
+of slurmctld's own hooks (reserved peers, :mod:`ccadapter.prep.peers`) are never refused
+here: their ids are the real ones.
 """
 
 from __future__ import annotations
@@ -77,9 +83,11 @@ class JobIdGuard:
             if newest is not None and (self._newest is None or newest > self._newest):
                 self._newest = newest
             for job_id in missing:
+                self._budget -= 1
+                if self._newest is None or job_id > self._newest:
+                    continue  # maybe a job to come
                 self._unknown[job_id] = now
                 self._unknown.move_to_end(job_id)
-                self._budget -= 1
             self._budget = max(self._budget, -2 * self.settings.burst)
             while len(self._unknown) > self.settings.memory:
                 self._unknown.popitem(last=False)

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ccadapter.prep.peers import IN_PROCESS, Peer
+
 MAX_MESSAGE = 64 * 1024
 
 
@@ -40,6 +42,9 @@ class DropReason(StrEnum):
     UNKNOWN_JOB = "unknown_job"  # slurmctld did not show that job when asked before
     FLOOD = "flood"  # many unknown jobs lately, and this id is unlike slurmctld's
     PEER = "peer"  # a TCP connection from outside prepSockAllowedPeers
+    KNOWN = "known"  # the daemon holds that job in that state already: nothing to ask
+    SHARE = "share"  # its peer's share of slurmctld's questions is spent (prep.shares)
+    CONNECTIONS = "connections"  # its peer holds its share of the socket's connections
 
 
 class BadMessage(ValueError):
@@ -52,9 +57,10 @@ class HookMessage:
     event: HookEvent
     sent: float | None  # when the hook sent it (its clock), for latency figures
     cluster: str = ""  # SLURM_CLUSTER_NAME, else the socket's cluster
+    peer: Peer = IN_PROCESS  # who sent it (the socket's peer credentials or address)
 
 
-def parse_message(data: bytes, cluster: str | None) -> HookMessage:
+def parse_message(data: bytes, cluster: str | None, peer: Peer = IN_PROCESS) -> HookMessage:
     """The message in ``data``, or :class:`BadMessage`; never any other exception, since
     the server's one thread must outlive whatever arrives on its socket. ``cluster``: the
     cluster of the socket it came in on (None: a socket of several clusters)."""
@@ -82,7 +88,7 @@ def parse_message(data: bytes, cluster: str | None) -> HookMessage:
     if not isinstance(their, str) or not their:
         raise BadMessage(f"SLURM_CLUSTER_NAME {str(their)[:40]!r} is not a cluster name")
     return HookMessage(int(job_id), CONTEXTS[context], _sent(body.get("CCADAPTER_HOOK_SENT")),
-                       their)
+                       their, peer)
 
 
 def _is_job_id(value: object) -> bool:

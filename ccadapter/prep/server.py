@@ -7,11 +7,16 @@ one by raising :class:`BadMessage` (a cluster it does not serve); drops are told
 ``on_drop`` with their :class:`DropReason` and a detail for the log
 (:class:`~ccadapter.prep.tally.HookTally` counts them and says them in a few lines).
 
-Whoever reaches a TCP socket may send anything, so what one flood can cost is bounded: with
-``allowed`` networks (``prepSockAllowedPeers``) a connection from elsewhere is closed unread;
-at most :data:`MAX_CONNECTIONS` connections are read at once (beyond that, new ones wait in
-the kernel's listen queue, as a slow daemon's would), so the buffers of half-sent messages
-take at most 16 MiB.
+Whoever reaches a TCP socket, or is in the UNIX socket's group, may send anything, so what
+one flood can cost is bounded: with ``allowed`` networks (``prepSockAllowedPeers``) a TCP
+connection from elsewhere is closed unread; at most :data:`MAX_CONNECTIONS` connections are
+read at once, so the buffers of half-sent messages take at most 16 MiB. Each connection's
+sender is known by what the kernel says of it (:class:`~ccadapter.prep.peers.Peer`): one that
+is not slurmctld's own may hold :data:`PER_PEER` of them, and all such together
+:data:`MAX_CONNECTIONS` less :data:`RESERVE`; a connection beyond that is closed at once
+(``connections``). So idle or slow connections never take the socket from slurmctld's own
+hooks, whose messages are read within their second; only when they hold every connection
+do new ones wait in the kernel's listen queue, as a slow daemon's would.
 
 Every socket has the cluster its messages belong to when they do not name one: ``cluster``
 for the ``specs``, and each of ``cluster_specs`` its own (one daemon serving the hooks of
@@ -22,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import grp
-import ipaddress
 import logging
 import os
 import selectors
@@ -30,6 +34,7 @@ import socket
 import stat
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -41,12 +46,14 @@ from ccadapter.prep.messages import (
     HookMessage,
     parse_message,
 )
+from ccadapter.prep.peers import Network, Peer, PeerIdentity, ip_of
 
 log = logging.getLogger(__name__)
 
 _READ_TIMEOUT = 1.0
 MAX_CONNECTIONS = 256  # read at once; 256 x 64 KiB of buffers at most
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+RESERVE = 64  # of those, never held by senders that are not slurmctld's own
+PER_PEER = 8  # held by one sender that is not slurmctld's own
 
 
 class PrepServer:
@@ -54,9 +61,12 @@ class PrepServer:
                  on_message: Callable[[HookMessage], None], group: str | None = None,
                  on_drop: Callable[[DropReason, str], None] | None = None,
                  cluster_specs: Mapping[str, str] | None = None,
-                 allowed: Sequence[Network] = ()) -> None:
+                 allowed: Sequence[Network] = (),
+                 identity: PeerIdentity | None = None) -> None:
         """``cluster_specs``: socket spec -> the cluster whose hook sends there.
-        ``allowed``: the networks TCP peers must be in (empty: any peer)."""
+        ``allowed``: the networks TCP peers must be in (empty: any peer). ``identity``:
+        tells each connection's sender (by default root and this process's user are
+        slurmctld's own)."""
         # every socket spec -> the cluster of its messages that name none
         self._spec_clusters = {**dict.fromkeys(specs, cluster), **(cluster_specs or {})}
         self.specs = list(self._spec_clusters)
@@ -65,11 +75,15 @@ class PrepServer:
         self.on_drop = on_drop
         self.group = group
         self.allowed = tuple(allowed)
+        own = {0, os.getuid()}
+        self.identity = identity or PeerIdentity(own.__contains__, self.allowed)
         self._paused = False  # listeners out of the selector: MAX_CONNECTIONS being read
         self._sel = selectors.DefaultSelector()
         self._listeners: dict[socket.socket, str | None] = {}  # -> the socket's cluster
         self._paths: list[Path] = []
-        self._conns: dict[socket.socket, tuple[bytearray, float, str | None]] = {}
+        # each connection being read: (its bytes, when it opened, its cluster, its sender)
+        self._conns: dict[socket.socket, tuple[bytearray, float, str | None, Peer]] = {}
+        self._held: Counter[str] = Counter()  # connections held by each sender not reserved
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="prep-server", daemon=True)
 
@@ -143,21 +157,31 @@ class PrepServer:
             self._drop(DropReason.PEER, f"connection from {peer[0]}")
             conn.close()
             return
+        sender = self.identity.of(conn, peer)
+        if not sender.reserved and (self._held[sender.key] >= PER_PEER or sum(
+                self._held.values()) >= MAX_CONNECTIONS - RESERVE):
+            self._drop(DropReason.CONNECTIONS, f"connection from {sender.key}, which holds "
+                       f"{self._held[sender.key]} (of {PER_PEER} a sender, "
+                       f"{MAX_CONNECTIONS - RESERVE} all but slurmctld's)")
+            conn.close()
+            return
+        if not sender.reserved:
+            self._held[sender.key] += 1
         conn.setblocking(False)
-        self._conns[conn] = (bytearray(), time.monotonic(), self._listeners.get(listener))
+        self._conns[conn] = (bytearray(), time.monotonic(), self._listeners.get(listener),
+                             sender)
         self._sel.register(conn, selectors.EVENT_READ, "conn")
         if len(self._conns) >= MAX_CONNECTIONS:
             self._pause(True)
 
     def _allowed(self, host: str) -> bool:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
+        address = ip_of(host)
         return any(address in net for net in self.allowed)
 
     def _pause(self, paused: bool) -> None:
-        """Stop (or resume) accepting: connections beyond MAX_CONNECTIONS wait in the
-        listen queue, whose hooks give up after their second as for a busy daemon."""
+        """Stop (or resume) accepting: connections beyond MAX_CONNECTIONS (slurmctld's own
+        hooks use the RESERVE) wait in the listen queue, whose hooks give up after their
+        second as for a busy daemon."""
         if paused == self._paused:
             return
         self._paused = paused
@@ -168,7 +192,7 @@ class PrepServer:
                 self._sel.register(sock, selectors.EVENT_READ, "listener")
 
     def _read(self, conn: socket.socket) -> None:
-        buf, _, cluster = self._conns[conn]
+        buf, _, cluster, sender = self._conns[conn]
         try:
             chunk = conn.recv(65536)
         except BlockingIOError:
@@ -183,11 +207,12 @@ class PrepServer:
             self._drop(DropReason.TOO_LARGE, f"message over {MAX_MESSAGE} bytes")
             self._close(conn)
             return
-        self._handle(conn, bytes(buf), cluster)
+        self._handle(conn, bytes(buf), cluster, sender)
 
-    def _handle(self, conn: socket.socket, data: bytes, cluster: str | None) -> None:
+    def _handle(self, conn: socket.socket, data: bytes, cluster: str | None,
+                sender: Peer) -> None:
         try:
-            msg = parse_message(data, cluster)
+            msg = parse_message(data, cluster, sender)
             self.on_message(msg)
         except BadMessage as exc:
             self._drop(DropReason.INVALID, str(exc))
@@ -198,7 +223,7 @@ class PrepServer:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for conn, (_, opened, _) in list(self._conns.items()):
+        for conn, (_, opened, _, _) in list(self._conns.items()):
             if now - opened > _READ_TIMEOUT:
                 self._drop(DropReason.TIMEOUT, "no complete message within 1 s")
                 self._close(conn)
@@ -210,7 +235,11 @@ class PrepServer:
             log.warning("hook message dropped (%s): %s", reason, detail)
 
     def _close(self, conn: socket.socket) -> None:
-        self._conns.pop(conn, None)
+        entry = self._conns.pop(conn, None)
+        if entry is not None and not entry[3].reserved:
+            self._held[entry[3].key] -= 1
+            if self._held[entry[3].key] <= 0:
+                del self._held[entry[3].key]
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(conn)
         conn.close()

@@ -36,6 +36,9 @@ _SAID = {
     DropReason.UNKNOWN_JOB: "slurmctld did not show that job when asked before",
     DropReason.FLOOD: "many jobs slurmctld does not know were announced lately",
     DropReason.PEER: "a connection from an address outside prepSockAllowedPeers",
+    DropReason.KNOWN: "the daemon holds that job in that state already",
+    DropReason.SHARE: "its sender's share of questions to slurmctld is spent",
+    DropReason.CONNECTIONS: "its sender holds its share of the socket's connections",
 }
 
 
@@ -82,12 +85,14 @@ class HookTally:
             self.on_drop(reason)
         if line is not None:
             count, latest, span = line
+            # a job held already lost nothing: said, not warned of
+            level = logging.INFO if reason == DropReason.KNOWN else logging.WARNING
             if count == 1:
-                log.warning("hook message dropped (%s): %s; the poll picks its job up",
-                            _SAID[reason], latest)
+                log.log(level, "hook message dropped (%s): %s; the poll picks its job up",
+                        _SAID[reason], latest)
             else:
-                log.warning("%d hook messages dropped in %.0f s (%s), the latest: %s; the "
-                            "poll picks their jobs up", count, span, _SAID[reason], latest)
+                log.log(level, "%d hook messages dropped in %.0f s (%s), the latest: %s; "
+                        "the poll picks their jobs up", count, span, _SAID[reason], latest)
 
     def unknown(self, cluster: str, job_ids: list[int]) -> None:
         """slurmctld did not show these jobs when the fast path asked about them."""

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from ccadapter.slurm.formats.records import ControllerJob
-from ccadapter.slurm.formats.text import parse_node_boot
+from ccadapter.slurm.formats.text import parse_node_boot, parse_slurm_uid
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class NodeBoot:
         self.max_age = max_age
         self.clock = clock
         self.settings: tuple[str, ...] | None = None  # the boot settings set; None: unknown
+        # SlurmUser's uid, read from the same config: the hook socket's messages from it are
+        # slurmctld's own (ccadapter.prep.peers)
+        self.slurm_uid: int | None = None
         self._read_at: float | None = None
         self._said = False  # whether a reading was logged yet
         if known:
@@ -84,6 +87,7 @@ class NodeBoot:
     def _take(self, text: str) -> None:
         """A reading of the config: kept, and logged where it says otherwise than before."""
         settings = parse_node_boot(text)
+        self.slurm_uid = parse_slurm_uid(text) if text else self.slurm_uid
         if settings != self.settings or not self._said:
             if settings == ():
                 log.info("slurmctld boots no nodes for jobs (SuspendProgram, ResumeProgram, "

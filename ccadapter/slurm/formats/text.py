@@ -137,6 +137,16 @@ def parse_slurm_user(out: str) -> str | None:
     return match.group(1) if match else None
 
 
+_SLURM_UID = re.compile(r"^SlurmUser\s*=\s*[^\s(]*\((\d+)\)", re.MULTILINE)
+
+
+def parse_slurm_uid(out: str) -> int | None:
+    """The uid of ``SlurmUser`` in ``scontrol show config`` (``SlurmUser = slurm(64030)``):
+    the user slurmctld runs PrologSlurmctld and EpilogSlurmctld as."""
+    match = _SLURM_UID.search(out)
+    return int(match.group(1)) if match else None
+
+
 def parse_admin_levels(out: str) -> dict[str, str]:
     """``sacctmgr show user NAME -P -n format=user,adminlevel``: user -> AdminLevel (as
     written: ``None``, ``Operator``, ``Administrator``)."""

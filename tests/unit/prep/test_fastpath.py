@@ -12,6 +12,8 @@ from ccadapter.errors import OutboxError, TransientSlurmError
 from ccadapter.outbox import Outbox, admin
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import HookEvent, HookMessage
+from ccadapter.prep.peers import Peer
+from ccadapter.prep.shares import Shares, ShareSettings
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
 from tests.conftest import collector_settings, fixture_json, fixture_text
@@ -389,16 +391,20 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
     """A hook socket that anyone reaches may name ids slurmctld never heard of: each is
     asked once, counted, and a message naming it again is dropped unasked."""
     fast, _, runner, _, woken, _ = env
-    fast.submit(HookMessage(999_999, HookEvent.START, None))
+    gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    fast.submit(HookMessage(gpu, HookEvent.START, None))  # slurmctld shows its ids
+    assert wait(woken.is_set)
+    woken.clear()
+    someone = Peer("uid 1000")
+    fast.submit(HookMessage(7, HookEvent.START, None, peer=someone))
     assert wait(lambda: fast.counts["unknown"] == 1)
     asked = len(runner.stdins)
     for _ in range(5):
-        fast.submit(HookMessage(999_999, HookEvent.END, None))
+        fast.submit(HookMessage(7, HookEvent.END, None, peer=someone))
     time.sleep(0.3)
     assert len(runner.stdins) == asked and fast.counts["unknown_job"] == 5
-    gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
-    fast.submit(HookMessage(gpu, HookEvent.START, None))  # a real job is still served
-    assert wait(woken.is_set)
+    fast.submit(HookMessage(gpu, HookEvent.END, None))  # a real job is still asked
+    assert wait(lambda: len(runner.stdins) > asked)
 
 
 def test_a_stop_waits_for_the_questions_in_flight_before_the_outbox_closes(env, monkeypatch):
@@ -419,3 +425,45 @@ def test_a_stop_waits_for_the_questions_in_flight_before_the_outbox_closes(env, 
     assert asked.wait(5)
     fast.stop()
     assert [e.job_id for e in box.queue.due()] == [gpu]  # stored before stop() returned
+
+
+def questions(runner) -> int:
+    """What slurmctld was asked: one RPC for each job shown and each script written."""
+    return sum(1 for stdin in runner.stdins for line in stdin.splitlines()
+               if line.split()[:2] in (["show", "job"], ["write", "batch_script"]))
+
+
+def idle(fast) -> bool:
+    with fast._cond:
+        return not fast._pending and not fast._later and fast._free == fast.slots
+
+
+def test_a_sender_replaying_real_ids_costs_slurmctld_its_share_only(env):
+    """Issue 36, item 1: a message naming a real job was always asked, an end for a running
+    job up to slurmMaxRetries times, so replaying the ids squeue prints loaded slurmctld
+    without bound. Now a job the outbox holds in the state announced costs nothing, every
+    other question (retries included) is drawn from its sender's share, all senders but
+    slurmctld's own share one total, and slurmctld's own messages keep their reserve."""
+    fast, _, runner, _, woken, _ = env
+    clock = [0.0]
+    fast.admission.shares = Shares(ShareSettings(peer_rate=0, peer_burst=10, total_rate=0,
+                                                 total_burst=15), lambda: clock[0])
+    meta = fixture_json("24.11", "testbed/workload.json")
+    ids, cluster = sorted(i for v in meta["ids"].values() for i in v), meta["cluster"]
+    for job_id in ids:  # slurmctld's hook: every start asked, not charged to anyone else
+        fast.submit(HookMessage(job_id, HookEvent.START, None, cluster))
+    assert wait(lambda: woken.is_set() and idle(fast))
+    before = questions(runner)
+    for attacker in ("uid 1000", "uid 1001"):
+        for _ in range(20):
+            for job_id in ids:
+                for event in (HookEvent.START, HookEvent.END):
+                    fast.submit(HookMessage(job_id, event, None, cluster, Peer(attacker)))
+            assert wait(lambda: idle(fast))
+        if attacker == "uid 1000":
+            assert questions(runner) - before <= 10  # its own share
+    assert questions(runner) - before <= 15  # both together: the total share
+    assert fast.counts["known"] > 0 and fast.counts["share"] > 0
+    asked = questions(runner)
+    fast.submit(HookMessage(ids[0], HookEvent.END, None, cluster))  # slurmctld's: asked
+    assert wait(lambda: questions(runner) > asked and idle(fast))

@@ -20,9 +20,9 @@ def guard(**settings) -> tuple[JobIdGuard, Clock]:
 def test_an_id_slurmctld_did_not_show_is_not_asked_again_until_its_memory_ends():
     g, clock = guard(ttl=600)
     assert g.refuse(7) is None
-    g.answered(shown=[5], missing=[7])
+    g.answered(shown=[9], missing=[7])
     assert g.refuse(7) is DropReason.UNKNOWN_JOB
-    assert g.refuse(5) is None and g.refuse(8) is None  # shown, never asked: asked
+    assert g.refuse(9) is None and g.refuse(8) is None  # shown, never asked: asked
     clock.now += 601
     assert g.refuse(7) is None  # forgotten: slurmctld may hold it by now
 
@@ -59,9 +59,22 @@ def test_a_flood_that_imitates_real_ids_stops_every_question_for_a_while():
     assert g.refuse(9_000_000) is None  # refilled
 
 
+def test_ids_above_the_newest_slurmctld_showed_are_not_remembered():
+    """Issue 36, item 2: announcing the next ids made their real prologs drop as
+    unknown_job for an hour. An id above the newest shown may be a job to come: asked each
+    time (its sender's share pays), never remembered; one below it is."""
+    g, _ = guard()
+    g.answered(shown=[500], missing=[501, 502, 499])
+    assert g.refuse(501) is None and g.refuse(502) is None  # the next jobs keep the fast path
+    assert g.refuse(499) is DropReason.UNKNOWN_JOB
+    g2, _ = guard()
+    g2.answered(shown=[], missing=[77])  # nothing shown yet: no newest to compare with
+    assert g2.refuse(77) is None
+
+
 def test_memory_is_bounded():
     g, _ = guard(memory=100)
-    g.answered(shown=[], missing=list(range(1, 1001)))
+    g.answered(shown=[5000], missing=list(range(1, 1001)))
     assert len(g._unknown) == 100
     assert g.refuse(1000) is DropReason.UNKNOWN_JOB  # the newest are kept
     assert g.refuse(1) is not DropReason.UNKNOWN_JOB
