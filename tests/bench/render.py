@@ -41,7 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
-from tests.bench.render_defects import sec_energy_archive, sum_energy_archive
+from tests.bench.render_defects import (
+    sec_energy_archive,
+    sec_outbox_size,
+    sum_energy_archive,
+    sum_outbox_size,
+)
 from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 
@@ -712,6 +717,9 @@ SECTIONS: list[Section] = [
     Section("energy-archive", "Energy edits after a stop (issue 35)",
             "flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
             "tests.bench.energy_archive", sec_energy_archive, sum_energy_archive),
+    Section("outbox-size", "The outbox file day by day (issue 35)",
+            ".venv/bin/python -m tests.bench.outbox_size --days 14", sec_outbox_size,
+            sum_outbox_size),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

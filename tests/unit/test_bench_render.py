@@ -167,6 +167,10 @@ def synthetic() -> dict[str, dict]:
                                             "answers": {"200": 100, "500": 7}, "p50": 0.02,
                                             "p95": 0.3, "p99": 0.4, "max": 0.5}]}),
                            "receiver": "cc-backend 1.5.4"},
+        "outbox-size": doc("outbox-size", {"days": 10, "per_day": 50_000,
+                                           "script_bytes": 2000, "keep_s": 7 * 86400},
+                           {"days": [{"day": d, "outbox_mb": 20.0 * min(d, 8) + d % 2,
+                                      "events": 100_000 * min(d, 8)} for d in range(1, 11)]}),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -238,6 +242,8 @@ def test_every_figure_comes_from_the_results():
     assert "hook: figures beyond noise, bbbbbbb against aaaaaaa (issue 31) | 1 | 0 | — | " \
         "stand-in | **no** |" in text
     assert "before 400 ran, 0 lost, 0 duplicated" in text
+    assert "**161 MB at 50,000 jobs/day**" in text and "| 9 | 161.0 MB | 800,000 |" in text
+    assert "161 MB at most from day 9 (+1%" in text
 
 
 def test_numbers_change_with_the_results():
