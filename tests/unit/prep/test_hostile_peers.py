@@ -141,7 +141,7 @@ def test_idle_connections_of_another_user_never_keep_slurmctlds_hook_out(family,
     lst = Listener([spec])
     if family == "unix":
         os.chmod(target, 0o666)  # as the socket's group would let the other user in
-    holder = as_nobody("-c", HOLDER, family, target, str(MAX_CONNECTIONS + 44), "6")
+    holder = as_nobody("-c", HOLDER, family, target, "900", "6")
     try:
         time.sleep(1.0)
         took = []
