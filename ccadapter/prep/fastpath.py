@@ -49,7 +49,7 @@ from dataclasses import replace
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
-from ccadapter.prep.admission import Admission
+from ccadapter.prep.admission import LANE, Admission, StrangerLane
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
 from ccadapter.prep.shares import Shares
@@ -109,6 +109,9 @@ class FastPath:
         self.name = f"fast path[{cluster}]" if cluster else "fast path"
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"fast-path-{cluster}" if cluster else "fast-path")
+        self._lane = StrangerLane(self._take_in, lambda msg: self._drop(
+            DropReason.SHARE, f"{self.name}: job {msg.job_id} {msg.event} from "
+            f"{msg.peer.key}, {LANE} strangers' messages waiting"), f"{self._thread.name}-lane")
         self._asking = ThreadPoolExecutor(self.slots, f"{self._thread.name}-ask")
         # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
         self._scripts = ThreadPoolExecutor(self.slots, f"{self._thread.name}-scripts")
@@ -117,6 +120,7 @@ class FastPath:
         self.on_unknown = on_unknown
 
     def start(self) -> FastPath:
+        self._lane.start()
         self._thread.start()
         return self
 
@@ -124,6 +128,7 @@ class FastPath:
         """Take no more parts, and wait up to ``drain`` seconds for the parts being asked to
         be stored: the daemon closes the outbox next, and an answer stored after that would
         fail (its jobs are then left to the poll, as the log says)."""
+        self._lane.stop()
         with self._cond:
             self._stopping = True
             self._cond.notify()
@@ -140,10 +145,15 @@ class FastPath:
         log.debug("hook: job %d %s, sent at %.3f", msg.job_id, msg.event, msg.sent or 0.0)
         if self.on_received:
             self.on_received()
+        if msg.peer.reserved:
+            self._take_in(msg)
+        else:  # admitted on a thread of its own: the socket's thread never waits for it
+            self._lane.put(msg)
+
+    def _take_in(self, msg: HookMessage) -> None:
         what = f"{self.name}: job {msg.job_id} {msg.event} from {msg.peer.key}"
-        with self._cond:
-            joins = msg.job_id in self._pending  # asked anyway: costs nothing more
-        refused = self.admission.refuse(msg, joins)
+        adds = not self._waits_for(msg)  # what is asked anyway costs nothing more
+        refused = self.admission.refuse(msg, adds)
         if refused is not None:
             self._drop(refused, what)
             return
@@ -152,12 +162,20 @@ class FastPath:
                 self._drop(DropReason.FAST_PATH_FULL, f"{what}, {self.max_pending} jobs "
                            "pending")
                 return
+            if not adds and not self._waits_for(msg) and not self.admission.charge(msg):
+                self._drop(DropReason.SHARE, what)  # taken to be asked meanwhile
+                return
             self.admission.note(msg)
             wait = self._settle() if msg.event == HookEvent.START else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
             self._pending[msg.job_id] = (events | {msg.event}, attempts,
                                          min(due, time.monotonic() + wait))
             self._cond.notify()
+
+    def _waits_for(self, msg: HookMessage) -> bool:
+        """Whether ``msg``'s job waits to be asked for what it announces."""
+        with self._cond:
+            return msg.event in self._pending.get(msg.job_id, (set(),))[0]
 
     def _settle(self) -> float:
         """How long a start waits before it is asked: only where slurmctld may boot its
@@ -191,30 +209,9 @@ class FastPath:
                 self._asking.submit(self._ask_part, part)
 
     def _take(self, now: float) -> list[dict[int, tuple[set[HookEvent], int]]]:
-        """Parts for the free slots: the starts due now or within ``burst`` (a burst in
-        parts of about equal size, one per free slot), and every end, in a part of its own
-        in a slot left over, once one is due or when starts are taken (an end can be asked
-        any time; nobody waits for it). A job being asked waits for its answer: it is never
-        asked in two slots at once (an end while its start is asked). A start announced a
-        moment ago waits for the next query (where its nodes may boot, slurmctld still
-        configures it: :meth:`_settle`). A burst for which a dump of every job is cheaper
-        than single questions (:class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a
-        1,000-task array) is one part, so one dump."""
-        ready = {i: entry for i, entry in self._pending.items() if i not in self._asked}
-        starts = sorted(i for i, (kinds, _, due) in ready.items()
-                        if "start" in kinds and due <= now + self.burst)
-        ends = sorted(i for i, (kinds, _, _) in ready.items() if "start" not in kinds)
-        count = 1 if self.collector.costs.prefer_dump(len(starts)) else self._free
-        ids = [starts[k::count] for k in range(min(count, len(starts)))]
-        if ends and len(ids) < self._free and (
-                ids or min(ready[i][2] for i in ends) <= now + self.burst):
-            ids.append(ends)
-        parts = []
-        for part in ids:
-            parts.append({i: self._pending[i][:2] for i in part})
-            for i in part:
-                del self._pending[i]
-        return parts
+        """Parts for the free slots (:func:`take_parts`), out of the pending jobs."""
+        return take_parts(self._pending, self._asked, self._free, now, self.burst,
+                          self.collector.costs.prefer_dump)
 
     def _move_due_later(self, now: float) -> None:
         """Retries whose delay is over join the pending jobs, due at once."""
@@ -274,7 +271,8 @@ class FastPath:
                 # its nodes may boot, and slurmctld reset StartTime once they are up: the
                 # start is not final yet (ccadapter.model.PENDING_STATES, .slurm.nodeboot)
                 again = HookEvent.START
-            if again is not None and self._retry(job.job_id, again, attempts):
+            ids = [i for i in job.slurm_ids if i in part]
+            if again is not None and self._retry(job.job_id, ids, again, attempts):
                 retried.add(job.job_id)
             events.extend(events_for(job, self.ignore))
         self.guard.answered((i for job in jobs for i in job.slurm_ids), missing)
@@ -301,7 +299,7 @@ class FastPath:
         else:
             log.warning("hook message dropped (%s): %s", reason, detail)
 
-    def _retry(self, job_id: int, event: HookEvent, attempts: int) -> bool:
+    def _retry(self, job_id: int, ids: list[int], event: HookEvent, attempts: int) -> bool:
         """Asks the job again later, if tries are left and its sender's share pays for it
         (an end replayed for a running job would otherwise cost ``slurmMaxRetries``
         questions a message)."""
@@ -309,7 +307,7 @@ class FastPath:
             log.info("%s: job %d not %s after %d tries; left to the poll", self.name,
                      job_id, "ended" if event == HookEvent.END else "running", attempts + 1)
             return False
-        spent = self.admission.again(job_id, event)
+        spent = self.admission.again(job_id, ids, event)
         if spent is not None:
             self._drop(DropReason.SHARE, f"{self.name}: job {job_id} {event} asked again, "
                        f"from {spent.key}")
@@ -338,3 +336,34 @@ def with_missed_scripts(collector: Collector, outbox: Outbox, jobs: list[Job],
         [j.job_id for j in ends if (j.job_id, j.start_time) not in known])
     return [replace(job, job_script=scripts[job.job_id]) if job.job_id in scripts else job
             for job in jobs]
+
+
+Pending = dict[int, tuple[set[HookEvent], int, float]]  # id -> (events, attempts, due)
+
+
+def take_parts(pending: Pending, asked: set[int], free: int, now: float, burst: float,
+               prefer_dump: Callable[[int], bool]) -> list[dict[int, tuple[set[HookEvent], int]]]:
+    """Parts for the ``free`` slots, taken out of ``pending``: the starts due now or within
+    ``burst`` (a burst in parts of about equal size, one per free slot), and every end, in a
+    part of its own in a slot left over, once one is due or when starts are taken (an end
+    can be asked any time; nobody waits for it). A job being asked (``asked``) waits for its
+    answer: it is never asked in two slots at once (an end while its start is asked). A
+    start announced a moment ago waits for the next query (where its nodes may boot,
+    slurmctld still configures it: :meth:`FastPath._settle`). A burst for which a dump of
+    every job is cheaper than single questions (``prefer_dump``:
+    :class:`~ccadapter.slurm.controller.RouteCosts`, e.g. a 1,000-task array) is one part,
+    so one dump."""
+    ready = {i: entry for i, entry in pending.items() if i not in asked}
+    starts = sorted(i for i, (kinds, _, due) in ready.items()
+                    if "start" in kinds and due <= now + burst)
+    ends = sorted(i for i, (kinds, _, _) in ready.items() if "start" not in kinds)
+    count = 1 if prefer_dump(len(starts)) else free
+    ids = [starts[k::count] for k in range(min(count, len(starts)))]
+    if ends and len(ids) < free and (ids or min(ready[i][2] for i in ends) <= now + burst):
+        ids.append(ends)
+    parts = []
+    for part in ids:
+        parts.append({i: pending[i][:2] for i in part})
+        for i in part:
+            del pending[i]
+    return parts

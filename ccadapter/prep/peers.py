@@ -8,10 +8,11 @@ A peer is known by what the kernel says of it, never by what it writes:
 
 - on a UNIX socket, by its uid (``SO_PEERCRED``): another member of the socket's group is
   another peer, whatever it sends;
-- on TCP from this host (a loopback address), by the uid that owns its socket, which the
-  kernel tells for one connection through ``sock_diag`` (``NETLINK_SOCK_DIAG``, as ``ss -e``
-  reads it); where that cannot be asked (a unit without ``AF_NETLINK``), by its address,
-  not reserved;
+- on TCP from this host (a loopback address, or one of this host's own), by the uid that
+  owns its socket, which the kernel tells for one connection through ``sock_diag``
+  (``NETLINK_SOCK_DIAG``, as ``ss -e`` reads it); where that cannot be asked (a unit without
+  ``AF_NETLINK``) or the socket is no one's any more (closed by its process before the
+  daemon accepted it: the kernel then says uid 0), by its address, not reserved;
 - on TCP from another host, by its address: reserved when it is one of
   ``prepSockAllowedPeers`` (the administrator named the controller hosts), else not.
 
@@ -49,7 +50,7 @@ _NLMSG_HEADER = struct.Struct("=IHHII")  # length, type, flags, sequence, port i
 # source and destination port (network order), source and destination address (16 bytes
 # each, network order), interface, cookie (two words; all ones: none)
 _DIAG_REQUEST = struct.Struct("=BBBBIHH16s16sIII")
-_DIAG_UID_AT = _NLMSG_HEADER.size + 4 + 48 + 12  # inet_diag_msg's idiag_uid
+_DIAG_UID_AT = _NLMSG_HEADER.size + 4 + 48 + 12  # inet_diag_msg's idiag_uid, idiag_inode
 
 
 class PeerIdentity:
@@ -70,12 +71,21 @@ class PeerIdentity:
                 return Peer("unix, uid unknown")
             return Peer(f"uid {uid}", self.reserved_uid(uid))
         host = ip_of(str(address[0]))  # type: ignore[index]
-        if host.is_loopback:
+        if host.is_loopback or host == _own_address(conn):
             uid = loopback_uid(conn)
             if uid is not None:
                 return Peer(f"uid {uid}", self.reserved_uid(uid))
             return Peer(str(host))
         return Peer(str(host), any(host in net for net in self.allowed))
+
+
+def _own_address(conn: socket.socket) -> object:
+    """The address the connection reached on this host (a peer with the same one is a
+    process of this host)."""
+    try:
+        return ip_of(str(conn.getsockname()[0]))
+    except (OSError, ValueError):
+        return None
 
 
 def ip_of(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -113,9 +123,12 @@ def loopback_uid(conn: socket.socket) -> int | None:
             answer = diag.recv(8192)
         except OSError:
             return None
-    if len(answer) < _DIAG_UID_AT + 4:
+    if len(answer) < _DIAG_UID_AT + 8:
         return None
     _, kind, _, _, _ = _NLMSG_HEADER.unpack_from(answer)
     if kind != _SOCK_DIAG_BY_FAMILY:  # _NLMSG_ERROR: no such socket (it went away)
         return None
-    return int(struct.unpack_from("=I", answer, _DIAG_UID_AT)[0])
+    uid, inode = struct.unpack_from("=II", answer, _DIAG_UID_AT)
+    # inode 0: an orphan, closed by its process after sending; the kernel says uid 0 for
+    # it, which is nobody's word: a stranger must not pass for root by closing early
+    return None if inode == 0 else int(uid)

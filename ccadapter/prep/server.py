@@ -153,8 +153,21 @@ class PrepServer:
             conn, peer = listener.accept()
         except OSError:
             return
-        if self.allowed and conn.family != socket.AF_UNIX and not self._allowed(peer[0]):
-            self._drop(DropReason.PEER, f"connection from {peer[0]}")
+        try:
+            self._admit(conn, peer, listener)
+        except Exception:  # said by the loop; the connection is not left open meanwhile
+            if conn in self._conns:
+                self._close(conn)
+            else:
+                conn.close()
+            raise
+
+    def _admit(self, conn: socket.socket, peer: object, listener: socket.socket) -> None:
+        """Reads ``conn`` from now on, or closes it: a TCP peer outside ``allowed``, or a
+        sender other than slurmctld's own holding its share of connections."""
+        if self.allowed and conn.family != socket.AF_UNIX and not self._allowed(
+                peer[0]):  # type: ignore[index]
+            self._drop(DropReason.PEER, f"connection from {peer[0]}")  # type: ignore[index]
             conn.close()
             return
         sender = self.identity.of(conn, peer)

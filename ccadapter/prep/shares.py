@@ -15,7 +15,8 @@ buckets (:class:`Bucket`), and a message whose questions are not there is droppe
 - Reserved peers (SlurmUser, root, the controller hosts the administrator allowed) draw on a
   reserve of their own, which the others can never spend: real jobs keep the fast path
   whatever the others send. It is bounded too (``reserve_rate`` up to ``reserve_burst``),
-  sized for a cluster's busiest bursts (a 10,000-task array starting at once).
+  sized for a cluster's busiest bursts (a 20,000-task array starting at once, charged 3
+  questions a task though the fast path asks such a burst in one dump).
 
 A message for a job the daemon holds already in the state it announces costs nothing and is
 not charged (the fast path asks the outbox first), nor is a message joining a job that is
@@ -39,8 +40,8 @@ class ShareSettings:
     peer_burst: float = 40.0
     total_rate: float = 4.0  # all peers that are not reserved, together
     total_burst: float = 80.0
-    reserve_rate: float = 200.0  # SlurmUser, root and the allowed controller hosts
-    reserve_burst: float = 20_000.0
+    reserve_rate: float = 1_000.0  # SlurmUser, root and the allowed controller hosts
+    reserve_burst: float = 60_000.0  # a 20,000-task array's starts at 3 questions each
     peers: int = 4096  # peers whose buckets are kept (the least recent one goes first)
 
 

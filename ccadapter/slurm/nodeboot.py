@@ -87,7 +87,9 @@ class NodeBoot:
     def _take(self, text: str) -> None:
         """A reading of the config: kept, and logged where it says otherwise than before."""
         settings = parse_node_boot(text)
-        self.slurm_uid = parse_slurm_uid(text) if text else self.slurm_uid
+        uid = parse_slurm_uid(text)
+        if uid is not None:  # a reading without it keeps the last one
+            self.slurm_uid = uid
         if settings != self.settings or not self._said:
             if settings == ():
                 log.info("slurmctld boots no nodes for jobs (SuspendProgram, ResumeProgram, "

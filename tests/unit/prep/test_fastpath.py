@@ -401,6 +401,7 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
     asked = len(runner.stdins)
     for _ in range(5):
         fast.submit(HookMessage(7, HookEvent.END, None, peer=someone))
+    assert wait(lambda: idle(fast))
     time.sleep(0.3)
     assert len(runner.stdins) == asked and fast.counts["unknown_job"] == 5
     fast.submit(HookMessage(gpu, HookEvent.END, None))  # a real job is still asked
@@ -435,7 +436,8 @@ def questions(runner) -> int:
 
 def idle(fast) -> bool:
     with fast._cond:
-        return not fast._pending and not fast._later and fast._free == fast.slots
+        return fast._lane.idle() and not fast._pending and not fast._later \
+            and fast._free == fast.slots
 
 
 def test_a_sender_replaying_real_ids_costs_slurmctld_its_share_only(env):

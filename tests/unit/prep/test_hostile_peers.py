@@ -111,9 +111,27 @@ def test_a_remote_address_is_reserved_only_when_the_administrator_allowed_it():
     class Remote:
         family = socket.AF_INET
 
+        @staticmethod
+        def getsockname():
+            return ("10.1.2.254", 6818)  # this host's own address
+
     assert judge.of(Remote(), ("10.1.2.3", 5)).reserved  # type: ignore[arg-type]
     assert not judge.of(Remote(), ("10.9.9.9", 5)).reserved  # type: ignore[arg-type]
     assert judge.of(Remote(), ("10.9.9.9", 5)).key == "10.9.9.9"  # type: ignore[arg-type]
+
+
+def test_a_stranger_that_closes_before_the_accept_does_not_pass_for_root():
+    """The kernel says uid 0 of an orphaned socket (its process closed it after sending,
+    before the daemon accepted): that is nobody's, not root's."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    with listener:
+        other = as_nobody("-c", "import socket; s=socket.create_connection("
+                          f"{listener.getsockname()!r}); s.sendall(b'x'); s.close()")
+        other.communicate(timeout=10)
+        conn, peer = listener.accept()
+        with conn:
+            assert loopback_uid(conn) is None
+            assert PeerIdentity(lambda uid: uid == 0).of(conn, peer) == Peer("127.0.0.1")
 
 
 def test_a_loopback_connection_that_went_away_has_no_uid():
