@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -189,15 +188,12 @@ class App:
         server = PrepServer([cfg.prep_sock_listen_path], main, on_message,
                             group=cfg.prep_sock_group, on_drop=self.hook.dropped,
                             cluster_specs=own, allowed=allowed,
-                            identity=PeerIdentity(self.slurmctlds_own, allowed))
+                            identity=PeerIdentity(self.is_slurm_user, allowed))
         return server, self.router
 
-    def slurmctlds_own(self, uid: int) -> bool:
-        """Whether a local uid is one slurmctld runs the hook as: SlurmUser of a served
-        cluster (as its config was last read), root, or the daemon's own user (whose
-        processes own the daemon anyway)."""
-        if uid in (0, os.getuid()):
-            return True
+    def is_slurm_user(self, uid: int) -> bool:
+        """Whether a local uid is SlurmUser of a served cluster (as its config was last
+        read): the user slurmctld runs the hook as."""
         return any(s.collector.slurmctld.node_boot.slurm_uid == uid for s in self.syncs)
 
     def _fast_path(self, sync: ClusterSync, wake: Callable[[], None]) -> FastPath:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ccadapter.prep.messages import DropReason
+from ccadapter.prep.shares import Bucket
 
 
 @dataclass(frozen=True)
@@ -55,55 +56,48 @@ class JobIdGuard:
         self.settings = settings or GuardSettings()
         self.clock = clock
         self._unknown: OrderedDict[int, float] = OrderedDict()  # id -> when it was missing
-        self._budget = self.settings.burst
-        self._refilled = clock()
+        self._budget = Bucket(self.settings.rate, self.settings.burst, clock())
         self._newest: int | None = None  # the highest id slurmctld showed
         self._lock = threading.Lock()
 
     def refuse(self, job_id: int) -> DropReason | None:
         """Why a message naming ``job_id`` is not to be asked about; None: ask."""
         with self._lock:
-            now = self._refill()
+            now = self.clock()
+            budget = self._budget.level(now)
             seen = self._unknown.get(job_id)
             if seen is not None:
                 if now - seen < self.settings.ttl:
                     return DropReason.UNKNOWN_JOB
                 del self._unknown[job_id]
-            if self._budget >= 0:
+            if budget >= 0:
                 return None
-            if self._budget >= -self.settings.burst and self._near(job_id):
+            if budget >= -self.settings.burst and self._near(job_id):
                 return None
             return DropReason.FLOOD
 
     def answered(self, shown: Iterable[int], missing: Iterable[int]) -> None:
         """slurmctld showed the jobs ``shown`` and did not show ``missing``."""
         with self._lock:
-            now = self._refill()
+            now = self.clock()
+            self._budget.level(now)
             newest = max(shown, default=None)
             if newest is not None and (self._newest is None or newest > self._newest):
                 self._newest = newest
             for job_id in missing:
-                self._budget -= 1
+                self._budget.tokens -= 1
                 if self._newest is None or job_id > self._newest:
                     continue  # maybe a job to come
                 self._unknown[job_id] = now
                 self._unknown.move_to_end(job_id)
-            self._budget = max(self._budget, -2 * self.settings.burst)
+            self._budget.tokens = max(self._budget.tokens, -2 * self.settings.burst)
             while len(self._unknown) > self.settings.memory:
                 self._unknown.popitem(last=False)
 
     @property
     def flooding(self) -> bool:
         with self._lock:
-            self._refill()
-            return self._budget < 0
+            return self._budget.level(self.clock()) < 0
 
     def _near(self, job_id: int) -> bool:
         return self._newest is None or abs(job_id - self._newest) <= self.settings.near
-
-    def _refill(self) -> float:
-        now = self.clock()
-        self._budget = min(self.settings.burst,
-                           self._budget + (now - self._refilled) * self.settings.rate)
-        self._refilled = now
-        return now

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket
 import struct
 from collections.abc import Callable, Sequence
@@ -54,13 +55,18 @@ _DIAG_UID_AT = _NLMSG_HEADER.size + 4 + 48 + 12  # inet_diag_msg's idiag_uid, id
 
 
 class PeerIdentity:
-    """Tells the :class:`Peer` of an accepted connection. ``reserved_uid(uid)``: whether a
-    local uid is slurmctld's own; ``allowed``: the networks of ``prepSockAllowedPeers``."""
+    """Tells the :class:`Peer` of an accepted connection. Root and this process's user are
+    slurmctld's own (the latter's processes own the daemon anyway); ``slurm_user(uid)``:
+    whether a local uid is SlurmUser; ``allowed``: the networks of ``prepSockAllowedPeers``."""
 
-    def __init__(self, reserved_uid: Callable[[int], bool],
+    def __init__(self, slurm_user: Callable[[int], bool] = lambda uid: False,
                  allowed: Sequence[Network] = ()) -> None:
-        self.reserved_uid = reserved_uid
+        self.slurm_user = slurm_user
         self.allowed = tuple(allowed)
+        self._own = {0, os.getuid()}
+
+    def reserved_uid(self, uid: int) -> bool:
+        return uid in self._own or self.slurm_user(uid)
 
     def of(self, conn: socket.socket, address: object) -> Peer:
         if conn.family == socket.AF_UNIX:

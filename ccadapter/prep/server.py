@@ -65,8 +65,8 @@ class PrepServer:
                  identity: PeerIdentity | None = None) -> None:
         """``cluster_specs``: socket spec -> the cluster whose hook sends there.
         ``allowed``: the networks TCP peers must be in (empty: any peer). ``identity``:
-        tells each connection's sender (by default root and this process's user are
-        slurmctld's own)."""
+        tells each connection's sender (by default: root and this process's user are
+        slurmctld's own, and the ``allowed`` hosts)."""
         # every socket spec -> the cluster of its messages that name none
         self._spec_clusters = {**dict.fromkeys(specs, cluster), **(cluster_specs or {})}
         self.specs = list(self._spec_clusters)
@@ -75,8 +75,7 @@ class PrepServer:
         self.on_drop = on_drop
         self.group = group
         self.allowed = tuple(allowed)
-        own = {0, os.getuid()}
-        self.identity = identity or PeerIdentity(own.__contains__, self.allowed)
+        self.identity = identity or PeerIdentity(allowed=self.allowed)
         self._paused = False  # listeners out of the selector: MAX_CONNECTIONS being read
         self._sel = selectors.DefaultSelector()
         self._listeners: dict[socket.socket, str | None] = {}  # -> the socket's cluster

@@ -46,7 +46,8 @@ class ShareSettings:
 
 
 class Bucket:
-    """``rate`` tokens a second, up to ``burst``; starts full."""
+    """``rate`` tokens a second, up to ``burst``; starts full. Its owner may draw it below
+    zero (:class:`~ccadapter.prep.guard.JobIdGuard` counts what was asked already)."""
 
     def __init__(self, rate: float, burst: float, now: float) -> None:
         self.rate, self.burst = rate, burst

@@ -1,14 +1,15 @@
 """What another user who reaches the hook socket could do (issue 36), run by the live tests
 as that user (``nobody``, under Debian's python3: standard library only, no ccadapter).
 
-    python3 hostile.py ATTACK SPEC CLUSTER IDS_FILE SECONDS
+    python3 hostile.py ATTACK SPEC CLUSTER IDS_FILE SECONDS [CONNECTIONS]
 
 ``flood``: one connection after another, each a kind of abuse: ids slurmctld never gave out
 (far from its own, and a few again and again), garbage, 200 kB messages, messages never
 finished; ``replay``: sends a start and an end for every id in IDS_FILE (the ids ``squeue`` prints,
 refreshed by the test), again and again, from 8 threads; ``future``: announces the 60 ids
 after the newest in IDS_FILE, again and again; ``idle``: holds as many connections as the
-daemon lets it, each with half a message, opening a new one whenever one is closed. Prints
+daemon lets it (CONNECTIONS at most, 400 unless given), each with half a message, opening a
+new one whenever one is closed. Prints
 what it sent as one JSON line at the end.
 """
 
@@ -128,11 +129,11 @@ def idle(spec: str, until: float, sent: Counter, most: int = 400) -> None:
 
 
 def main(argv: list[str]) -> None:
-    attack, spec, cluster, path, seconds = argv
+    attack, spec, cluster, path, seconds, *most = argv
     until = time.monotonic() + float(seconds)
     sent: Counter = Counter()
     if attack == "idle":
-        idle(spec, until, sent)
+        idle(spec, until, sent, *(int(n) for n in most))
     else:
         work = {"replay": replay, "future": future, "flood": flood}[attack]
         threads = [threading.Thread(target=work, args=(spec, cluster, path, until, sent))

@@ -15,7 +15,6 @@ README states (80 at once, 4 a second); the daemon's peak RSS stays within 100 M
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import subprocess
 import threading
@@ -25,10 +24,11 @@ from pathlib import Path
 import pytest
 
 from tests.bench.hook import stamps_file
+from tests.bench.scale_probe import read_stamps
 from tests.ccbackend import CcBackend
 from tests.integration.conftest import hook_configured
 from tests.integration.sync_scenario import wait_for
-from tests.integration.test_hook_flood_live import vm_hwm_mb
+from tests.integration.test_hook_flood_live import sdiag_rpcs, vm_hwm_mb
 from tests.integration.test_hook_live import start_daemon
 from tests.integration.test_metrics_live import free_port, get, parse, scrape
 from tests.integration.workload import Cluster
@@ -45,19 +45,7 @@ BURST, RATE = 80, 4
 
 def questions(cluster: Cluster) -> int:
     """slurmctld's own count of the questions the fast path asks (sdiag's RPC counts)."""
-    out = cluster.run("sdiag")
-    return sum(int(m[1]) for name in QUESTIONS
-               for m in [re.search(rf"{name}\s+\(\s*\d+\)\s+count:(\d+)", out)] if m)
-
-
-def prolog_stamps(path: Path) -> dict[int, float]:
-    """job id -> when slurmctld ran its PrologSlurmctld (the test bed's wrapper notes it)."""
-    stamps: dict[int, float] = {}
-    for line in path.read_text().splitlines():
-        job, context, epoch = line.split()
-        if context == "prolog_slurmctld":
-            stamps.setdefault(int(job), float(epoch))
-    return stamps
+    return sdiag_rpcs(cluster, *QUESTIONS)
 
 
 class Squeue(threading.Thread):
@@ -75,8 +63,10 @@ class Squeue(threading.Thread):
             self.path.chmod(0o644)
 
 
-def round_of(cluster: Cluster, cc: CcBackend, attack: str | None, shared: Path) -> dict:
-    """20 real jobs over 60 s, beside ``attack`` (None: alone)."""
+def round_of(cluster: Cluster, cc: CcBackend, attack: str | None, shared: Path,
+             stamps: Path) -> dict:
+    """20 real jobs over 60 s, beside ``attack`` (None: alone); ``stamps``: where the test
+    bed's hook wrapper notes when slurmctld ran PrologSlurmctld."""
     asked = questions(cluster)
     ids_file = shared / "ids"
     ids_file.write_text("")
@@ -114,8 +104,8 @@ def round_of(cluster: Cluster, cc: CcBackend, attack: str | None, shared: Path) 
             attacker.communicate()
     starts = {r.body["jobId"]: r.time for r in cc.requests("/api/jobs/start_job/")
               if r.status == 201 and r.body and r.body["jobId"] in jobs}
-    stamps = prolog_stamps(stamps_file(cluster))
-    latency = sorted(starts[j] - stamps[j] for j in jobs)
+    prologs = read_stamps(stamps)
+    latency = sorted(starts[j] - prologs[j] for j in jobs)
     return {"attack": attack or "none", "jobs": jobs, "sent": sent, "seconds": took,
             "asked": questions(cluster) - asked, "latency": latency,
             "p95": latency[int(0.95 * (len(latency) - 1))],
@@ -131,11 +121,12 @@ def attacked(testbed, tmp_path_factory) -> dict:
     shared.mkdir(mode=0o755, exist_ok=True)
     metrics = f"127.0.0.1:{free_port()}"
     rounds = {}
+    stamps = stamps_file(cluster)
     with CcBackend(tmp / "cc-backend", [cluster]) as cc:
         daemon = start_daemon(cluster, cc, tmp, poll=30, metricsListen=metrics)
         try:
             for attack in (None, "replay", "future", "idle"):
-                rounds[attack or "none"] = round_of(cluster, cc, attack, shared)
+                rounds[attack or "none"] = round_of(cluster, cc, attack, shared, stamps)
             samples = parse(scrape(f"http://{metrics}/metrics"))
             peak = vm_hwm_mb(daemon.proc.pid)
         finally:

@@ -35,11 +35,16 @@ HOSTILE = Path(__file__).with_name("hostile.py")
 MAX_UNKNOWN_ASKED = 60 + 2 * 60 + 100
 
 
-def sdiag_single_job_questions(cluster: Cluster) -> int:
-    """slurmctld's own count of ``show job ID`` questions (sdiag's RPC statistics)."""
+def sdiag_rpcs(cluster: Cluster, *names: str) -> int:
+    """slurmctld's own count of these RPCs (sdiag's RPC statistics), summed."""
     out = cluster.run("sdiag")
-    m = re.search(r"REQUEST_JOB_INFO_SINGLE\s+\(\s*\d+\)\s+count:(\d+)", out)
-    return int(m[1]) if m else 0
+    return sum(int(m[1]) for name in names
+               for m in [re.search(rf"{name}\s+\(\s*\d+\)\s+count:(\d+)", out)] if m)
+
+
+def sdiag_single_job_questions(cluster: Cluster) -> int:
+    """slurmctld's own count of ``show job ID`` questions."""
+    return sdiag_rpcs(cluster, "REQUEST_JOB_INFO_SINGLE")
 
 
 def flood(spec: str, cluster: str, seconds: float) -> subprocess.Popen:

@@ -128,7 +128,8 @@ def parse_node_boot(out: str) -> tuple[str, ...] | None:
     return tuple(found)
 
 
-_SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)", re.MULTILINE)
+# SlurmUser = slurm(64030): its name and uid
+_SLURM_USER = re.compile(r"^SlurmUser\s*=\s*([^\s(]+)(?:\((\d+)\))?", re.MULTILINE)
 
 
 def parse_slurm_user(out: str) -> str | None:
@@ -137,14 +138,11 @@ def parse_slurm_user(out: str) -> str | None:
     return match.group(1) if match else None
 
 
-_SLURM_UID = re.compile(r"^SlurmUser\s*=\s*[^\s(]*\((\d+)\)", re.MULTILINE)
-
-
 def parse_slurm_uid(out: str) -> int | None:
     """The uid of ``SlurmUser`` in ``scontrol show config`` (``SlurmUser = slurm(64030)``):
     the user slurmctld runs PrologSlurmctld and EpilogSlurmctld as."""
-    match = _SLURM_UID.search(out)
-    return int(match.group(1)) if match else None
+    match = _SLURM_USER.search(out)
+    return int(match.group(2)) if match and match.group(2) else None
 
 
 def parse_admin_levels(out: str) -> dict[str, str]:

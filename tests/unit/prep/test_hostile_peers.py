@@ -27,37 +27,8 @@ from tests.unit.prep.test_hook_and_server import ENV, Listener, free_port
 NOBODY = 65534
 PYTHON = "/usr/bin/python3"  # the venv's interpreter lives under /root, which nobody cannot read
 
-# Holds ``n`` connections open, each with half a message, opening a new one whenever the
-# server closes one, until its time is up: what a user in the socket's group could run.
-HOLDER = """
-import socket, sys, time
-family, address, n, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-def connect():
-    if family == "unix":
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(address)
-    else:
-        s = socket.create_connection(("127.0.0.1", int(address)))
-    s.sendall(b'{"SLURM_')
-    s.setblocking(False)
-    return s
-held, until = [], time.monotonic() + seconds
-while time.monotonic() < until:
-    for s in list(held):
-        try:
-            if s.recv(1) == b"":
-                raise OSError
-        except BlockingIOError:
-            continue
-        except OSError:
-            held.remove(s); s.close()
-    while len(held) < n:
-        try:
-            held.append(connect())
-        except OSError:
-            break
-    time.sleep(0.01)
-"""
+# what another user could run (tests/integration/hostile.py, standard library only)
+HOSTILE = Path(__file__).parents[2] / "integration" / "hostile.py"
 
 
 @pytest.fixture
@@ -159,7 +130,7 @@ def test_idle_connections_of_another_user_never_keep_slurmctlds_hook_out(family,
     lst = Listener([spec])
     if family == "unix":
         os.chmod(target, 0o666)  # as the socket's group would let the other user in
-    holder = as_nobody("-c", HOLDER, family, target, "900", "6")
+    holder = as_nobody(str(HOSTILE), "idle", spec, "c1", "-", "6", "900")
     try:
         time.sleep(1.0)
         took = []
