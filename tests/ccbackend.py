@@ -228,6 +228,29 @@ class CcBackend:
         self.stop_server()
         self._serve()
 
+    def rotate_keys(self) -> str:
+        """A new JWT key pair, as a site rotates it: cc-backend restarted with it, so every
+        token signed by the old key is refused from then on; returns the daemon's new
+        token (the reader's is renewed too)."""
+        self.stop_server()
+        env = self.directory / ".env"
+        session = next(ln for ln in env.read_text().splitlines() if ln.startswith("SESSION_KEY"))
+        public, private = _keypair(self.directory)
+        env.write_text(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n{session}\n')
+        self.token, self.reader_token = self._jwt("ccadapter"), self._jwt("reader")
+        (self.directory / "tokens.json").write_text(json.dumps(
+            {"port": self.port, "token": self.token, "reader": self.reader_token}))
+        self._serve()
+        return self.token
+
+    def _jwt(self, name: str) -> str:
+        out = self._cli("-jwt", name)
+        marker = f"for user '{name}': "
+        line = next((ln for ln in out.splitlines() if marker in ln), "")
+        if not line:
+            raise RuntimeError(f"cc-backend -jwt {name} printed no token: {out[-500:]}")
+        return line.split(marker, 1)[1].strip()
+
     def __enter__(self) -> CcBackend:
         return self.start()
 

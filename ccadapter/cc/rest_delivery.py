@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -58,7 +59,12 @@ class RestDelivery:
         self.sender = sender
         self.token_where = token_where
         self.clock = clock
-        self._gate = LogGate()
+        self._gate = LogGate(clock=clock)
+        # requeued runs cc-backend holds no job of: the first said, then one line an hour
+        # with how many followed (a site that requeues hundreds a day: hundreds of lines)
+        self._held_gate = LogGate(3600.0, clock)
+        self._held_quiet = 0
+        self._held_lock = threading.Lock()
 
     def __call__(self, event: Event) -> Result:
         if event.kind == EventKind.STOP:
@@ -66,10 +72,23 @@ class RestDelivery:
         answer = self.sender.send(event.kind, event.payload)
         if event.kind == EventKind.START and (held := self._held_instead(event, answer)):
             note = f"{NOT_HELD}{_refused(event, held)}"
-            log.warning("%s; its times, nodes and state go into that job's metaData once it "
-                        "ends", note)
+            self._say_not_held(note)
             return Result(event.id, DeliveryStatus.DELIVERED, note)
         return self._result(event, answer)
+
+    def _say_not_held(self, note: str) -> None:
+        """The first requeued run not held, then at most one line an hour naming the
+        latest and how many came since (each is kept with its event: ``queue list``, and
+        counted by ``status``)."""
+        with self._held_lock:
+            if not self._held_gate.allow("not held"):
+                self._held_quiet += 1
+                return
+            since, self._held_quiet = self._held_quiet, 0
+        more = f" ({since} more such run(s) in the last hour: `ccadapter status`)" if since \
+            else ""
+        log.warning("%s; its times, nodes and state go into that job's metaData once it "
+                    "ends%s", note, more)
 
     def _held_instead(self, event: Event, answer: Answer) -> int | None:
         """When cc-backend answered this run's start 422 because it holds another run of
@@ -145,8 +164,8 @@ class RestDelivery:
             "jobId": event.job_id, "cluster": event.cluster, "startTime": held,
             "payload": {"key": key, "value": run_summary(start, stop)}})
         if answer.outcome is Outcome.DELIVERED:
-            log.info("job %d (%s): its run of %d is in the metaData of the run of %d (%s)",
-                     event.job_id, event.cluster, event.start_time, held, key)
+            log.debug("job %d (%s): its run of %d is in the metaData of the run of %d (%s)",
+                      event.job_id, event.cluster, event.start_time, held, key)
             return Result(event.id, DeliveryStatus.DELIVERED,
                           f"{NOT_HELD}{_refused(event, held)}; its times, nodes and state "
                           f"are in that job's metaData.{key}")

@@ -25,6 +25,7 @@ from ccadapter.errors import CcAdapterError, ConfigError
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.report.problems import describe
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.clock import SYSTEM, Clock
 from ccadapter.runtime.pidlock import AlreadyRunning, PidLock
 from ccadapter.runtime.statelock import OutboxBusy, StateLock
 from ccadapter.slurm.clusters import ClusterList
@@ -90,6 +91,10 @@ class Deps:
     runner: Callable[[Config], CommandRunner] = _slurm_runner
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.time
+    # the daemon's: its Slurm commands (None: a runner per cluster, counted in the metrics)
+    # and its clock (the month-of-life benchmark passes a faster one, tests/bench/life.py)
+    daemon_runner: Callable[[Config], CommandRunner] | None = None
+    daemon_clock: Clock = SYSTEM
 
 
 _LEVELS = ("debug", "info", "warning", "error")

@@ -144,7 +144,8 @@ def daemon_cmd(deps: Deps, config_path: str | None, log_level: dict[str, str] | 
                                         Identity.current()):
             log.warning("%s", warning)
         try:
-            app = build(config, metrics=True)
+            runner = deps.daemon_runner(config) if deps.daemon_runner else None
+            app = build(config, metrics=True, runner=runner, clock=deps.daemon_clock)
         except CcAdapterError as exc:
             raise CommandExit("cannot start: ", cause=exc) from None
         exporter = _serve_metrics(app)

@@ -29,6 +29,7 @@ from ccadapter.prep.shares import Shares
 from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers import Reconciler
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.clock import SYSTEM, Clock
 from ccadapter.runtime.stopflag import StopFlag
 from ccadapter.runtime.watchdog import Liveness
 from ccadapter.slurm.collector import Collector
@@ -68,6 +69,7 @@ class App:
     runners: list[SlurmRunner] = field(default_factory=list)  # long-lived scontrol each
     liveness: Liveness = field(default_factory=Liveness)  # fed by commands and requests
     stop: StopFlag = field(default_factory=StopFlag)  # the daemon's stop, read by routines
+    clock: Clock = SYSTEM  # what the routines are paced by
 
     # --- the clusters --------------------------------------------------------------------
 
@@ -123,7 +125,8 @@ class App:
     # --- the daemon ----------------------------------------------------------------------
 
     def daemon(self) -> Daemon:
-        daemon = Daemon(self.deliverer, progress=self.liveness.touch, stop_flag=self.stop)
+        daemon = Daemon(self.deliverer, clock=self.clock.monotonic, wait=self.clock.wait,
+                        progress=self.liveness.touch, stop_flag=self.stop)
         if self.notifier is not None:
             daemon.add_deliverer(self.notifier, "nats-notify")
         if self.control is not None:  # first: a takeover's catch-up runs in the same pass

@@ -55,6 +55,7 @@ from ccadapter.prep.fastpath import SESSIONS
 from ccadapter.prep.tally import HookTally
 from ccadapter.reconcilers.slurm_window import SlurmWindow
 from ccadapter.retry import RetryPolicies
+from ccadapter.runtime.clock import SYSTEM, Clock
 from ccadapter.runtime.stopflag import StopFlag
 from ccadapter.runtime.watchdog import Liveness
 from ccadapter.slurm.clusters import ClusterList
@@ -64,13 +65,14 @@ from ccadapter.slurm.runner import CommandRunner, SlurmRunner
 
 def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | None = None,
           workers: int = 16, runner: CommandRunner | None = None,
-          metrics: bool = False) -> App:
+          metrics: bool = False, clock: Clock = SYSTEM) -> App:
     """``metrics``: record Prometheus metrics (the daemon asks; they are recorded only
     when ``metricsListen`` is set, as nothing else could read them). An ``outbox`` passed
     in reports no enqueued events. ``runner``: runs every cluster's Slurm commands (else
     one runner per cluster, counting its commands under its name). With ``slurmClusters:
     ["*"]`` the roster starts empty: :meth:`App.refresh_clusters` (or the daemon's
-    ``slurm-clusters`` routine) fills it."""
+    ``slurm-clusters`` routine) fills it. ``clock``: what every part reads the time from
+    and how the daemon's routines wait (:mod:`ccadapter.runtime.clock`)."""
     recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
     retries = RetryPolicies.from_config(config)
     stop = StopFlag()  # the daemon's stop, read by its routines and their Slurm commands
@@ -86,7 +88,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
 
     base = new_runner("")
     nats_on = bool(config.nats_server)
-    outbox = outbox or Outbox(outbox_path(config), backoff=retries.outbox,
+    outbox = outbox or Outbox(outbox_path(config), clock.now, backoff=retries.outbox,
                               on_enqueued=recorder.events_enqueued)
     outbox.notify = nats_on and config.cc_rest_submit_jobs
     recorder.watch_outbox(outbox)
@@ -102,7 +104,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
     nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
     node_states = node_state_path(config)
-    rest = RestDelivery(client, client.token.where) if client else None
+    rest = RestDelivery(client, client.token.where, clock=clock.now) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"
@@ -121,7 +123,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                  "cc-cache": config.cc_poll_interval,
                  "lost-stops": LOST_STOPS_INTERVAL,
                  "nodestate": config.slurm_poll_interval}
-    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states, stop)
+    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states, stop,
+                      clock.now)
 
     def make(name: str, config_text: str = "") -> ClusterSync:
         return parts.sync(name, config.multi_cluster(),
@@ -129,7 +132,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
 
     # the local cluster's collector, without --clusters: its name in the default mode, its
     # controllers for slurmctldFailover
-    local = Collector(base, CollectorSettings.from_config(config))
+    local = Collector(base, CollectorSettings.from_config(config), clock.now)
     if not config.multi_cluster():
         # the config just read also says whether energy is gathered: not asked twice
         name = local.cluster_name()
@@ -140,10 +143,11 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         roster = Roster(make, config.slurm_clusters)
     control = _control(config, local, outbox, recorder, roster)
     hook = HookTally(on_received=recorder.hook_received, on_drop=recorder.hook_dropped,
-                     on_unknown=recorder.hook_unknown)
+                     on_unknown=recorder.hook_unknown, clock=clock.monotonic, wall=clock.now,
+                     started=clock.now())
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
                notifier, control, hook=hook, retries=retries, runners=owned,
-               liveness=liveness, stop=stop)
+               liveness=liveness, stop=stop, clock=clock)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,

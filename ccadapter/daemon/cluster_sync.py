@@ -125,13 +125,14 @@ class SyncParts:
     last_runs: LastRuns
     node_states: Target | None  # node_state_path()
     stop: Callable[[], bool] = lambda: False  # the daemon's stop (a window cut short)
+    clock: Callable[[], float] = time.time  # the wall clock every part reads
 
     def sync(self, name: str, scoped: bool, runner: CommandRunner,
              config_text: str = "") -> ClusterSync:
         """``name``'s collector (``--clusters NAME`` when ``scoped``), lastRun and
         reconcilers; ``config_text``: its ``scontrol show config`` if read already."""
         cfg, outbox, client = self.config, self.outbox, self.client
-        collector = Collector(runner, CollectorSettings.from_config(cfg),
+        collector = Collector(runner, CollectorSettings.from_config(cfg), self.clock,
                               cluster=name if scoped else None, config_text=config_text)
         last_run = self.last_runs(name if scoped else None)
         # the default mode asks at start (its one slurmctld must answer to start at all)
@@ -141,9 +142,9 @@ class SyncParts:
                                 energy=False if scoped else _energy_sent(collector, None),
                                 scoped=scoped)
         reconcilers: dict[str, Reconciler] = {
-            "slurm-window": SlurmWindow(collector, outbox, last_run, window,
+            "slurm-window": SlurmWindow(collector, outbox, last_run, window, self.clock,
                                         energy_probe=probe, stopping=self.stop),
-            "slurm-lookback": SlurmWindow(collector, outbox, last_run, window,
+            "slurm-lookback": SlurmWindow(collector, outbox, last_run, window, self.clock,
                                           lookback=LOOKBACK_SPAN, lookback_part=LOOKBACK_PART,
                                           energy_probe=probe, stopping=self.stop),
             "stale-jobs": StaleJobs(collector, outbox, name),
@@ -153,13 +154,13 @@ class SyncParts:
             # path, the stream's acknowledgement is the proof of delivery, not cc-backend's
             # job list.
             reconcilers["cc-cache"] = CcCache(collector, outbox, name, client,
-                                              cfg.cc_commit_job_interval)
+                                              cfg.cc_commit_job_interval, self.clock)
             # the stops cc-backend lost in its stop/commit race, minutes after they went out
             reconcilers["lost-stops"] = LostStops(outbox, name, client,
-                                                  cfg.cc_commit_job_interval)
+                                                  cfg.cc_commit_job_interval, self.clock)
         if self.node_states is not None:
             reconcilers["nodestate"] = NodeStates(collector, outbox, name,
-                                                  cfg.ignore_hosts_pattern(), time.time)
+                                                  cfg.ignore_hosts_pattern(), self.clock)
         return ClusterSync(name, scoped, collector, last_run, reconcilers)
 
 

@@ -132,7 +132,7 @@ class Collector(SlurmInstallation):
         self._reader = DetailReader(runner, self._version_text, self._seen)
         # a record that does not read is asked again (ccadapter.outbox.unparsed): each
         # error said once an hour, not at every question
-        self._said = LogGate(3600.0)
+        self._said = LogGate(3600.0, clock)
         self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
                                    lambda: self._known_version or "unknown", cluster, costs,

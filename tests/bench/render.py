@@ -47,6 +47,7 @@ from tests.bench.render_defects import (
     sum_energy_archive,
     sum_outbox_size,
 )
+from tests.bench.render_life import sec_life, sec_soak, sum_life, sum_soak
 from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 
@@ -720,6 +721,15 @@ SECTIONS: list[Section] = [
     Section("outbox-size", "The outbox file day by day (issue 35)",
             ".venv/bin/python -m tests.bench.outbox_size --days 14", sec_outbox_size,
             sum_outbox_size),
+    Section("life", "A month of a site's life, cc-backend's default commit (issue 37)",
+            ".venv/bin/python -m tests.bench.life --days 30 --per-day 5000", sec_life,
+            sum_life),
+    Section("life-commit", "A month of a site's life, cc-backend committing every second "
+            "(issue 37)", ".venv/bin/python -m tests.bench.life --days 30 --per-day 5000 "
+            "--commit 1s --name life-commit", sec_life, sum_life),
+    Section("soak", "Real-time soak: two hours on Slurm 22.05 with faults (issue 37)",
+            "flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.soak "
+            "--hours 2", sec_soak, sum_soak),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

@@ -29,6 +29,7 @@ from typing import Any
 from ccadapter.config.views import OUTBOX_FILE
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results, vitals
+from tests.bench.life import replot
 from tests.ccbackend import CcBackend
 from tests.integration.faults import (
     GPU_DIR,
@@ -157,16 +158,23 @@ def soak(hours: float, version: str, interval: float, seed: int, out: Path) -> d
         # runs cc-backend holds that Slurm never had are counted under "normal"
         extra = tallies.pop("normal", None)
         tally = tallies["soak"]
-        data = {"finished": True, "hours": hours, "jobs": tally.jobs,
+        data: dict[str, Any] = {"finished": True, "hours": hours, "jobs": tally.jobs,
                 "lost": tally.lost + tally.nats_lost,
                 "duplicated": tally.duplicated + tally.nats_duplicated
                 + (extra.duplicated if extra else 0),
                 "wrong": tally.wrong + tally.nats_wrong, "tally": tally.as_dict(),
                 "submitted": churn.total(), "exit_code": exit_code, "minutes": minutes,
                 "faults": faults.done, "token_in_log": cc.token in rig.log_text()}
+        data["plot"] = _plot(data, out)
         save(data)
     shutil.rmtree(tmp, ignore_errors=True)
     return data
+
+
+def _plot(data: dict[str, Any], out: Path) -> str:
+    from tests.bench.life_plot import plot  # the bench extra's matplotlib
+    return plot(data["minutes"], "minute", "minute", out / "soak.png",
+                log_label="log lines so far")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,7 +184,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between sbatch")
     ap.add_argument("--seed", type=int, default=37)
     ap.add_argument("--out", type=Path, default=results.RESULTS)
+    ap.add_argument("--replot", action="store_true",
+                    help="only draw the plot of the results file there (a run before plots)")
     args = ap.parse_args(argv)
+    if args.replot:
+        replot("soak", args.out, "minutes", "minute", "minute", "log lines so far")
+        return
     data = soak(args.hours, args.version, args.interval, args.seed, args.out)
     print({k: data[k] for k in ("hours", "jobs", "lost", "duplicated", "wrong", "exit_code")})
 

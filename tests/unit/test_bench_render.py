@@ -109,6 +109,36 @@ def regression_docs() -> dict[str, dict]:
     return out
 
 
+def life_data(days: int = 12) -> dict:
+    return {"simulated_days": days, "jobs_submitted": 5000 * days, "runs": 5600 * days,
+            "lost": 0, "duplicated": 0, "wrong": 0, "checked": 5000 * days,
+            "exceptions": {"het component (one job in cc-backend)": 40},
+            "read_from": "cc-backend's API (GET /api/jobs/)", "real_seconds": 1900,
+            "plot": "life.png",
+            "days": [{"day": d, "jobs_ended": 5500, "rss_mb": 50.0 + (d == 1), "fds": 20,
+                      "threads": 30, "outbox_mb": 10.0 * min(d, 8), "cpu_s": 40.0,
+                      "log_lines": 150 + 10 * (d % 3 == 0), "pending": 0,
+                      "quiet": d % 2 == 1} for d in range(1, days + 1)],
+            "incidents": [{"name": "none (baseline)", "day": 1.4, "did": "nothing",
+                           "daemon_said": [], "recovery_s": 300, "recovered": True},
+                          {"name": "JWT rotated", "day": 2.4, "did": "re-keyed",
+                           "daemon_said": ["ERROR ccadapter: refused | token"],
+                           "recovery_s": 420, "recovered": True},
+                          {"name": "state disk full 10 min", "day": 4.4, "did": "filled",
+                           "daemon_said": [], "recovery_s": None, "recovered": False,
+                           "error": "OSError"}]}
+
+
+def soak_data() -> dict:
+    return {"finished": True, "hours": 2.0, "jobs": 4000, "submitted": 3600, "lost": 0,
+            "duplicated": 0, "wrong": 0, "exit_code": 0, "token_in_log": False,
+            "plot": "soak.png", "faults": [{"fault": "503", "at_min": 3.0, "seconds": 40.0}],
+            "minutes": [{"minute": m, "rss_mb": 52.0, "fds": 48, "threads": 45,
+                         "outbox_mb": 5.0, "cpu_s": m * 0.5, "log_lines": 10 + m,
+                         "pending": 0, "fault": "503" if m == 3 else "", "submitted": 30 * m}
+                        for m in range(1, 121)]}
+
+
 def synthetic() -> dict[str, dict]:
     """One results document of each registered section (not measurements: test inputs)."""
     idle = {"calls": {"sacct": 1, "scontrol": 1, "squeue": 1}, "jobs": 0}
@@ -171,6 +201,15 @@ def synthetic() -> dict[str, dict]:
                                            "script_bytes": 2000, "keep_s": 7 * 86400},
                            {"days": [{"day": d, "outbox_mb": 20.0 * min(d, 8) + d % 2,
                                       "events": 100_000 * min(d, 8)} for d in range(1, 11)]}),
+        "life": doc("life", {"days": 12, "per_day": 5000, "factor": 1440.0, "commit": None,
+                             "seed": 37, "first_incident": 2.4, "incident_every": 2.0},
+                    life_data()),
+        "life-commit": doc("life-commit", {"days": 12, "per_day": 5000, "factor": 1440.0,
+                                           "commit": "1s", "seed": 37, "first_incident": 2.4,
+                                           "incident_every": 2.0}, life_data()),
+        "soak": doc("soak", {"hours": 2.0, "slurm": "22.05.8", "churn_interval_s": 2.0,
+                             "seed": 37, "fault_chance_per_minute": 0.3,
+                             "faults": ["503"], "commit_interval": "default"}, soak_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,

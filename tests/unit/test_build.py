@@ -21,6 +21,7 @@ from ccadapter.errors import SlurmCommandError
 from ccadapter.notify.message import Message
 from ccadapter.notify.nats import Published
 from ccadapter.outbox import NewEvent
+from ccadapter.runtime.clock import Clock
 from ccadapter.slurm.collector import Collector
 from tests.conftest import ReplayRunner
 from tests.lineproto import parse_line
@@ -414,3 +415,25 @@ def test_failover_with_slurm_clusters_gates_every_clusters_lane(tmp_path):
         assert received("b") == 1 and checks == [1]
     finally:
         app.close()
+
+
+def test_every_part_reads_the_clock_build_is_given(tmp_path):
+    """The month-of-life run (issue 37) passes a site clock running faster than real time:
+    the outbox, every reconciler, the delivery and the main loop must all read it, or a
+    simulated month would age some of them by minutes only."""
+    now, mono = 2_000_000_000.0, 5_000.0
+    clock = Clock(now=lambda: now, monotonic=lambda: mono)
+    app = build(config(tmp_path, ccRestUrl="http://127.0.0.1:9"), runner=slurm(), workers=1,
+                clock=clock)
+    readings = {"outbox": app.outbox.store.clock(), "collector": app.collector.clock()}
+    for name, rec in app.reconcilers.items():
+        if hasattr(rec, "clock"):
+            readings[name] = rec.clock()
+    readings["delivery"] = app.deliverer.deliver.clock()
+    assert readings == dict.fromkeys(readings, now)
+    assert {"slurm-window", "slurm-lookback", "cc-cache", "lost-stops", "nodestate"} <= \
+        set(readings)
+    daemon = app.daemon()
+    assert (daemon.clock(), daemon.wait) == (mono, clock.wait)
+    assert app.hook.clock() == mono
+    app.close()

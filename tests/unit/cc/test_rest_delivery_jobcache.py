@@ -10,6 +10,7 @@ table), never as rejected, and sends no second start with another startTime.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass, replace
 from zoneinfo import ZoneInfo
@@ -167,6 +168,39 @@ def test_a_run_refused_for_another_of_its_job_id_goes_into_that_ones_metadata(ri
     assert (job["startTime"], job["jobState"]) == (T, "running")
     assert job["metaData"][f"requeuedRun.{T + 3600}"].endswith(", completed, on n1")
     assert box.not_held("c", [(1, T + 3600), (1, T)]) == {(1, T + 3600)}
+    box.close()
+
+
+def test_requeued_runs_not_held_are_said_once_an_hour_with_a_count(rig, tmp_path, caplog):
+    """A site that requeues hundreds of jobs a day must not get a warning for each (issue
+    37: the month-of-life run logged 450 lines a quiet day, 2 per requeued job): the first
+    is said, the others within the hour are counted into the next line an hour later; each
+    is still noted with its event."""
+    now = [float(T)]
+    box = Outbox(tmp_path / "o.sqlite")
+    deliver = RestDelivery(rig.client, clock=lambda: now[0])
+    jobs = range(1, 11)
+    box.enqueue([start_event(job=j, t=T) for j in jobs])
+    Deliverer(box.queue, deliver, workers=2).run_once()
+    rig.standin.commit_now()
+
+    def requeue(ids: range, t: int) -> None:
+        box.enqueue([start_event(job=j, t=t) for j in ids])
+        deliverer = Deliverer(box.queue, deliver, workers=2)
+        try:
+            deliverer.run_once()
+        finally:
+            deliverer.close()
+
+    with caplog.at_level(logging.INFO):
+        requeue(jobs[:6], T + 600)
+        now[0] += 3601
+        requeue(jobs[6:], T + 600)
+    said = [r.getMessage() for r in caplog.records if "not held: " in r.getMessage()]
+    assert len(said) == 2, said
+    assert "more such run(s)" not in said[0] and "(5 more such run(s)" in said[1]
+    noted = [e for _, e in status_of(box, EventKind.START) if (e or "").startswith("not held")]
+    assert len(noted) == 10
     box.close()
 
 
