@@ -163,6 +163,7 @@ class CcBackend:
         self.reader_token = ""  # admin+api: the test's reads (GraphQL needs admin)
         self._binary = ""
         self._proc: subprocess.Popen | None = None
+        self.loglevel = "info"  # "debug" says when the commit worker syncs its job cache
         self._proxy: FaultProxy | None = None
         self._proxy_up = False
 
@@ -243,6 +244,37 @@ class CcBackend:
         self._serve()
         return self.token
 
+    def kill_inside_commit(self, interval: str = "3s", timeout: float = 60) -> dict[str, Any]:
+        """SIGKILL cc-backend the moment its commit worker starts to sync the job cache (a
+        site's server dying inside a commit), then start it again as it was. The server runs
+        meanwhile with its worker every ``interval`` and debug logging, which says when a
+        sync starts ("jobcache sync started"). Returns what was seen."""
+        kept = self.commit_interval, self.loglevel
+        self.stop_server()
+        self.commit_interval, self.loglevel = interval, "debug"
+        self._write_config()
+        start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._serve()
+        cached = self.cached()
+        seen = False
+        until = time.time() + timeout
+        with self.log_path.open("rb") as log:
+            log.seek(start)
+            while time.time() < until and not seen:
+                chunk = log.read()
+                seen = b"jobcache sync started" in chunk
+                if not seen:
+                    time.sleep(0.001)
+        assert self._proc is not None
+        self._proc.kill()
+        self._proc.wait(30)
+        self._proc = None
+        left = self.cached()
+        self.commit_interval, self.loglevel = kept
+        self._write_config()
+        self._serve()
+        return {"sync_seen": seen, "cached_before": cached, "cached_after_kill": left}
+
     def _jwt(self, name: str) -> str:
         out = self._cli("-jwt", name)
         marker = f"for user '{name}': "
@@ -319,7 +351,7 @@ class CcBackend:
 
     def _serve(self) -> None:
         with self.log_path.open("a") as log:
-            self._proc = subprocess.Popen([self._binary, "-server", "-loglevel", "info"],
+            self._proc = subprocess.Popen([self._binary, "-server", "-loglevel", self.loglevel],
                                           cwd=self.directory, stdout=log, stderr=log,
                                           stdin=subprocess.DEVNULL)
         until = time.time() + 30

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,25 +34,14 @@ def cc_down(life: Life) -> dict[str, Any]:
 
 
 def cc_restart_in_commit(life: Life) -> dict[str, Any]:
-    """SIGKILL cc-backend the moment its job cache starts to shrink (a commit is under way),
-    then start it again."""
-    seen = life.cc.cached()
-    until = time.time() + 400  # real seconds: cc-backend's default worker runs every 2 min
-    while time.time() < until:
-        now = life.cc.cached()
-        if now < seen:
-            proc = life.cc._proc
-            assert proc is not None
-            proc.kill()
-            proc.wait(30)
-            left = life.cc.cached()
-            life.cc._proc = None
-            life.cc.restart_server()
-            return {"did": f"killed while the job cache went from {seen} to {now} rows "
-                           f"({left} left when it died), then started"}
-        seen = now
-        time.sleep(0.005)
-    return {"did": "no commit seen within 400 s", "error": "no commit seen"}
+    """SIGKILL cc-backend the moment its commit worker starts to sync the job cache, then
+    start it again (tests/ccbackend.py: it runs its worker every 3 s meanwhile, with debug
+    logging, which says when a sync starts)."""
+    seen = life.cc.kill_inside_commit()
+    did = (f"killed as its job-cache sync began ({seen['cached_before']} starts cached, "
+           f"{seen['cached_after_kill']} after the kill), then started")
+    return {"did": did, **seen} if seen["sync_seen"] else \
+        {"did": "no sync seen within 60 s", "error": "no commit seen"}
 
 
 def jwt_rotated(life: Life) -> dict[str, Any]:
