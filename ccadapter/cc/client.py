@@ -216,8 +216,20 @@ class CcClient:
         started in that range, both ends included), checked: an entry that is no job with
         integer ``jobId`` and ``startTime`` raises, naming it and the page, as any error
         answer does (it must not be read as a run, nor as no run)."""
-        for number, page in enumerate(self.running_job_pages(cluster, per_page, start_time),
-                                      1):
+        for run, _ in self._runs(self.running_job_pages(cluster, per_page, start_time)):
+            yield run
+
+    def listed_runs(self, cluster: str, start_time: tuple[int, int], per_page: int = 500
+                    ) -> dict[tuple[int, int], str]:
+        """Every run cc-backend lists of those started in ``start_time`` (both ends
+        included), whatever its state: (jobId, startTime) -> jobState; checked as
+        :meth:`running_runs` checks."""
+        return dict(self._runs(self.running_job_pages(cluster, per_page, start_time,
+                                                      state=None)))
+
+    def _runs(self, pages: Iterator[list[dict[str, Any]]]
+              ) -> Iterator[tuple[tuple[int, int], str]]:
+        for number, page in enumerate(pages, 1):
             for job in page:
                 run = job_run(job)
                 if run is None:
@@ -225,18 +237,18 @@ class CcClient:
                         f"GET /api/jobs/ page {number}",
                         f"an entry without an integer jobId and startTime: {str(job)[:120]!r}",
                         "is ccRestUrl cc-backend's base URL, and is it cc-backend 1.5?"))
-                yield run
+                yield run, str(job.get("jobState", ""))
 
     def running_job_pages(self, cluster: str, per_page: int = 500,
-                          start_time: tuple[int, int] | None = None
-                          ) -> Iterator[list[dict[str, Any]]]:
+                          start_time: tuple[int, int] | None = None,
+                          state: str | None = "running") -> Iterator[list[dict[str, Any]]]:
         """The running jobs of a cluster (started in ``start_time``, if given: cc-backend's
         ``start-time=FROM-TO``), one page at a time, so that a caller keeping a few fields
         of each holds one page in memory, not 100,000 jobs. Raises on any error: an error
         answer must never be read as "no jobs running"."""
         page = 1
         while True:
-            query = urlencode({"state": "running", "cluster": cluster,
+            query = urlencode({**({"state": state} if state else {}), "cluster": cluster,
                                "items-per-page": per_page, "page": page,
                                **({"start-time": f"{start_time[0]}-{start_time[1]}"}
                                   if start_time else {})})
