@@ -272,8 +272,12 @@ def live(plan: Plan, keep: Path | None = None) -> dict[str, Any]:
                 daemon.proc.wait(30)
             sim.kill()
             sim.wait(30)
-            if keep:
+            if keep:  # what a person reads after a surprise: both logs, cc-backend's database
                 shutil.copy(daemon.log, keep / "life-daemon.log")
+                shutil.copy(cc.log_path, keep / "life-cc-backend.log")
+                for part in ("job.db", "job.db-wal"):  # the server runs in WAL mode
+                    if (cc.directory / "var" / part).exists():
+                        shutil.copy(cc.directory / "var" / part, keep / f"life-{part}")
         token_logged = any(t in daemon.log.read_text() for t in (cc.token,))
     shutil.rmtree(tmp, ignore_errors=True)
     summary = _summary(plan, workload, days, life, verdict, recovered, code, took,
