@@ -42,7 +42,7 @@ from typing import Any
 from ccadapter.config.views import OUTBOX_FILE
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results, vitals
-from tests.bench.life_check import Verdict, check
+from tests.bench.life_check import Verdict, astray, check
 from tests.bench.life_incidents import BASELINE, INCIDENT_ACTIONS, INCIDENTS, write_secret
 from tests.bench.life_workload import DAY, Workload
 from tests.bench.simclock import SimClock
@@ -265,7 +265,8 @@ def live(plan: Plan, keep: Path | None = None) -> dict[str, Any]:
             code, took = daemon.signal(signal.SIGTERM)
             cc.wait_committed(600)
             jobs, read_from = held_jobs(cc)
-            verdict = check(jobs, workload, life.poisoned, life.broken)
+            verdict = check(jobs, workload, life.poisoned, life.broken,
+                            astray(daemon.log.read_text(errors="replace")))
         finally:
             if daemon.proc and daemon.proc.poll() is None:
                 daemon.proc.kill()
@@ -282,7 +283,7 @@ def live(plan: Plan, keep: Path | None = None) -> dict[str, Any]:
     shutil.rmtree(tmp, ignore_errors=True)
     summary = _summary(plan, workload, days, life, verdict, recovered, code, took,
                        time.time() - real_t0, token_logged)
-    summary["read_from"] = read_from
+    summary.update(read_from=read_from, t0=t0)
     return summary
 
 
@@ -360,12 +361,19 @@ def main(argv: list[str] | None = None) -> None:
                     help="tests/run's version: 3 days, 600 jobs a day, every incident")
     ap.add_argument("--name", default="life")
     ap.add_argument("--out", type=Path, default=results.RESULTS)
-    ap.add_argument("--keep", type=Path, default=None, help="copy the daemon's log there")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="copy the daemon's log, cc-backend's log and database there")
+    ap.add_argument("--recount", type=Path, default=None, metavar="KEPT",
+                    help="count a results file again from what --keep kept (a run whose "
+                         "count the checker has learned to read better since)")
     ap.add_argument("--replot", action="store_true",
                     help="only draw the plot of the results file there (a run before plots)")
     args = ap.parse_args(argv)
     if args.replot:
         replot(args.name, args.out, "days", "day", "site day")
+        return
+    if args.recount:
+        recount(args.name, args.out, args.recount)
         return
     plan = short_plan() if args.short else Plan(args.days, args.per_day, args.factor,
                                                 args.commit, args.seed)
@@ -394,6 +402,44 @@ def replot(name: str, out: Path, key: str, x: str, xlabel: str, log_label: str =
     when = calendar.timegm(time.strptime(doc["date"], "%Y-%m-%dT%H:%M:%SZ"))
     results.write(name, command=doc["command"], receiver=doc["receiver"], plan=doc["plan"],
                   data=doc["data"], took_s=doc["took_s"], directory=out, when=when,
+                  machine_info=doc["machine"])
+
+
+def recount(name: str, out: Path, kept: Path) -> None:
+    """Count the runs of a results file again, with this checker, from cc-backend's
+    database and the daemon's log that ``--keep`` kept; the rest of the file unchanged."""
+    import sqlite3
+
+    doc = results.load(name, out)
+    assert doc is not None, f"no results file {name} in {out}"
+    plan, data = doc["plan"], doc["data"]
+    db = sqlite3.connect(f"file:{kept / 'life-job.db'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    rows = db.execute("SELECT job_id, start_time, duration, job_state, array_job_id, "
+                      "resources FROM job WHERE cluster = ? UNION ALL SELECT job_id, "
+                      "start_time, duration, job_state, array_job_id, resources FROM "
+                      "job_cache WHERE cluster = ?", (CLUSTER, CLUSTER)).fetchall()
+    db.close()
+    jobs = [{"jobId": r["job_id"], "startTime": r["start_time"], "duration": r["duration"],
+             "jobState": r["job_state"], "arrayJobId": r["array_job_id"],
+             "resources": json.loads(r["resources"])} for r in rows]
+    t0 = data.get("t0")
+    if t0 is None:  # a file from before t0 was kept: the first job's start tells it
+        first = Workload(plan["seed"], plan["per_day"], plan["days"], 0).by_id[1000][0]
+        t0 = next(j["startTime"] for j in jobs if j["jobId"] == 1000) - first.start
+    workload = Workload(plan["seed"], plan["per_day"], plan["days"], t0)
+    poisoned, broken = (next((i.get("job", 0) for i in data["incidents"] if i["name"] == n), 0)
+                        for n in ("a record that breaks sacct --json",
+                                  "a record that does not parse"))
+    v = check(jobs, workload, poisoned, broken,
+              astray((kept / "life-daemon.log").read_text(errors="replace")))
+    data.update(lost=v.lost, duplicated=v.duplicated, wrong=v.wrong, exceptions=v.exceptions,
+                problems=v.problems[:30], checked=v.checked, t0=t0,
+                read_from=f"cc-backend's database, kept and counted again ({data['read_from']})"
+                [:300])
+    when = calendar.timegm(time.strptime(doc["date"], "%Y-%m-%dT%H:%M:%SZ"))
+    results.write(name, command=doc["command"], receiver=doc["receiver"], plan=plan,
+                  data=data, took_s=doc["took_s"], directory=out, when=when,
                   machine_info=doc["machine"])
 
 

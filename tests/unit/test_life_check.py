@@ -6,7 +6,7 @@ from __future__ import annotations
 import hostlist
 import pytest
 
-from tests.bench.life_check import CC_STATE, NODES, check
+from tests.bench.life_check import ASTRAY, CC_STATE, NODES, astray, check
 from tests.bench.life_workload import Run, Workload
 
 
@@ -65,3 +65,19 @@ def test_the_unreadable_jobs_are_exceptions_not_losses(workload):
     v = check(jobs, workload, poisoned=plain.job_id)
     assert v.lost == 0
     assert v.exceptions["record Slurm cannot print or ccadapter cannot read"] == 1
+
+
+def test_a_run_the_daemon_said_cc_backend_stopped_with_anothers_stop_is_counted_apart(workload):
+    """cc-backend 1.5.4's stop/commit race applies a stop to another job; the daemon says so
+    (an error naming the job) and no API undoes it: that run is counted as the race's, a
+    wrong run nobody said is still wrong."""
+    jobs = everything(workload)
+    victim, other = jobs[5], jobs[6]
+    jobs[5] = dict(victim, duration=victim["duration"] + 99, jobState="preempted")
+    jobs[6] = dict(other, duration=other["duration"] + 1)
+    log = ("ERROR ccadapter.cc.rest_delivery: cc-backend holds job "
+           f"{victim['jobId']} (c, start {victim['startTime']}) stopped as preempted, Slurm "
+           "ended it completed: another stop was applied to it; correct it in cc-backend\n")
+    assert astray(log) == {(victim["jobId"], victim["startTime"])}
+    v = check(jobs, workload, said_astray=astray(log))
+    assert (v.lost, v.duplicated, v.wrong, v.exceptions[ASTRAY]) == (0, 0, 1, 1)
