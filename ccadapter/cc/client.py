@@ -220,15 +220,15 @@ class CcClient:
             yield run
 
     def listed_runs(self, cluster: str, start_time: tuple[int, int], per_page: int = 500
-                    ) -> dict[tuple[int, int], str]:
+                    ) -> dict[tuple[int, int], tuple[str, Any]]:
         """Every run cc-backend lists of those started in ``start_time`` (both ends
-        included), whatever its state: (jobId, startTime) -> jobState; checked as
-        :meth:`running_runs` checks."""
+        included), whatever its state: (jobId, startTime) -> (jobState, duration); checked
+        as :meth:`running_runs` checks."""
         return dict(self._runs(self.running_job_pages(cluster, per_page, start_time,
                                                       state=None)))
 
     def _runs(self, pages: Iterator[list[dict[str, Any]]]
-              ) -> Iterator[tuple[tuple[int, int], str]]:
+              ) -> Iterator[tuple[tuple[int, int], tuple[str, Any]]]:
         for number, page in enumerate(pages, 1):
             for job in page:
                 run = job_run(job)
@@ -237,7 +237,7 @@ class CcClient:
                         f"GET /api/jobs/ page {number}",
                         f"an entry without an integer jobId and startTime: {str(job)[:120]!r}",
                         "is ccRestUrl cc-backend's base URL, and is it cc-backend 1.5?"))
-                yield run, str(job.get("jobState", ""))
+                yield run, (str(job.get("jobState", "")), job.get("duration"))
 
     def running_job_pages(self, cluster: str, per_page: int = 500,
                           start_time: tuple[int, int] | None = None,

@@ -259,15 +259,17 @@ class Outbox:
         return found & wanted
 
     def stops_delivered(self, cluster: str, since: float, until: float
-                        ) -> list[tuple[int, int]]:
-        """(jobId, startTime) of the runs whose stop was delivered in [since, until), but
-        those cc-backend holds no job of (its duplicate rule refused them: queue.NOT_HELD)."""
+                        ) -> dict[tuple[int, int], dict[str, Any]]:
+        """The stop bodies of the runs whose stop was delivered in [since, until), by
+        (jobId, startTime) ({} where compaction emptied one), but those cc-backend holds no
+        job of (its duplicate rule refused them: queue.NOT_HELD)."""
         with self.store.read() as db:
-            return [(j, s) for j, s in db.execute(
-                "SELECT job_id, start_time FROM events INDEXED BY events_delivered WHERE "
-                "status = 'delivered' AND delivered_at >= ? AND delivered_at < ? AND "
+            rows = db.execute(
+                "SELECT job_id, start_time, payload FROM events INDEXED BY events_delivered "
+                "WHERE status = 'delivered' AND delivered_at >= ? AND delivered_at < ? AND "
                 "kind = 'stop' AND cluster = ? AND coalesce(last_error, '') NOT LIKE "
-                "'not held: %'", (since, until, cluster))]
+                "'not held: %'", (since, until, cluster)).fetchall()
+        return {(j, s): (json.loads(p).get("stop") or {}) if p else {} for j, s, p in rows}
 
     def reopen_start(self, cluster: str, job_id: int, start_time: int, kind: str = "start"
                      ) -> bool:

@@ -56,12 +56,13 @@ class LostStops:
             return {"checked": 0}
         stopped = self.outbox.stops_delivered(self.cluster, since, until)
         ranges = start_ranges(sorted({start for _, start in stopped}))
-        listed: dict[tuple[int, int], str] = {}
+        listed: dict[tuple[int, int], tuple[str, Any]] = {}
         for lo, hi in ranges:
             listed.update(self.client.listed_runs(self.cluster, (lo, hi)))
         self._checked_until = until  # only once cc-backend answered for all of them
-        lost = sorted(run for run in stopped if listed.get(run) == "running")
-        gone = sorted(set(stopped) - set(listed) - self.outbox.not_held(self.cluster, stopped))
+        lost = sorted(run for run in stopped if listed.get(run, ("",))[0] == "running")
+        astray = self._say_astray(stopped, listed)
+        gone = sorted(set(stopped) - set(listed) - self.outbox.not_held(self.cluster, set(stopped)))
         again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in lost)
         back = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in gone)
         if again:
@@ -73,7 +74,27 @@ class LostStops:
                         "minutes ago (its stop/commit race deleted them), e.g. job %d; each "
                         "is sent again, start and stop", back, gone[0][0])
         return {"checked": len(stopped), "queries": len(ranges), "stops_again": again,
-                "runs_again": back}
+                "runs_again": back, "astray": astray}
+
+    def _say_astray(self, stopped: dict[tuple[int, int], dict[str, Any]],
+                    listed: dict[tuple[int, int], tuple[str, Any]]) -> int:
+        """Say each run cc-backend holds stopped otherwise than its stop said: another
+        run's stop was applied to it (the race's other half). No API undoes that; the
+        same line as a stop answered "already stopped as ..." says it, with both lengths."""
+        said = 0
+        for (job_id, start), body in sorted(stopped.items()):
+            state, duration = listed.get((job_id, start), ("running", None))
+            ended, ours = body.get("stopTime"), body.get("jobState")
+            if state == "running" or not isinstance(ended, int) or ours is None:
+                continue
+            if state != ours or duration != ended - start:
+                log.error("cc-backend holds job %d (%s, start %d) stopped as %s, Slurm ended "
+                          "it %s: another stop was applied to it (%s s there, %d s in Slurm); "
+                          "correct it in cc-backend (cc-backend 1.5.4 stops the wrong job "
+                          "when its job cache is committed during a stop)", job_id,
+                          self.cluster, start, state, ours, duration, ended - start)
+                said += 1
+        return said
 
 
 def start_ranges(starts: list[int]) -> list[tuple[int, int]]:

@@ -723,13 +723,13 @@ def test_lost_stops_looks_at_each_stop_once_after_the_commit(tmp_path):
     class Listing:
         def listed_runs(self, cluster, start_time):
             asked.append(start_time)
-            return {(7, 1_799_999_000): "running"}
+            return {(7, 1_799_999_000): ("running", 0)}
 
     checker = LostStops(box, "c", Listing(), commit_interval=300, clock=clock)
     assert checker.run_once()["checked"] == 0  # too soon: it may sit in the job cache
     clock.now += 400
     assert checker.run_once() == {"checked": 1, "queries": 1, "stops_again": 1,
-                                  "runs_again": 0}
+                                  "runs_again": 0, "astray": 0}
     assert asked == [(1_799_999_000, 1_799_999_000)]
     clock.now += 400
     assert checker.run_once()["checked"] == 0
@@ -746,20 +746,53 @@ def test_lost_stops_sends_again_a_run_cc_backend_no_longer_lists_at_all(tmp_path
     clock = Clock(1_800_000_000.0)
     box = Outbox(tmp_path / "o.sqlite", clock=clock)
     runs = {7: 1_799_999_000, 8: 1_799_999_100, 9: 1_799_999_200}
-    box.enqueue([NewEvent("c", j, t, "stop", {"stop": {"jobId": j}, "start": {"jobId": j}})
-                 for j, t in runs.items()])
+    box.enqueue([NewEvent("c", j, t, "stop", {
+        "stop": {"jobId": j, "stopTime": t + 60, "jobState": "completed"},
+        "start": {"jobId": j}}) for j, t in runs.items()])
     for ev in box.queue.due():
         note = "not held: cc-backend holds another run" if ev.job_id == 9 else None
         box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED, note)])
 
     class Listing:
         def listed_runs(self, cluster, start_time):
-            return {(8, runs[8]): "completed"}  # 7 vanished, 9 was never held
+            return {(8, runs[8]): ("completed", 60)}  # 7 vanished, 9 was never held
 
     clock.now += 400
     with caplog.at_level(logging.WARNING):
         got = LostStops(box, "c", Listing(), commit_interval=300, clock=clock).run_once()
-    assert got == {"checked": 2, "queries": 1, "stops_again": 0, "runs_again": 1}
+    assert got == {"checked": 2, "queries": 1, "stops_again": 0, "runs_again": 1,
+                   "astray": 0}
     assert [(e.job_id, e.kind) for e in box.queue.due()] == [(7, "stop")]
     assert "no longer lists 1 run(s)" in caplog.text
+    box.close()
+
+
+def test_lost_stops_says_a_run_cc_backend_holds_with_anothers_stop(tmp_path, caplog):
+    """The race's other half (issue 37's month with a 1 s commit worker): cc-backend applies
+    a stop to another job, whose state may even match; the listing's duration tells. Said
+    as an error naming the job and both lengths (no API undoes it); a run stopped as its
+    stop said is not."""
+    from ccadapter.reconcilers.lost_stops import LostStops
+
+    clock = Clock(1_800_000_000.0)
+    box = Outbox(tmp_path / "o.sqlite", clock=clock)
+    runs = {7: 1_799_999_000, 8: 1_799_999_100}
+    box.enqueue([NewEvent("c", j, t, "stop", {
+        "stop": {"jobId": j, "stopTime": t + 60, "jobState": "completed"},
+        "start": {"jobId": j}}) for j, t in runs.items()])
+    for ev in box.queue.due():
+        box.queue.record([Result(ev.id, DeliveryStatus.DELIVERED)])
+
+    class Listing:
+        def listed_runs(self, cluster, start_time):
+            return {(7, runs[7]): ("completed", 854), (8, runs[8]): ("completed", 60)}
+
+    clock.now += 400
+    with caplog.at_level(logging.ERROR):
+        got = LostStops(box, "c", Listing(), commit_interval=300, clock=clock).run_once()
+    assert got["astray"] == 1 and got["stops_again"] == got["runs_again"] == 0
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"cc-backend holds job 7 (c, start {runs[7]}) stopped as completed, "
+                           "Slurm ended it completed: another stop was applied to it (854 s "
+                           "there, 60 s in Slurm)")
     box.close()
