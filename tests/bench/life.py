@@ -197,7 +197,11 @@ class Life:
         hit_code, took = self.daemon.signal(sig)
         self.daemon.start()
         self.daemon.wait_serving(lines)
-        return {"behind_s": round(behind), "signal": signal.Signals(sig).name,
+        name = signal.Signals(sig).name
+        return {"did": f"stopped for {downtime / 3600:.0f} h, started ({behind / 3600:.1f} h "
+                       f"behind), {name} while it caught up (exit {hit_code} after {took:.2f} "
+                       "s), started again",
+                "behind_s": round(behind), "signal": name,
                 "exit_code": hit_code, "exit_real_s": round(took, 2),
                 "first_exit_code": code, "catch_up_done_before_signal": caught_up_before}
 

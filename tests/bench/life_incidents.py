@@ -71,11 +71,14 @@ def slurmctld_restart(life: Life) -> dict[str, Any]:
 
 
 def _next_job(life: Life) -> int:
-    """A job submitted in the next half hour that runs (not a het job or array)."""
+    """A job submitted from a minute on that runs, not a het job or array, and not
+    announced by the hook: only the poll reads it, from slurmdbd's record (a hooked job's
+    events come from slurmctld, and the poll need not read its record at all)."""
     w = Workload(life.plan.seed, life.plan.per_day, life.plan.days, life.t0)
     now = life.clock.site()
     run = next(r for r in w.runs if r.submit > now + 60 and r.ran and not r.het_leader
-               and not r.array_job_id and r.kind in ("complete", "fail", "excl"))
+               and not r.array_job_id and not r.hooked and r.kind in ("complete", "fail", "excl")
+               and len(w.by_id[r.job_id]) == 1)
     return run.job_id
 
 
@@ -93,7 +96,7 @@ def broken(life: Life) -> dict[str, Any]:
     life.slurm("broken", [job])
     life.broken = job
     life.hold(3600)
-    return {"did": f"job {job}'s record does not parse (its start time is not a number)",
+    return {"did": f"job {job}'s record does not parse (its time limit is not a number)",
             "job": job}
 
 

@@ -108,7 +108,8 @@ def sec_life(doc: Doc) -> str:
         said = said.replace("|", "/")[:160]
         rec = f"{inc['recovery_s']:,}" if inc["recovered"] else \
             f"not recovered {inc.get('error', '')}"
-        out.append(f"| {inc['name']} | {inc['day']} | {inc['did'].replace('|', '/')} | "
+        did = inc.get("did") or f"{inc.get('signal')} while catching up {inc.get('behind_s')} s"
+        out.append(f"| {inc['name']} | {inc['day']} | {did.replace('|', '/')} | "
                    f"{said} | {rec} |")
     out += ["", "Recovered: the outbox empty again and lastRun past the moment the incident "
             "ended; the baseline row is the same wait with nothing done (one poll and the "
