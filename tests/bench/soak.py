@@ -17,6 +17,8 @@ so a run cut short still says how far it got.
 from __future__ import annotations
 
 import argparse
+import calendar
+import json
 import random
 import shutil
 import tempfile
@@ -177,6 +179,78 @@ def _plot(data: dict[str, Any], out: Path) -> str:
                 log_label="log lines so far")
 
 
+def recount(kept: Path, out: Path, version: str) -> dict[str, Any]:
+    """Count a soak whose own count could not read cc-backend's API (its stop/commit race
+    can leave ``GET /api/jobs/`` answering 500 for good): every run of the soak's jobs
+    (named ``f<kind>`` by the churn, submitted while it ran) that sacct lists, against the
+    rows of cc-backend's database kept in ``kept`` (the soak's directory): each run held
+    once, with Slurm's state, length and hosts. NATS and the CPU and GPU ids (read by the
+    soak while it ran) are not counted again."""
+    import sqlite3
+
+    from tests.integration.expect import CC_STATE, ran
+    from tests.integration.workload import sacct_truth
+
+    doc = results.load("soak", out)
+    assert doc is not None
+    cluster = next(c for c in testbed_clusters() if c.short == version)
+    end = calendar.timegm(time.strptime(doc["date"], "%Y-%m-%dT%H:%M:%SZ"))
+    begin = end - doc["took_s"]
+    names = {f"f{kind}" for kind in Churn.MIX}
+    listing = cluster.run("sacct", "-X", "-n", "-P", "--allusers", "--duplicates", "-S",
+                          time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(begin)), "-E",
+                          time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(end)), "-o",
+                          "JobIDRaw,JobName,Submit")
+    ids = sorted({int(raw) for raw, name, *_ in (ln.split("|") for ln in listing.splitlines())
+                  if raw.isdigit() and name in names})
+    truth = {}
+    for i in range(0, len(ids), 500):
+        truth.update(sacct_truth(cluster, ids[i:i + 500]))
+    db = sqlite3.connect(f"file:{kept / 'cc-backend' / 'var' / 'job.db'}?mode=ro", uri=True)
+    rows = db.execute("SELECT job_id, start_time, duration, job_state, resources FROM job "
+                      "WHERE cluster = ? UNION ALL SELECT job_id, start_time, duration, "
+                      "job_state, resources FROM job_cache WHERE cluster = ?",
+                      (cluster.name, cluster.name)).fetchall()
+    db.close()
+    held: dict[tuple[int, int], list[tuple]] = {}
+    for job_id, start, duration, state, resources in rows:
+        held.setdefault((job_id, start), []).append((duration, state, json.loads(resources)))
+    lost = duplicated = wrong = runs = 0
+    problems: list[str] = []
+    for job_id, t in sorted(truth.items()):
+        if not ran(t) or t["het_offset"]:
+            continue
+        runs += 1
+        got = held.get((job_id, t["start"]), [])
+        if not got:
+            lost += 1
+            problems.append(f"job {job_id}: not held")
+            continue
+        duplicated += len(got) > 1
+        duration, state, resources = got[0]
+        hosts = tuple(r.get("hostname") for r in resources)
+        want = (t["end"] - t["start"], CC_STATE.get(t["state"], t["state"]), t["nodes"])
+        if state == "running" or (duration, state, hosts) != want:
+            wrong += 1
+            problems.append(f"job {job_id}: held {(duration, state, hosts)}, Slurm {want}")
+    data = doc["data"]
+    data.update(finished=True, hours=doc["plan"]["hours"], jobs=runs, lost=lost,
+                duplicated=duplicated, wrong=wrong, submitted=len(ids), exit_code=None,
+                problems=problems[:30], token_in_log=False,
+                counted="again from cc-backend's kept database: its API answered 500 "
+                        "(its stop/commit race); NATS, CPU and GPU ids not counted")
+    data["token_in_log"] = _token_in_log(kept)
+    results.write("soak", command=doc["command"], receiver=doc["receiver"], plan=doc["plan"],
+                  data=data, took_s=doc["took_s"], directory=out, when=end,
+                  machine_info=doc["machine"])
+    return data
+
+
+def _token_in_log(kept: Path) -> bool:
+    tokens = json.loads((kept / "cc-backend" / "tokens.json").read_text())
+    return tokens["token"] in (kept / "daemon.log").read_text(errors="replace")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=float, default=2.0)
@@ -184,9 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between sbatch")
     ap.add_argument("--seed", type=int, default=37)
     ap.add_argument("--out", type=Path, default=results.RESULTS)
+    ap.add_argument("--recount", type=Path, default=None, metavar="KEPT",
+                    help="count again from a soak's directory (its cc-backend's database)")
     ap.add_argument("--replot", action="store_true",
                     help="only draw the plot of the results file there (a run before plots)")
     args = ap.parse_args(argv)
+    if args.recount:
+        data = recount(args.recount, args.out, args.version)
+        print({k: data[k] for k in ("jobs", "lost", "duplicated", "wrong")}, data["problems"])
+        return
     if args.replot:
         replot("soak", args.out, "minutes", "minute", "minute", "log lines so far")
         return
