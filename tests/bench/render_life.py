@@ -34,9 +34,10 @@ def slopes(days: list[dict]) -> dict[str, float]:
     return out
 
 
-def outbox_growth(days: list[dict]) -> float:
-    """Growth of the outbox file across the days after its retention (share of the least)."""
-    flat = [d["outbox_mb"] for d in days if d["day"] > KEEP_DAYS + 1]
+def outbox_growth(days: list[dict], last: float) -> float:
+    """Growth of the outbox file across the days after its retention, up to the ``last``
+    day of submissions (after it the file shrinks), as a share of the least."""
+    flat = [d["outbox_mb"] for d in days if KEEP_DAYS + 1 < d["day"] <= last]
     return (max(flat) - min(flat)) / min(flat) if flat and min(flat) else 0.0
 
 
@@ -94,7 +95,8 @@ def sec_life(doc: Doc) -> str:
         f"{ex or 'none'}.", "",
         f"Slopes after day 2: RSS {s['rss_mb']:+.2%}, open fds {s['fds']:+.2%} of day 2's "
         f"per week (target ±{SLOPE_SHARE:.0%}); outbox file after its {KEEP_DAYS} days of "
-        f"retention: {outbox_growth(days):+.1%} across those days. Peak RSS "
+        f"retention: {outbox_growth(days, plan['days']):+.1%} across those days (to day "
+        f"{plan['days']:.0f}, the last of submissions). Peak RSS "
         f"{max(d['rss_mb'] for d in days):.1f} MB (target {RSS_MB}); most log lines on a "
         f"quiet day {quiet_log_max(days)} (target {QUIET_LOG_LINES}).", "",
     ]
