@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -125,6 +126,7 @@ class Life:
     jwt_file: Path
     slurm_socket: Path
     t0: float
+    workload: Workload
     incidents: list[dict[str, Any]] = field(default_factory=list)
     poisoned: int = 0  # the job whose record breaks sacct --json
     broken: int = 0  # the job whose record does not parse
@@ -253,7 +255,7 @@ def live(plan: Plan, keep: Path | None = None) -> dict[str, Any]:
         with sim.stdout:
             assert sim.stdout.readline().strip() == "ready"
         daemon = Daemon(tmp, config, clock.path, slurm_socket, tmp / "daemon.log")
-        life = Life(plan, tmp, cc, clock, daemon, state, jwt, slurm_socket, t0)
+        life = Life(plan, tmp, cc, clock, daemon, state, jwt, slurm_socket, t0, workload)
         daemon.start()
         daemon.wait_serving(0)
         incidents = threading.Thread(target=lambda: [life.run_incident(n, d)
@@ -299,14 +301,25 @@ def held_jobs(cc: CcBackend) -> tuple[list[dict[str, Any]], str]:
     try:
         return cc.jobs(CLUSTER), "cc-backend's API (GET /api/jobs/)"
     except CcBackendError as exc:
-        rows = cc._query("SELECT job_id, start_time, duration, job_state, array_job_id, "
-                         "resources FROM job WHERE cluster = ? UNION ALL SELECT job_id, "
-                         "start_time, duration, job_state, array_job_id, resources FROM "
-                         "job_cache WHERE cluster = ?", (CLUSTER, CLUSTER))
-        jobs = [{"jobId": r["job_id"], "startTime": r["start_time"], "duration": r["duration"],
-                 "jobState": r["job_state"], "arrayJobId": r["array_job_id"],
-                 "resources": json.loads(r["resources"])} for r in rows]
-        return jobs, f"cc-backend's database: its API answered {exc}"[:300]
+        return (database_jobs(cc.directory / "var" / "job.db"),
+                f"cc-backend's database: its API answered {exc}"[:300])
+
+
+def database_jobs(path: Path) -> list[dict[str, Any]]:
+    """The jobs of :data:`CLUSTER` in a cc-backend database (job table and job cache), as
+    its API lists them, the fields the count reads."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT job_id, start_time, duration, job_state, array_job_id, "
+                          "resources FROM job WHERE cluster = ? UNION ALL SELECT job_id, "
+                          "start_time, duration, job_state, array_job_id, resources FROM "
+                          "job_cache WHERE cluster = ?", (CLUSTER, CLUSTER)).fetchall()
+    finally:
+        db.close()
+    return [{"jobId": r["job_id"], "startTime": r["start_time"], "duration": r["duration"],
+             "jobState": r["job_state"], "arrayJobId": r["array_job_id"],
+             "resources": json.loads(r["resources"])} for r in rows]
 
 
 def _sample_days(life: Life, workload: Workload, last_end: float) -> list[dict[str, Any]]:
@@ -412,21 +425,10 @@ def replot(name: str, out: Path, key: str, x: str, xlabel: str, log_label: str =
 def recount(name: str, out: Path, kept: Path) -> None:
     """Count the runs of a results file again, with this checker, from cc-backend's
     database and the daemon's log that ``--keep`` kept; the rest of the file unchanged."""
-    import sqlite3
-
     doc = results.load(name, out)
     assert doc is not None, f"no results file {name} in {out}"
     plan, data = doc["plan"], doc["data"]
-    db = sqlite3.connect(f"file:{kept / 'life-job.db'}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    rows = db.execute("SELECT job_id, start_time, duration, job_state, array_job_id, "
-                      "resources FROM job WHERE cluster = ? UNION ALL SELECT job_id, "
-                      "start_time, duration, job_state, array_job_id, resources FROM "
-                      "job_cache WHERE cluster = ?", (CLUSTER, CLUSTER)).fetchall()
-    db.close()
-    jobs = [{"jobId": r["job_id"], "startTime": r["start_time"], "duration": r["duration"],
-             "jobState": r["job_state"], "arrayJobId": r["array_job_id"],
-             "resources": json.loads(r["resources"])} for r in rows]
+    jobs = database_jobs(kept / "life-job.db")
     t0 = data.get("t0")
     if t0 is None:  # a file from before t0 was kept: the first job's start tells it
         first = Workload(plan["seed"], plan["per_day"], plan["days"], 0).by_id[1000][0]

@@ -21,9 +21,8 @@ from typing import Any
 import hostlist
 
 from tests.bench.life_workload import Run, Workload
+from tests.integration.expect import CC_STATE
 
-CC_STATE = {"COMPLETED": "completed", "FAILED": "failed", "CANCELLED": "cancelled",
-            "TIMEOUT": "timeout", "NODE_FAIL": "node_fail"}
 # the hosts of each recorded kind (tests/fixtures/22.05/testbed/sacct-window.json)
 NODES = {"complete": "n1", "fail": "n1", "multinode": "n[1-2]", "gpujob": "n1",
          "hetjob": "n[1-2]", "arr": "n2", "cancelrun": "n2", "timeout": "n2", "excl": "n1"}

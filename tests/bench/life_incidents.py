@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.bench.life_workload import Workload
-
 if TYPE_CHECKING:
     from tests.bench.life import Life
 
@@ -74,7 +72,7 @@ def _next_job(life: Life) -> int:
     """A job submitted from a minute on that runs, not a het job or array, and not
     announced by the hook: only the poll reads it, from slurmdbd's record (a hooked job's
     events come from slurmctld, and the poll need not read its record at all)."""
-    w = Workload(life.plan.seed, life.plan.per_day, life.plan.days, life.t0)
+    w = life.workload
     now = life.clock.site()
     run = next(r for r in w.runs if r.submit > now + 60 and r.ran and not r.het_leader
                and not r.array_job_id and not r.hooked and r.kind in ("complete", "fail", "excl")
