@@ -197,6 +197,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         path = self.path.split("?", 1)[0]
+        if len(body) < length:
+            # The client died between its headers and its body (urllib3 sends them apart; a
+            # daemon SIGKILLed there): cc-backend would answer 400 to no one. Nothing is
+            # forwarded; the log says status 0, as for a dropped connection.
+            proxy._record(self.command, path, 0, body)
+            self.close_connection = True
+            return
         proxy._held()
         with proxy._lock:
             fail, drop = proxy._fail, proxy._drop
