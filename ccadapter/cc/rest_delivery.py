@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ccadapter.cc.client import Answer, Outcome
+from ccadapter.errors import CcAdapterError
 from ccadapter.model import EventKind
 from ccadapter.outbox import NOT_HELD, DeliveryStatus, Event, Result
+from ccadapter.outbox.store import Store
 from ccadapter.report.loggate import LogGate
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,11 @@ _STOPPED_AS = re.compile(r"job has already been stopped \(state is: (\w+)\)")
 # cc-backend's 422 to a start of a job id it holds a run of from less than a day before, or
 # of this very run (internal/api/job.go startJob): the job it found.
 _DUPLICATE = re.compile(r"already exists: dbid: (\d+)")
+_RUN_KINDS = frozenset({EventKind.START, EventKind.STOP})
+ADOPT_KEY = "adopt-before"
+ADOPT_SPAN = 3600  # seconds of start times asked of cc-backend at once after a switch
+ORIGIN_KEY = "slurm-window.origin"  # reconcilers.slurm_window's first window (any cluster)
+ADOPTED = "held already: "  # the note of an event cc-backend had before this outbox
 
 
 class RestDelivery:
@@ -53,10 +60,14 @@ class RestDelivery:
     not once per event: each event's own error is kept in the outbox (``queue list``)."""
 
     def __init__(self, sender: Sender, token_where: str = "ccRestJwt",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, adopt_before: float = 0.0) -> None:
         """``token_where``: where the token comes from, as a refusal names it
-        (:attr:`ccadapter.cc.token.TokenSource.where`)."""
+        (:attr:`ccadapter.cc.token.TokenSource.where`). ``adopt_before``: runs that started
+        before it may be in cc-backend already (:func:`adopt_before`)."""
         self.sender = sender
+        self.adopt_before = adopt_before
+        self._adopt_cache: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
+        self._adopt_lock = threading.Lock()
         self.token_where = token_where
         self.clock = clock
         self._gate = LogGate(clock=clock)
@@ -67,6 +78,9 @@ class RestDelivery:
         self._held_lock = threading.Lock()
 
     def __call__(self, event: Event) -> Result:
+        if event.kind in _RUN_KINDS and event.start_time < self.adopt_before and \
+                (held := self._adopted(event)):
+            return held
         if event.kind == EventKind.STOP:
             return self._deliver_stop(event)
         answer = self.sender.send(event.kind, event.payload)
@@ -75,6 +89,42 @@ class RestDelivery:
             self._say_not_held(note)
             return Result(event.id, DeliveryStatus.DELIVERED, note)
         return self._result(event, answer)
+
+    def _adopted(self, event: Event) -> Result | None:
+        """A run that started before this outbox was first used, where a lastRun was there
+        already, may be in cc-backend: cc-slurm-adapter sent it before the switch (or an
+        outbox since lost did). Its start, and its stop where cc-backend holds it stopped,
+        are taken as delivered instead of being sent again for a 422. cc-backend is asked
+        for the runs of a whole hour of start times at once (:data:`ADOPT_SPAN`), once: a
+        catch-up of days after a switch costs a request per hour, not per run. A run
+        cc-backend does not hold, or where it cannot be asked, is sent."""
+        held = self._held_runs(event.cluster, event.start_time)
+        state = held.get((event.job_id, event.start_time)) if held is not None else None
+        if state is None or (event.kind == EventKind.STOP and state == "running"):
+            return None
+        log.debug("%s of job %d (%s, start %d): cc-backend holds it already (%s), sent before "
+                  "this outbox", event.kind, event.job_id, event.cluster, event.start_time,
+                  state)
+        return Result(event.id, DeliveryStatus.DELIVERED,
+                      f"{ADOPTED}cc-backend held it {state} before this outbox was used")
+
+    def _held_runs(self, cluster: str, start: int) -> dict[tuple[int, int], str] | None:
+        """(jobId, startTime) -> jobState of the runs cc-backend holds that started in the
+        hour of ``start`` (up to the switch), read once; None where it cannot be read."""
+        lookup = getattr(self.sender, "listed_runs", None)
+        if lookup is None:
+            return None
+        lo = start - start % ADOPT_SPAN
+        with self._adopt_lock:
+            if (cluster, lo) not in self._adopt_cache:
+                hi = min(lo + ADOPT_SPAN - 1, int(self.adopt_before))
+                try:
+                    runs = lookup(cluster, (lo, hi))
+                except CcAdapterError:
+                    return None  # asked again for the next event of that hour
+                self._adopt_cache[(cluster, lo)] = {run: state for run, (state, _) in
+                                                    runs.items()}
+            return self._adopt_cache[(cluster, lo)]
 
     def _say_not_held(self, note: str) -> None:
         """The first requeued run not held, then at most one line an hour naming the
@@ -203,6 +253,20 @@ class RestDelivery:
                           f"{event.attempts + 1} attempts: {error}")
         log.debug("%s not taken yet, will retry: %s", what, error)
         return Result(event.id, DeliveryStatus.PENDING, error, waiting=True)
+
+
+def adopt_before(store: Store, last_run_there: bool, now: float) -> float:
+    """Before when a run's start and stop may be in cc-backend without this outbox having
+    sent them: the moment the outbox was first used where a lastRun file was there already
+    (a site switching from cc-slurm-adapter, which writes the same file; an outbox lost and
+    made anew), else 0. Kept in the outbox (key ``adopt-before``), decided once: before its
+    first window ran."""
+    value = store.get_state(ADOPT_KEY)
+    if value is None:
+        fresh = not any(key.endswith(ORIGIN_KEY) for key in store.state_items(""))
+        value = repr(now if fresh and last_run_there else 0.0)
+        store.set_state(ADOPT_KEY, value)
+    return float(value)
 
 
 def _refused(event: Event, held: int) -> str:

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from ccadapter.cc.client import CcClient
-from ccadapter.cc.rest_delivery import RestDelivery
+from ccadapter.cc.rest_delivery import RestDelivery, adopt_before
 from ccadapter.cc.token import TokenSource
 from ccadapter.config.keys import Config
 from ccadapter.config.rules import Target, node_state_path
@@ -104,7 +104,10 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
     nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
     node_states = node_state_path(config)
-    rest = RestDelivery(client, client.token.where, clock=clock.now) if client else None
+    last_run = last_run or last_runs(config)
+    adopt = adopt_before(outbox.store, last_run(None).get() is not None, clock.now())
+    rest = RestDelivery(client, client.token.where, clock=clock.now,
+                        adopt_before=adopt) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"
@@ -123,7 +126,7 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
                  "cc-cache": config.cc_poll_interval,
                  "lost-stops": LOST_STOPS_INTERVAL,
                  "nodestate": config.slurm_poll_interval}
-    parts = SyncParts(config, outbox, client, last_run or last_runs(config), node_states, stop,
+    parts = SyncParts(config, outbox, client, last_run, node_states, stop,
                       clock.now)
 
     def make(name: str, config_text: str = "") -> ClusterSync:

@@ -61,7 +61,7 @@ from ccadapter.slurm.collector import Collector
 log = logging.getLogger(__name__)
 
 _OUTAGE, _RECOVERED = "slurm-window.outage_since", "slurm-window.recovered_at"
-_ORIGIN = "slurm-window.origin"
+_ORIGIN = "slurm-window.origin"  # cc.rest_delivery.ORIGIN_KEY
 SLICE = 3600.0  # seconds of Slurm history per listing in a long window
 
 

@@ -50,6 +50,7 @@ from tests.bench.render_defects import (
 from tests.bench.render_life import sec_life, sec_soak, sum_life, sum_soak
 from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
+from tests.bench.render_side_by_side import sec_side_by_side, sum_side_by_side
 
 OUT = results.REPO / "BENCHMARKS.md"
 THEIRS = "cc-slurm-adapter"
@@ -730,6 +731,9 @@ SECTIONS: list[Section] = [
     Section("soak", "Real-time soak: two hours on Slurm 22.05 with faults (issue 37)",
             "flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.soak "
             "--hours 2", sec_soak, sum_soak),
+    Section("side-by-side", "Side by side with cc-slurm-adapter (issue 38)",
+            "flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.side_by_side "
+            "--sizes 0,2000,50000", sec_side_by_side, sum_side_by_side),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

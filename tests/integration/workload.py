@@ -53,6 +53,8 @@ class Cluster:
     gpu_node: str
     hook_socket: str = ""  # where slurmctld's Prolog/Epilog hook sends (tcp:HOST:PORT)
     slurm_conf: str = ""  # the host path of its slurm.conf
+    hook_also: str = ""  # where a second Prolog/Epilog program runs beside the hook
+    hook_stamps: str = ""  # where the hook wrapper notes when slurmctld ran it
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run([*self.prefix, *argv], capture_output=True, timeout=timeout,
@@ -74,7 +76,8 @@ def testbed_clusters() -> list[Cluster]:
     if out.returncode != 0:
         return []
     return [Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
-                    c["gpu_node"], c.get("hook_socket", ""), c.get("slurm_conf", ""))
+                    c["gpu_node"], c.get("hook_socket", ""), c.get("slurm_conf", ""),
+                    c.get("hook_also", ""), c.get("hook_stamps", ""))
             for c in json.loads(out.stdout)]
 
 

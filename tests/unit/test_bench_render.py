@@ -210,11 +210,26 @@ def synthetic() -> dict[str, dict]:
         "soak": doc("soak", {"hours": 2.0, "slurm": "22.05.8", "churn_interval_s": 2.0,
                              "seed": 37, "fault_chance_per_minute": 0.3,
                              "faults": ["503"], "commit_interval": "default"}, soak_data()),
+        "side-by-side": doc("side-by-side", {"cluster": "cluster2505", "version": "25.05.8",
+                                             "sizes": "0", "poll_s": 10}, side_by_side_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
                    "tests": 573, "returncode": 0, "source": "timed"}),
     }
+
+
+def side_by_side_data() -> dict:
+    def side(cpu: float, wrong: int, rss: float, p50: float | None, rpcs: int) -> dict:
+        return {"runs": 14, "wrong_runs": wrong, "problems": [
+            "job 7: numHwthreads 1 != Slurm's 3"] * wrong, "requeued_first_run": "preempted",
+            "cpu_start": 0.3, "cpu_self": cpu / 2, "cpu_children": cpu / 2,
+            "rss_peak_mb": rss + 1, "rss_mb": rss, "start_p50": p50, "start_p95": p50,
+            "stop_p50": p50, "stop_p95": p50, "ctld_rpcs": {"REQUEST_JOB_INFO": rpcs},
+            "dbd_rpcs": {"DBD_GET_JOBS_COND": rpcs}, "minutes": 2.0}
+    return {"runs": [{"queued": 2000, "hook": True, "none": side(0, 0, 0, None, 100),
+                      "ccadapter": side(0.8, 0, 38.0, 0.05, 140),
+                      "cc-slurm-adapter": side(1.0, 2, 13.0, 1.08, 300)}]}
 
 
 def test_benchmarks_md_is_what_the_committed_results_render_to():
@@ -258,6 +273,10 @@ def test_every_figure_comes_from_the_results():
     assert "**120 s**" in text
     assert "3 (sacct 1, scontrol 1, squeue 1; 0 jobs in the window)" in text
     assert "**30.0 min**" in text and "573 tests" in text  # CI
+    # side by side: 0.8 s against 1.0 s; (140 - 100) / 2 min added against (300 - 100) / 2
+    assert "| 2,000 queued, hook | ccadapter | 0 of 14 | preempted | 0.80 s (0.40 + 0.40)" \
+        in text
+    assert "| 20 | 20 |" in text and "0.80x | ≤ 1x" in text and "- numHwthreads 1" in text
     assert "A `--quick` run" in text  # nats was one
     assert "130 s at most" in text and "every 4 s" in text and "50 ms apart" in text
     assert "| 26.05.5 | start | 0.25 s / 3.50 s / 3.50 s | 0.80 s / 0.80 s / 0.80 s |" in text

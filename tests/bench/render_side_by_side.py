@@ -1,0 +1,109 @@
+"""BENCHMARKS.md section of issue 38: ccadapter beside cc-slurm-adapter on the same workload
+(tests/bench/side_by_side.py). Rendered by :mod:`tests.bench.render`, which lists it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Doc = dict[str, Any]
+Row = list[str]
+OURS, THEIRS = "ccadapter", "cc-slurm-adapter"
+STEADY_RSS_MB = 40.0  # issue 38's target for ccadapter's steady RSS
+
+
+def workload_cpu(side: dict[str, Any]) -> float:
+    """CPU seconds over the workload: the daemon's own and its Slurm commands'."""
+    return side["cpu_self"] + side["cpu_children"]
+
+
+def load_per_min(side: dict[str, Any], base: dict[str, Any], key: str) -> float:
+    """RPCs per minute this daemon added to slurmctld (``ctld_rpcs``) or slurmdbd
+    (``dbd_rpcs``): its leg's rate less the rate of the leg with no daemon."""
+    def rate(s: dict[str, Any]) -> float:
+        return sum(s[key].values()) / max(s["minutes"], 1e-9)
+    return rate(side) - rate(base)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1000:,.0f} ms"
+
+
+def _tag(entry: dict[str, Any]) -> str:
+    return f"{entry['queued']:,} queued, {'hook' if entry['hook'] else 'poll only'}"
+
+
+def sum_side_by_side(doc: Doc) -> list[Row]:
+    runs = doc["data"]["runs"]
+    cpu = [(workload_cpu(r[OURS]), workload_cpu(r[THEIRS])) for r in runs]
+    worst = max(ours / theirs for ours, theirs in cpu if theirs)
+    rss = max(r[OURS]["rss_mb"] for r in runs)
+    hooked = [r for r in runs if r["hook"]]
+    lat = [(r[OURS]["start_p50"], r[THEIRS]["start_p50"]) for r in hooked
+           if r[OURS]["start_p50"] is not None and r[THEIRS]["start_p50"] is not None]
+    wrong = sum(r[OURS]["wrong_runs"] for r in runs)
+    theirs_wrong = sum(r[THEIRS]["wrong_runs"] for r in runs)
+    load = [(load_per_min(r[OURS], r["none"], "ctld_rpcs"),
+             load_per_min(r[THEIRS], r["none"], "ctld_rpcs")) for r in runs]
+    rows = [
+        ["side by side: runs with a wrong field (all sizes)", f"{wrong}",
+         "≤ cc-slurm-adapter's", f"{theirs_wrong}", "✅" if wrong <= theirs_wrong else "❌"],
+        ["side by side: workload CPU, ours / theirs (worst size)", f"{worst:.2f}x", "≤ 1x",
+         "1x", "✅" if worst <= 1 else "❌"],
+        ["side by side: final RSS (worst size)", f"{rss:.1f} MB", f"≤ {STEADY_RSS_MB:.0f} MB",
+         f"{max(r[THEIRS]['rss_mb'] for r in runs):.1f} MB",
+         "✅" if rss <= STEADY_RSS_MB else "❌"],
+        ["side by side: slurmctld RPCs/min added (worst size)",
+         f"{max(o for o, _ in load):,.0f}", "≤ cc-slurm-adapter's",
+         f"{max(t for _, t in load):,.0f}",
+         "✅" if all(o <= t for o, t in load) else "❌"],
+    ]
+    if lat:
+        rows.append(["side by side: Prolog to start_job p50 (worst size)",
+                     _ms(max(o for o, _ in lat)), "≤ cc-slurm-adapter's",
+                     _ms(max(t for _, t in lat)),
+                     "✅" if all(o <= t for o, t in lat) else "❌"])
+    return rows
+
+
+def sec_side_by_side(doc: Doc) -> str:
+    plan, runs = doc["plan"], doc["data"]["runs"]
+    out = [f"ccadapter and cc-slurm-adapter (8101095, built from its source) on one Slurm "
+           f"{plan['version']} cluster ({plan['cluster']}), each into its own real cc-backend "
+           f"1.5.4, both polling every {plan['poll_s']} s, one after the other on the same "
+           "workload: the test bed's 13 jobs (a 3-task array, a het job, GPU jobs, cancels, a "
+           "timeout, an exclusive job) and a job requeued while it runs, beside a queue of "
+           "held jobs, with the Prolog/Epilog hook (each product's own client, from the same "
+           "wrapper) or without. Fields are compared with `sacct`'s parsable text and "
+           "slurmctld's allocations, read by the benchmark. CPU is the daemon's and its Slurm "
+           "commands' (/proc utime+stime, cutime+cstime) over the workload; *start* is what "
+           "the daemon spent before it (ccadapter's Python start and first cycle: once per "
+           "daemon start). Load is slurmctld's (`sdiag`) and slurmdbd's (`sacctmgr show "
+           "stats`) RPC count per minute over the workload, less that of the same workload "
+           "with no daemon. Latency: from the moment slurmctld ran the hook wrapper to the "
+           "answer cc-backend gave the start (stop).", "",
+           "| queue, mode | product | runs wrong | requeued job's 1st run | CPU workload "
+           "(own + commands) | CPU start | RSS final (peak) | Prolog→start p50 / p95 | "
+           "Epilog→stop p50 / p95 | slurmctld RPC/min | slurmdbd RPC/min |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        for name in (OURS, THEIRS):
+            s = r[name]
+            out.append(
+                f"| {_tag(r)} | {name} | {s['wrong_runs']} of {s['runs']} | "
+                f"{s['requeued_first_run']} | {workload_cpu(s):.2f} s ({s['cpu_self']:.2f} + "
+                f"{s['cpu_children']:.2f}) | {s['cpu_start']:.2f} s | {s['rss_mb']:.1f} MB "
+                f"({s['rss_peak_mb']:.1f}) | {_ms(s['start_p50'])} / {_ms(s['start_p95'])} | "
+                f"{_ms(s['stop_p50'])} / {_ms(s['stop_p95'])} | "
+                f"{load_per_min(s, r['none'], 'ctld_rpcs'):,.0f} | "
+                f"{load_per_min(s, r['none'], 'dbd_rpcs'):,.0f} |")
+    wrong = sorted({p for r in runs for p in r[THEIRS]["problems"]})
+    if wrong:
+        out += ["", "What cc-slurm-adapter held wrong (one line per kind of problem, job ids "
+                "left out):", ""]
+        kinds = sorted({p.split(": ", 1)[1].split(" != ")[0].split(" {")[0] for p in wrong
+                        if ": " in p})
+        out += [f"- {k}" for k in kinds]
+    ours = sorted({p for r in runs for p in r[OURS]["problems"]})
+    if ours:
+        out += ["", "What ccadapter held wrong:", ""] + [f"- {p}" for p in ours]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,312 @@
+"""ccadapter beside cc-slurm-adapter (issue 38): the same workload on one Slurm 25.05 cluster,
+each product into its own real cc-backend 1.5.4, compared with Slurm's own answer.
+
+One *run* is the test bed's workload (tests/integration/workload.py: 13 jobs, arrays, a het
+job, GPU, cancels, a timeout) plus a job requeued while it runs, with ``queued`` held jobs
+waiting in the queue throughout, with the Prolog/Epilog hook or without. Per product it gives:
+
+- fields: every run each cc-backend holds against ``sacct``'s parsable text and slurmctld's
+  allocation, read by the benchmark (tests/integration/expect.py), never by either product;
+- latency from the moment slurmctld ran the hook wrapper (its stamp) to the start_job /
+  stop_job cc-backend took (its fault proxy's log);
+- CPU of the daemon and of the Slurm commands it ran (/proc: utime+stime, cutime+cstime),
+  peak and final RSS;
+- load: slurmctld's (``sdiag``) and slurmdbd's (``sacctmgr show stats``) RPC counts over the
+  run, per minute. Both products run as root, as the workload's driver does, so a leg with no
+  daemon at all is the baseline subtracted: ``legs`` says which products run, one at a time
+  (``together``: both at once, for fields and latency only).
+
+``python -m tests.bench.side_by_side`` runs every size and writes
+tests/bench/results/side-by-side.json; tests/integration/test_predecessor_live.py runs the
+short one (both at once, the hook, an empty queue) in tests/run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccadapter.runtime.lastrun import LastRun
+from tests.ccbackend import CcBackend
+from tests.integration.expect import by_run, delivery_problems
+from tests.integration.sync_scenario import wait_for
+from tests.integration.workload import (
+    Cluster,
+    cancel_leftovers,
+    controller_allocations,
+    drive,
+    het_allocations,
+    het_merged,
+    sacct_truth,
+    submit,
+    submitted_allocations,
+    testbed_clusters,
+)
+from tests.predecessor import (
+    Daemon,
+    chain_hook,
+    site_config,
+    start_ccadapter,
+    start_predecessor,
+)
+
+PRODUCTS = ("ccadapter", "cc-slurm-adapter")
+START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
+_RPC = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)")
+
+
+def rpc_counts(text: str) -> dict[str, int]:
+    """Counts per message type of ``sdiag`` or ``sacctmgr show stats`` output."""
+    counts: dict[str, int] = {}
+    inside = False
+    for line in text.splitlines():
+        if "statistics by message type" in line:
+            inside = True
+            continue
+        if inside and ("statistics by user" in line or not line.strip()):
+            break
+        m = _RPC.match(line) if inside else None
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def load_now(cluster: Cluster) -> tuple[dict[str, int], dict[str, int]]:
+    return (rpc_counts(cluster.run("sdiag")),
+            rpc_counts(cluster.run("sacctmgr", "show", "stats")))
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def hook_stamps(cluster: Cluster, since: float) -> dict[tuple[int, str], float]:
+    """When slurmctld ran the hook wrapper for each job: (job id, "prolog"/"epilog")."""
+    stamps: dict[tuple[int, str], float] = {}
+    for line in Path(cluster.hook_stamps).read_text().splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        at = float(parts[2])
+        if at >= since:
+            kind = "prolog" if parts[1].startswith("prolog") else "epilog"
+            stamps.setdefault((int(parts[0]), kind), at)
+    return stamps
+
+
+def latencies(cc: CcBackend, stamps: dict[tuple[int, str], float],
+              ids: set[int]) -> tuple[list[float], list[float]]:
+    """Seconds from the Prolog (Epilog) stamp to the first start_job (stop_job) cc-backend
+    answered with success, per job."""
+    out: tuple[list[float], list[float]] = ([], [])
+    for i, (path, ok, kind) in enumerate(((START, 201, "prolog"), (STOP, 200, "epilog"))):
+        seen: set[int] = set()
+        for ex in cc.requests(path):
+            job = (ex.body or {}).get("jobId")
+            if ex.status != ok or job not in ids or job in seen or (job, kind) not in stamps:
+                continue
+            seen.add(job)
+            out[i].append(ex.time - stamps[(job, kind)])
+    return out
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+@dataclass
+class Side:
+    """What one product did in one run."""
+    runs: int = 0
+    wrong_runs: int = 0
+    problems: list[str] = field(default_factory=list)
+    requeued_first_run: str = ""  # the state cc-backend holds for the requeued job's 1st run
+    cpu_start: float = 0.0  # from its start until the workload began (both parts)
+    cpu_self: float = 0.0  # over the workload: the daemon's own
+    cpu_children: float = 0.0  # over the workload: the Slurm commands it ran
+    rss_peak_mb: float = 0.0
+    rss_mb: float = 0.0
+    start_p50: float | None = None
+    start_p95: float | None = None
+    stop_p50: float | None = None
+    stop_p95: float | None = None
+    ctld_rpcs: dict[str, int] = field(default_factory=dict)
+    dbd_rpcs: dict[str, int] = field(default_factory=dict)
+    minutes: float = 0.0
+
+
+def fill_queue(cluster: Cluster, n: int) -> None:
+    """``n`` held jobs waiting in the queue (as a production queue waits), by one shell."""
+    if n:
+        cluster.run("sh", "-c", f"i=0; while [ $i -lt {n} ]; do sbatch -Q --hold -J sbsqueued "
+                    f"-o /dev/null --wrap true >/dev/null || exit 1; i=$((i+1)); done",
+                    timeout=60 + n * 0.2)
+
+
+def empty_queue(cluster: Cluster) -> None:
+    cluster.run("scancel", "-n", "sbsqueued", check=False, timeout=600)
+    cancel_leftovers(cluster, timeout=600)
+
+
+def requeue_one(cluster: Cluster) -> int:
+    out = cluster.run("sbatch", "--parsable", "-J", "requeued", "-o", "/dev/null",
+                      "--wrap", "sleep 20")
+    job = int(out.strip().split(";")[0])
+    wait_for(lambda: cluster.run("squeue", "-h", "-j", str(job), "-o", "%T",
+                                 check=False).strip() == "RUNNING", 60, "requeued job not running")
+    time.sleep(4)
+    cluster.run("scontrol", "requeue", str(job))
+    return job
+
+
+def run(cluster: Cluster, tmp: Path, *, legs: tuple[str, ...], hook: bool = True,
+        poll: int = 10) -> dict[str, Side]:
+    """One workload with ``legs`` running ("both": the two products at once; "none": no
+    daemon, the load baseline), beside whatever waits in the queue (:func:`fill_queue`).
+    Returns a Side per product that ran; the workload's jobs are cancelled at the end."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    both = legs == ("both",)
+    names = PRODUCTS if both else tuple(p for p in legs if p != "none")
+    ccs: dict[str, CcBackend] = {}
+    daemons: dict[str, Daemon] = {}
+    sides = {p: Side() for p in names}
+    try:
+        for p in names:
+            ccs[p] = CcBackend(tmp / f"cc-{p}", [cluster], commit_interval="5s").start()
+            conf = site_config(ccs[p].url, ccs[p].token, tmp / p, poll=poll)
+            if p == "ccadapter" and hook:  # its hook is the test bed wrapper's own
+                _set(conf, prepSockListenPath=cluster.hook_socket)
+            elif p == "ccadapter":
+                _set(conf, prepSockListenPath=str(tmp / p / "run" / "unused.sock"))
+            LastRun(tmp / p / "lastrun").set(time.time() - 5)
+            log = tmp / f"{p}.log"
+            daemons[p] = (start_ccadapter(cluster, conf, log) if p == "ccadapter"
+                          else start_predecessor(cluster, conf, log))
+            if p == "cc-slurm-adapter" and hook:
+                chain_hook(cluster, "cc-slurm-adapter", conf)
+        if "ccadapter" in daemons:
+            daemons["ccadapter"].wait_log("listening for Prolog/Epilog")
+        time.sleep(2)
+        t0 = time.time()
+        began = {p: d.usage() for p, d in daemons.items()}
+        before = load_now(cluster)
+        requeued = requeue_one(cluster)  # first: the workload fills the nodes
+        sub = submit(cluster)
+        drive(sub)
+        ids = sub.all_ids()
+        ran = [j for j, t in het_merged(sacct_truth(cluster, ids)).items()
+               if t["start"] and t["nodes"]]
+        wait_for(lambda: all(_holds_stopped(cc, ran) for cc in ccs.values()), 240,
+                 "not every run reached every cc-backend")
+        after = load_now(cluster)
+        minutes = (time.time() - t0) / 60
+        for p, d in daemons.items():
+            u, u0 = d.usage(), began[p]
+            s = sides[p]
+            s.cpu_start = u0.cpu
+            s.cpu_self, s.cpu_children = u.cpu_self - u0.cpu_self, u.cpu_children - u0.cpu_children
+            s.rss_peak_mb, s.rss_mb = u.rss_peak_mb, u.rss_mb
+            s.minutes = minutes
+            s.ctld_rpcs, s.dbd_rpcs = delta(after[0], before[0]), delta(after[1], before[1])
+    finally:
+        chain_hook(cluster, None)
+        for d in daemons.values():
+            d.stop()
+    cancel(cluster, [*ids, requeued])
+    if not names:  # the baseline: the load alone
+        return {"none": Side(minutes=minutes, ctld_rpcs=delta(after[0], before[0]),
+                             dbd_rpcs=delta(after[1], before[1]))}
+    truth = het_merged(sacct_truth(cluster, ids))
+    allocs = het_allocations(truth, {**controller_allocations(cluster),
+                                     **submitted_allocations(sub)})
+    stamps = hook_stamps(cluster, t0 - 5) if hook else {}
+    try:
+        for p, cc in ccs.items():
+            cc.wait_committed()
+            s = sides[p]
+            held = cc.started(cluster.name)
+            stopped = [b for b in cc.stopped(cluster.name)]
+            s.problems = delivery_problems(cluster.name, truth, by_run(held), by_run(stopped),
+                                           allocs)
+            s.runs = sum(1 for t in truth.values() if t["start"] and t["nodes"])
+            s.wrong_runs = len({pr.split(":")[0] for pr in s.problems})
+            first = [j for j in cc.jobs(cluster.name) if j["jobId"] == requeued]
+            s.requeued_first_run = first[0]["jobState"] if first else "absent"
+            starts, stops = latencies(cc, stamps, set(ids))
+            s.start_p50, s.start_p95 = pct(starts, 50), pct(starts, 95)
+            s.stop_p50, s.stop_p95 = pct(stops, 50), pct(stops, 95)
+    finally:
+        for cc in ccs.values():
+            cc.stop()
+    return sides
+
+
+def cancel(cluster: Cluster, ids: list[int]) -> None:
+    """The workload's jobs still queued or running (the requeued job's second run), not
+    the queue the run was given."""
+    cluster.run("scancel", *map(str, ids), check=False)
+
+
+def _holds_stopped(cc: CcBackend, ids: list[int]) -> bool:
+    stopped = {b["jobId"] for b in cc.stopped()}
+    return set(ids) - stopped <= set()
+
+
+def _set(path: Path, **keys: Any) -> None:
+    doc = json.loads(path.read_text())
+    doc.update(keys)
+    path.write_text(json.dumps(doc, indent=2))
+
+
+def side_dict(side: Side) -> dict[str, Any]:
+    return asdict(side)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.side_by_side")
+    ap.add_argument("--sizes", default="0,2000", help="queued jobs, comma separated")
+    ap.add_argument("--cluster", default="cluster2505")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/side-by-side"))
+    args = ap.parse_args(argv)
+    from tests.bench import results
+    cluster = next(c for c in testbed_clusters() if c.name == args.cluster)
+    started = time.time()
+    data: list[dict[str, Any]] = []
+    shutil.rmtree(args.out, ignore_errors=True)
+    for size in [int(s) for s in args.sizes.split(",")]:
+        empty_queue(cluster)
+        t_fill = time.time()
+        fill_queue(cluster, size)
+        print(f"{size} jobs queued in {time.time() - t_fill:.0f} s", flush=True)
+        for hook in (True, False):
+            tag = f"{size}-{'hook' if hook else 'poll'}"
+            entry: dict[str, Any] = {"queued": size, "hook": hook}
+            for legs in (("none",), ("ccadapter",), ("cc-slurm-adapter",)):
+                sides = run(cluster, args.out / f"{tag}-{legs[0]}", legs=legs, hook=hook)
+                entry.update({k: side_dict(v) for k, v in sides.items()})
+                print(tag, legs[0], {k: (v.cpu_self + v.cpu_children, v.wrong_runs)
+                                     for k, v in sides.items()}, flush=True)
+            data.append(entry)
+    empty_queue(cluster)
+    results.write("side-by-side",
+                  command=results.command_line("tests.bench.side_by_side", argv, lock=True),
+                  receiver="cc-backend 1.5.4",
+                  plan={"cluster": cluster.name, "version": cluster.version,
+                        "sizes": args.sizes, "poll_s": 10},
+                  data={"runs": data}, took_s=time.time() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
