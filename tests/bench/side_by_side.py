@@ -289,22 +289,28 @@ def main(argv: list[str] | None = None) -> int:
         t_fill = time.time()
         fill_queue(cluster, size)
         print(f"{size} jobs queued in {time.time() - t_fill:.0f} s", flush=True)
+        # the load of the workload alone: the hook wrapper runs whether a daemon listens
+        base = side_dict(run(cluster, args.out / f"{size}-none", legs=("none",))["none"])
         for hook in (True, False):
             tag = f"{size}-{'hook' if hook else 'poll'}"
-            entry: dict[str, Any] = {"queued": size, "hook": hook}
-            for legs in (("none",), ("ccadapter",), ("cc-slurm-adapter",)):
-                sides = run(cluster, args.out / f"{tag}-{legs[0]}", legs=legs, hook=hook)
-                entry.update({k: side_dict(v) for k, v in sides.items()})
-                print(tag, legs[0], {k: (v.cpu_self + v.cpu_children, v.wrong_runs)
-                                     for k, v in sides.items()}, flush=True)
+            entry: dict[str, Any] = {"queued": size, "hook": hook, "none": base}
+            for product in PRODUCTS:
+                sides = run(cluster, args.out / f"{tag}-{product}", legs=(product,),
+                            hook=hook)
+                entry[product] = side_dict(sides[product])
+                print(tag, product, {k: (round(v.cpu_self + v.cpu_children, 2), v.cpu_start,
+                                         v.wrong_runs, v.rss_mb) for k, v in sides.items()},
+                      flush=True)
             data.append(entry)
+        # written after each size: a long run's sizes done are kept if a later one fails
+        results.write("side-by-side",
+                      command=results.command_line("tests.bench.side_by_side", argv,
+                                                   lock=True),
+                      receiver="cc-backend 1.5.4",
+                      plan={"cluster": cluster.name, "version": cluster.version,
+                            "sizes": args.sizes, "poll_s": 10},
+                      data={"runs": data}, took_s=time.time() - started)
     empty_queue(cluster)
-    results.write("side-by-side",
-                  command=results.command_line("tests.bench.side_by_side", argv, lock=True),
-                  receiver="cc-backend 1.5.4",
-                  plan={"cluster": cluster.name, "version": cluster.version,
-                        "sizes": args.sizes, "poll_s": 10},
-                  data={"runs": data}, took_s=time.time() - started)
     return 0
 
 
