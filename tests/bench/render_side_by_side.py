@@ -38,6 +38,13 @@ def _sizes(plan: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     if missing:
         text += (" (asked: " + ", ".join(f"{s:,}" for s in asked) + "; not measured: "
                  + ", ".join(f"{s:,}" for s in missing) + ")")
+    commits: dict[str, list[int]] = {}
+    for r in runs:
+        if r.get("commit") and r["queued"] not in commits.setdefault(r["commit"], []):
+            commits[r["commit"]].append(r["queued"])
+    if len(commits) > 1:
+        text += " Measured at: " + "; ".join(
+            f"{', '.join(f'{q:,}' for q in qs)} queued at {c}" for c, qs in commits.items())
     return text + "."
 
 

@@ -278,13 +278,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="0,2000", help="queued jobs, comma separated")
     ap.add_argument("--cluster", default="cluster2505")
     ap.add_argument("--out", type=Path, default=Path("/tmp/side-by-side"))
+    ap.add_argument("--add", action="store_true",
+                    help="keep the committed results of the other sizes (each size's runs "
+                         "name the commit they were measured at)")
     args = ap.parse_args(argv)
     from tests.bench import results
     cluster = next(c for c in testbed_clusters() if c.name == args.cluster)
     started = time.time()
+    sizes = [int(s) for s in args.sizes.split(",")]
     data: list[dict[str, Any]] = []
+    kept = results.load("side-by-side") if args.add else None
+    if kept:
+        data = [r for r in kept["data"]["runs"] if r["queued"] not in sizes]
+        for r in data:
+            r.setdefault("commit", kept["machine"]["commit"])
+        sizes_all = sorted({r["queued"] for r in data} | set(sizes))
+        args.sizes = ",".join(map(str, sizes_all))
+        argv = ["--sizes", args.sizes]  # the command that measures them all
     shutil.rmtree(args.out, ignore_errors=True)
-    for size in [int(s) for s in args.sizes.split(",")]:
+    commit = results.machine()["commit"]
+    for size in sizes:
         empty_queue(cluster)
         t_fill = time.time()
         fill_queue(cluster, size)
@@ -293,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         base = side_dict(run(cluster, args.out / f"{size}-none", legs=("none",))["none"])
         for hook in (True, False):
             tag = f"{size}-{'hook' if hook else 'poll'}"
-            entry: dict[str, Any] = {"queued": size, "hook": hook, "none": base}
+            entry: dict[str, Any] = {"queued": size, "hook": hook, "none": base,
+                                     "commit": commit}
             for product in PRODUCTS:
                 sides = run(cluster, args.out / f"{tag}-{product}", legs=(product,),
                             hook=hook)
@@ -302,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                                          v.wrong_runs, v.rss_mb) for k, v in sides.items()},
                       flush=True)
             data.append(entry)
+            data.sort(key=lambda r: (r["queued"], not r["hook"]))
         # written after each size: a long run's sizes done are kept if a later one fails
         results.write("side-by-side",
                       command=results.command_line("tests.bench.side_by_side", argv,

@@ -438,3 +438,13 @@ def test_ci_time_times_a_command(tmp_path, monkeypatch, capsys):
     assert ci["data"]["total_s"] >= 0.2 and ci["data"]["source"] == "timed"
     assert "2 passed" in capsys.readouterr().out  # passed through
     assert "exit code 3" in (tmp_path / "B.md").read_text()
+
+
+def test_side_by_side_says_which_sizes_ran_and_at_which_commit():
+    from tests.bench.render_side_by_side import _sizes
+    runs = [{"queued": 0, "commit": "aaaaaaa"}, {"queued": 0, "commit": "aaaaaaa"},
+            {"queued": 50_000, "commit": "bbbbbbb"}]
+    text = _sizes({"sizes": "0,2000,50000"}, runs)
+    assert text.startswith("Queue sizes measured: 0, 50,000 (asked: 0, 2,000, 50,000; not "
+                           "measured: 2,000)")
+    assert "0 queued at aaaaaaa; 50,000 queued at bbbbbbb" in text
