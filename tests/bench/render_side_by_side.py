@@ -26,6 +26,17 @@ def load_per_min(side: dict[str, Any], key: str) -> float:
     return sum(side[key].values()) / max(side["minutes"], 1e-9)
 
 
+def wrong_runs(side: dict[str, Any]) -> int:
+    """Runs with at least one problem: a het job's component sent alone counts against its
+    het job (the run Slurm has), not as a run of its own."""
+    runs = set()
+    for problem in side["problems"]:
+        head, _, rest = problem.partition(": ")
+        found = re.match(r"a component of het job (\d+)", rest)
+        runs.add(found.group(1) if found else head.removeprefix("job "))
+    return len(runs)
+
+
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value * 1000:,.0f} ms"
 
@@ -62,8 +73,8 @@ def sum_side_by_side(doc: Doc) -> list[Row]:
     hooked = [r for r in runs if r["hook"]]
     lat = [(r[OURS]["start_p50"], r[THEIRS]["start_p50"]) for r in hooked
            if r[OURS]["start_p50"] is not None and r[THEIRS]["start_p50"] is not None]
-    wrong = sum(r[OURS]["wrong_runs"] for r in runs)
-    theirs_wrong = sum(r[THEIRS]["wrong_runs"] for r in runs)
+    wrong = sum(wrong_runs(r[OURS]) for r in runs)
+    theirs_wrong = sum(wrong_runs(r[THEIRS]) for r in runs)
     load = {key: [(load_per_min(r[OURS], key), load_per_min(r[THEIRS], key)) for r in runs]
             for key in ("ctld_rpcs", "dbd_rpcs")}
     rows = [
@@ -122,7 +133,7 @@ def sec_side_by_side(doc: Doc) -> str:
         for name in (OURS, THEIRS):
             s = r[name]
             out.append(
-                f"| {_tag(r)} | {name} | {s['wrong_runs']} of {s['runs']} | "
+                f"| {_tag(r)} | {name} | {wrong_runs(s)} of {s['runs']} | "
                 f"{s['requeued_first_run']} | {workload_cpu(s):.2f} s ({s['cpu_self']:.2f} + "
                 f"{s['cpu_children']:.2f}) | {s['cpu_start']:.2f} s | {s['rss_mb']:.1f} MB "
                 f"({s['rss_peak_mb']:.1f}) | {_ms(s['start_p50'])} / {_ms(s['start_p95'])} | "
