@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.bench.delivery import cpu_seconds
 from tests.integration.workload import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,14 +49,16 @@ def slurm_env(cluster: Cluster) -> dict[str, str]:
     return env
 
 
-def site_config(cc_url: str, token: str, tmp: Path, *, poll: int = 10) -> Path:
+def site_config(cc_url: str, token: str, tmp: Path, *, poll: int = 10,
+                listen: str | None = None) -> Path:
     """cc-slurm-adapter's config file with its own keys only (the README's example shape):
-    both products read it unchanged. Mode 0600: it holds the JWT."""
+    both products read it unchanged. Mode 0600: it holds the JWT. ``listen``: where the
+    daemon listens for its hook, if not on the socket its Prolog/Epilog client connects to."""
     run = tmp / "run"
     run.mkdir(parents=True, exist_ok=True)
     cfg = {
         "pidFilePath": str(run / "daemon.pid"),
-        "prepSockListenPath": str(run / "daemon.sock"),
+        "prepSockListenPath": listen or str(run / "daemon.sock"),
         "prepSockConnectPath": str(run / "daemon.sock"),
         "lastRunPath": str(tmp / "lastrun"),
         "slurmPollInterval": poll, "slurmQueryDelay": 1,
@@ -84,11 +87,7 @@ class Usage:
 
 
 def usage(pid: int) -> Usage:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    # fields after "(comm)": state=0 ... utime=11 stime=12 cutime=13 cstime=14
-    own = (int(fields[11]) + int(fields[12])) / tick
-    children = (int(fields[13]) + int(fields[14])) / tick
+    own, children = cpu_seconds(pid)
     status = dict(line.split(":", 1) for line in
                   Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return Usage(own, children, int(status["VmHWM"].split()[0]) / 1024,

@@ -24,19 +24,20 @@ short one (both at once, the hook, an empty queue) in tests/run.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ccadapter.runtime.lastrun import LastRun
+from tests.bench.render_side_by_side import wrong_runs
+from tests.bench.scale_probe import percentiles, read_stamps
 from tests.ccbackend import CcBackend
 from tests.integration.expect import by_run, delivery_problems
-from tests.integration.sync_scenario import wait_for
+from tests.integration.expect import ran as ran_
+from tests.integration.sync_scenario import delivered, wait_for
 from tests.integration.workload import (
     Cluster,
     cancel_leftovers,
@@ -56,6 +57,7 @@ from tests.predecessor import (
     start_ccadapter,
     start_predecessor,
 )
+from tests.testbed.load import JOB_NAMES, QUEUED, Load
 
 PRODUCTS = ("ccadapter", "cc-slurm-adapter")
 START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
@@ -87,42 +89,22 @@ def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
 
 
-def hook_stamps(cluster: Cluster, since: float) -> dict[tuple[int, str], float]:
-    """When slurmctld ran the hook wrapper for each job: (job id, "prolog"/"epilog")."""
-    stamps: dict[tuple[int, str], float] = {}
-    for line in Path(cluster.hook_stamps).read_text().splitlines():
-        parts = line.split()
-        if len(parts) != 3 or not parts[0].isdigit():
-            continue
-        at = float(parts[2])
-        if at >= since:
-            kind = "prolog" if parts[1].startswith("prolog") else "epilog"
-            stamps.setdefault((int(parts[0]), kind), at)
-    return stamps
-
-
-def latencies(cc: CcBackend, stamps: dict[tuple[int, str], float],
+def latencies(cc: CcBackend, stamps_file: Path,
               ids: set[int]) -> tuple[list[float], list[float]]:
-    """Seconds from the Prolog (Epilog) stamp to the first start_job (stop_job) cc-backend
-    answered with success, per job."""
+    """Seconds from the Prolog (Epilog) stamp of the hook wrapper to the first start_job
+    (stop_job) cc-backend answered with success, per job."""
     out: tuple[list[float], list[float]] = ([], [])
-    for i, (path, ok, kind) in enumerate(((START, 201, "prolog"), (STOP, 200, "epilog"))):
+    for i, (path, ok, context) in enumerate(((START, 201, "prolog_slurmctld"),
+                                             (STOP, 200, "epilog_slurmctld"))):
+        stamps = read_stamps(stamps_file, context)
         seen: set[int] = set()
         for ex in cc.requests(path):
             job = (ex.body or {}).get("jobId")
-            if ex.status != ok or job not in ids or job in seen or (job, kind) not in stamps:
+            if ex.status != ok or job not in ids or job in seen or job not in stamps:
                 continue
             seen.add(job)
-            out[i].append(ex.time - stamps[(job, kind)])
+            out[i].append(ex.time - stamps[job])
     return out
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 @dataclass
@@ -147,15 +129,14 @@ class Side:
 
 
 def fill_queue(cluster: Cluster, n: int) -> None:
-    """``n`` held jobs waiting in the queue (as a production queue waits), by one shell."""
+    """``n`` held jobs waiting in the queue (as a production queue waits)."""
     if n:
-        cluster.run("sh", "-c", f"i=0; while [ $i -lt {n} ]; do sbatch -Q --hold -J sbsqueued "
-                    f"-o /dev/null --wrap true >/dev/null || exit 1; i=$((i+1)); done",
-                    timeout=60 + n * 0.2)
+        Load(cluster.prefix, queue_partition="debug", held=True,
+             log=lambda msg: print(msg, flush=True)).fill(n)
 
 
 def empty_queue(cluster: Cluster) -> None:
-    cluster.run("scancel", "-n", "sbsqueued", check=False, timeout=600)
+    cluster.run("scancel", "-n", JOB_NAMES[QUEUED], check=False, timeout=600)
     cancel_leftovers(cluster, timeout=600)
 
 
@@ -184,11 +165,11 @@ def run(cluster: Cluster, tmp: Path, *, legs: tuple[str, ...], hook: bool = True
     try:
         for p in names:
             ccs[p] = CcBackend(tmp / f"cc-{p}", [cluster], commit_interval="5s").start()
-            conf = site_config(ccs[p].url, ccs[p].token, tmp / p, poll=poll)
-            if p == "ccadapter" and hook:  # its hook is the test bed wrapper's own
-                _set(conf, prepSockListenPath=cluster.hook_socket)
-            elif p == "ccadapter":
-                _set(conf, prepSockListenPath=str(tmp / p / "run" / "unused.sock"))
+            # ccadapter's hook is the test bed wrapper's own; without the hook it listens
+            # where no hook sends
+            listen = None if p != "ccadapter" else cluster.hook_socket if hook else \
+                str(tmp / p / "run" / "unused.sock")
+            conf = site_config(ccs[p].url, ccs[p].token, tmp / p, poll=poll, listen=listen)
             LastRun(tmp / p / "lastrun").set(time.time() - 5)
             log = tmp / f"{p}.log"
             daemons[p] = (start_ccadapter(cluster, conf, log) if p == "ccadapter"
@@ -205,9 +186,9 @@ def run(cluster: Cluster, tmp: Path, *, legs: tuple[str, ...], hook: bool = True
         sub = submit(cluster)
         drive(sub)
         ids = sub.all_ids()
-        ran = [j for j, t in het_merged(sacct_truth(cluster, ids)).items()
-               if t["start"] and t["nodes"]]
-        wait_for(lambda: all(_holds_stopped(cc, ran) for cc in ccs.values()), 240,
+        truth = het_merged(sacct_truth(cluster, ids))
+        ran = [j for j, t in truth.items() if ran_(t)]
+        wait_for(lambda: all(delivered(cc, ran) for cc in ccs.values()), 240,
                  "not every run reached every cc-backend")
         after = load_now(cluster)
         minutes = (time.time() - t0) / 60
@@ -227,25 +208,22 @@ def run(cluster: Cluster, tmp: Path, *, legs: tuple[str, ...], hook: bool = True
     if not names:  # the baseline: the load alone
         return {"none": Side(minutes=minutes, ctld_rpcs=delta(after[0], before[0]),
                              dbd_rpcs=delta(after[1], before[1]))}
-    truth = het_merged(sacct_truth(cluster, ids))
     allocs = het_allocations(truth, {**controller_allocations(cluster),
                                      **submitted_allocations(sub)})
-    stamps = hook_stamps(cluster, t0 - 5) if hook else {}
     try:
         for p, cc in ccs.items():
             cc.wait_committed()
             s = sides[p]
-            held = cc.started(cluster.name)
-            stopped = [b for b in cc.stopped(cluster.name)]
-            s.problems = delivery_problems(cluster.name, truth, by_run(held), by_run(stopped),
-                                           allocs)
-            s.runs = sum(1 for t in truth.values() if t["start"] and t["nodes"])
-            s.wrong_runs = len({pr.split(":")[0] for pr in s.problems})
+            s.problems = delivery_problems(cluster.name, truth, by_run(cc.started(cluster.name)),
+                                           by_run(cc.stopped(cluster.name)), allocs)
+            s.runs = len(ran)
+            s.wrong_runs = wrong_runs({"problems": s.problems})
             first = [j for j in cc.jobs(cluster.name) if j["jobId"] == requeued]
             s.requeued_first_run = first[0]["jobState"] if first else "absent"
-            starts, stops = latencies(cc, stamps, set(ids))
-            s.start_p50, s.start_p95 = pct(starts, 50), pct(starts, 95)
-            s.stop_p50, s.stop_p95 = pct(stops, 50), pct(stops, 95)
+            starts, stops = latencies(cc, Path(cluster.hook_stamps), set(ids)) if hook \
+                else ([], [])
+            s.start_p50, s.start_p95 = (percentiles(starts)[k] for k in ("p50", "p95"))
+            s.stop_p50, s.stop_p95 = (percentiles(stops)[k] for k in ("p50", "p95"))
     finally:
         for cc in ccs.values():
             cc.stop()
@@ -256,21 +234,6 @@ def cancel(cluster: Cluster, ids: list[int]) -> None:
     """The workload's jobs still queued or running (the requeued job's second run), not
     the queue the run was given."""
     cluster.run("scancel", *map(str, ids), check=False)
-
-
-def _holds_stopped(cc: CcBackend, ids: list[int]) -> bool:
-    stopped = {b["jobId"] for b in cc.stopped()}
-    return set(ids) - stopped <= set()
-
-
-def _set(path: Path, **keys: Any) -> None:
-    doc = json.loads(path.read_text())
-    doc.update(keys)
-    path.write_text(json.dumps(doc, indent=2))
-
-
-def side_dict(side: Side) -> dict[str, Any]:
-    return asdict(side)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         fill_queue(cluster, size)
         print(f"{size} jobs queued in {time.time() - t_fill:.0f} s", flush=True)
         # the load of the workload alone: the hook wrapper runs whether a daemon listens
-        base = side_dict(run(cluster, args.out / f"{size}-none", legs=("none",))["none"])
+        base = asdict(run(cluster, args.out / f"{size}-none", legs=("none",))["none"])
         for hook in (True, False):
             tag = f"{size}-{'hook' if hook else 'poll'}"
             entry: dict[str, Any] = {"queued": size, "hook": hook, "none": base,
@@ -311,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             for product in PRODUCTS:
                 sides = run(cluster, args.out / f"{tag}-{product}", legs=(product,),
                             hook=hook)
-                entry[product] = side_dict(sides[product])
+                entry[product] = asdict(sides[product])
                 print(tag, product, {k: (round(v.cpu_self + v.cpu_children, 2), v.cpu_start,
                                          v.wrong_runs, v.rss_mb) for k, v in sides.items()},
                       flush=True)

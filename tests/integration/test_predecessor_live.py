@@ -17,7 +17,7 @@ from ccadapter.runtime.lastrun import LastRun
 from tests.bench.side_by_side import run
 from tests.ccbackend import CcBackend
 from tests.integration.expect import by_run, delivery_problems
-from tests.integration.sync_scenario import submit_batch, wait_for
+from tests.integration.sync_scenario import delivered, submit_batch, wait_for
 from tests.integration.workload import (
     Cluster,
     cancel_leftovers,
@@ -76,7 +76,7 @@ def test_switch_from_cc_slurm_adapter_loses_nothing_and_sends_nothing_twice(c25,
         try:
             time.sleep(2)
             done = submit_batch(cluster, "before", 4)  # delivered by the predecessor alone
-            wait_for(lambda: _stopped(cc) >= set(done), 120, "predecessor: batch not stopped")
+            wait_for(lambda: delivered(cc, done), 120, "predecessor: batch not stopped")
             long = [_sbatch(cluster, f"long{i}", 45) for i in range(2)]
             short = [_sbatch(cluster, f"short{i}", 12) for i in range(2)]
             wait_for(lambda: _started(cc) >= set(long + short), 120,
@@ -90,7 +90,7 @@ def test_switch_from_cc_slurm_adapter_loses_nothing_and_sends_nothing_twice(c25,
             new = start_ccadapter(cluster, conf, tmp_path / "ccadapter.log")
             after = submit_batch(cluster, "after", 2)
             ids = done + long + short + unseen + after
-            wait_for(lambda: _stopped(cc) >= set(ids), 180, "ccadapter: runs not stopped")
+            wait_for(lambda: delivered(cc, ids), 180, "ccadapter: runs not stopped")
         finally:
             chain_hook(cluster, None)
             if new is not None:
@@ -130,10 +130,6 @@ def _sbatch(cluster: Cluster, name: str, seconds: int) -> int:
 
 def _started(cc: CcBackend) -> set[int]:
     return {j["jobId"] for j in cc.jobs()}
-
-
-def _stopped(cc: CcBackend) -> set[int]:
-    return {b["jobId"] for b in cc.stopped()}
 
 
 def _ended(cluster: Cluster, ids: list[int]) -> bool:
