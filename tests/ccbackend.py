@@ -38,11 +38,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.ccbackend_site import Nodes, cluster_json, keypair, nodes_of
 from tests.conftest import unavailable
 from tests.faultproxy import Exchange, FaultProxy
 from tests.natsserver import free_port
@@ -64,73 +64,6 @@ def binary() -> str:
     if out.returncode != 0:
         unavailable("cc-backend is not built: run tests/testbed/ccbackend build")
     return out.stdout.strip()
-
-
-@dataclass(frozen=True)
-class Nodes:
-    """A cluster as cc-backend's cluster.json names it: its nodes and which have GPUs.
-    ``cpus``: per node, as 2 sockets of cpus/2 cores (the test bed's nodes have 4 or 8)."""
-
-    names: tuple[str, ...]
-    gpu: tuple[str, ...] = ()
-    cpus: int = 4
-    gpus_per_node: int = 2
-
-
-def nodes_of(cluster: Any, cpus: int = 4) -> Nodes:
-    """A test-bed cluster (tests.integration.workload.Cluster: ``nodes``, ``gpu_node``)."""
-    gpu = (cluster.gpu_node,) if getattr(cluster, "gpu_node", "") else ()
-    return Nodes(tuple(cluster.nodes), gpu, cpus)
-
-
-def subclusters(nodes: Nodes) -> dict[str, tuple[str, ...]]:
-    """The cluster's subclusters, in cluster.json's order: ``gpu`` for the nodes with GPUs,
-    ``main`` for the others (a stand-in given these places hosts as cc-backend does)."""
-    plain = tuple(h for h in nodes.names if h not in nodes.gpu)
-    return {sub: hosts for sub, hosts in (("gpu", nodes.gpu), ("main", plain)) if hosts}
-
-
-def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
-    """A cluster.json cc-backend 1.5.4 accepts: a metric, and a subcluster per kind of node
-    (its ``nodes`` a comma-separated host list; never ``*``, which makes cc-backend drop every
-    node state: GetSubClusterByNode falls back only for an empty first list)."""
-    cores = max(1, nodes.cpus // 2)
-    ids = list(range(2 * cores))
-
-    def subcluster(sub: str, hosts: Sequence[str], gpus: int) -> dict[str, Any]:
-        topology: dict[str, Any] = {
-            "node": ids, "socket": [ids[:cores], ids[cores:]],
-            "memoryDomain": [ids[:cores], ids[cores:]], "core": [[i] for i in ids]}
-        if gpus:
-            topology["accelerators"] = [{"id": str(i), "type": "Nvidia GPU", "model": "tesla"}
-                                        for i in range(gpus)]
-        rate = {"unit": {"base": "F/s", "prefix": "G"}, "value": 10}
-        return {"name": sub, "nodes": ",".join(hosts), "processorType": "test bed",
-                "socketsPerNode": 2, "coresPerSocket": cores, "threadsPerCore": 1,
-                "flopRateScalar": rate, "flopRateSimd": {**rate, "value": 40},
-                "memoryBandwidth": {"unit": {"base": "B/s", "prefix": "G"}, "value": 20},
-                "topology": topology}
-
-    subs = [subcluster(sub, hosts, nodes.gpus_per_node if sub == "gpu" else 0)
-            for sub, hosts in subclusters(nodes).items()]
-    return {"name": name, "subClusters": subs, "metricConfig": [
-        {"name": "cpu_load", "unit": {"base": ""}, "scope": "node", "aggregation": "avg",
-         "timestep": 60, "peak": 4, "normal": 2, "caution": 1, "alert": 0.5}]}
-
-
-def _keypair(directory: Path) -> tuple[str, str]:
-    """An Ed25519 key pair as cc-backend's .env wants it (std base64: the raw 32-byte public
-    key; the private key as Go holds it, seed || public), made by openssl."""
-    der = directory / "jwt-key.der"
-    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-outform", "DER",
-                    "-out", str(der)], check=True, capture_output=True, timeout=30,
-                   stdin=subprocess.DEVNULL)
-    pub = subprocess.run(["openssl", "pkey", "-inform", "DER", "-in", str(der), "-pubout",
-                          "-outform", "DER"], check=True, capture_output=True, timeout=30,
-                         stdin=subprocess.DEVNULL).stdout[-32:]
-    seed = der.read_bytes()[-32:]
-    der.unlink()
-    return base64.b64encode(pub).decode(), base64.b64encode(seed + pub).decode()
 
 
 class CcBackend:
@@ -236,7 +169,7 @@ class CcBackend:
         self.stop_server()
         env = self.directory / ".env"
         session = next(ln for ln in env.read_text().splitlines() if ln.startswith("SESSION_KEY"))
-        public, private = _keypair(self.directory)
+        public, private = keypair(self.directory)
         env.write_text(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n{session}\n')
         self.token, self.reader_token = self._jwt("ccadapter"), self._jwt("reader")
         (self.directory / "tokens.json").write_text(json.dumps(
@@ -299,7 +232,7 @@ class CcBackend:
             (archive / name).mkdir(exist_ok=True)
             (archive / name / "cluster.json").write_text(json.dumps(cluster_json(name, nodes),
                                                                     indent=1))
-        public, private = _keypair(self.directory)
+        public, private = keypair(self.directory)
         session = base64.b64encode(os.urandom(32)).decode()
         (self.directory / ".env").write_text(f'JWT_PUBLIC_KEY="{public}"\n'
                                              f'JWT_PRIVATE_KEY="{private}"\n'

@@ -25,7 +25,8 @@ from typing import Any, Literal, NamedTuple
 import pytest
 import requests
 
-from tests.ccbackend import CcBackend, Nodes, subclusters
+from tests.ccbackend import CcBackend, Nodes
+from tests.ccbackend_site import subclusters
 from tests.standin.ccbackend import CcBackendStandin
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,155 @@
+"""The demo as a newcomer meets it (issue 39): ``tests/testbed/demo`` run as the README's first
+command, then cc-backend's own web interface read by a real browser, Debian's Chromium,
+headless, driven by Selenium through Debian's chromedriver. It logs in with the login the demo
+printed, opens the job list of the demo's cluster and finds every run of the demo's jobs there
+with the state Slurm gives it; the running GPU job's page names its node. Screenshots of both
+pages are kept in :data:`SHOTS`. ``tests/testbed/demo down`` ends it, as the demo says.
+
+The browser reaches 127.0.0.1 only: every other host name resolves to nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import unavailable
+from tests.testbed.demo_site import HOME, REPO
+
+pytestmark = pytest.mark.integration
+
+DEMO = REPO / "tests" / "testbed" / "demo"
+SHOTS = HOME.parent / "demo-screenshots"
+STATES = {"COMPLETED": "completed", "FAILED": "failed", "RUNNING": "running"}
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (browser and driver):
+        unavailable("Debian's chromium and chromium-driver are missing (tests/run installs them)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        unavailable("selenium is not installed: pip install -e '.[test]'")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1600,1200", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-default-apps",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
+        opts.add_argument(arg)
+    b = webdriver.Chrome(options=opts, service=Service(executable_path=driver))
+    try:
+        yield b
+    finally:
+        b.quit()
+
+
+def wait(what: str, check: Any, timeout: float = 60) -> Any:
+    until = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > until:
+            raise AssertionError(f"not seen within {timeout:.0f} s: {what}")
+        time.sleep(0.25)
+
+
+def slurm_states(jobs: list[dict[str, Any]]) -> dict[int, tuple[str, str]]:
+    """Each run of the demo's jobs as Slurm's accounting holds it: job id -> (Slurm's label
+    of it, the state cc-backend must show)."""
+    ids = ",".join(str(j["job_id"]) for j in jobs)
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobIDRaw,JobID,State"],
+                         check=True, capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL).stdout
+    runs = {}
+    for line in out.splitlines():
+        raw, label, state = line.split("|")
+        runs[int(raw)] = (label, STATES.get(state.split()[0], state.lower()))
+    return runs
+
+
+def row_of(b: Any, job_id: int) -> Any:
+    from selenium.webdriver.common.by import By
+
+    rows = b.find_elements(By.XPATH, "//tbody/tr[.//a[starts-with(@href, '/monitoring/job/')"
+                                     f" and normalize-space() = '{job_id}']]")
+    return rows[0] if rows else None
+
+
+def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
+    from_cold = time.monotonic()
+    with chromium() as b:
+        out = subprocess.run([str(DEMO)], capture_output=True, text=True, timeout=900,
+                             stdin=subprocess.DEVNULL)
+        try:
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+            took = time.monotonic() - from_cold
+            doc = json.loads((HOME / "demo.json").read_text())
+            url, cluster = doc["url"], doc["cluster"]
+            assert f"{url}/monitoring/jobs/?cluster={cluster}" in out.stdout
+            assert f"login: {doc['login']} / {doc['password']}" in out.stdout
+            assert "tests/testbed/demo down" in out.stdout
+            runs = slurm_states(doc["jobs"])
+            assert len(runs) == 6, runs  # GPU, two nodes, a failure, an array of three
+            for label, state in runs.values():
+                assert any(ln.split()[:3] == [label, ln.split()[1], state]
+                           for ln in out.stdout.splitlines() if ln.strip().startswith(label)), (
+                    f"{label} {state} not in the demo's table:\n{out.stdout}")
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            from selenium.webdriver.common.by import By
+
+            b.get(f"{url}/login")
+            b.find_element(By.ID, "username").send_keys(doc["login"])
+            b.find_element(By.ID, "password").send_keys(doc["password"])
+            b.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            wait("the login accepted", lambda: "/login" not in b.current_url
+                 and b.find_elements(By.ID, "svelte-header"), 30)
+
+            b.get(f"{url}/monitoring/jobs/?cluster={cluster}")
+
+            def every_row() -> bool:
+                missing = [j for j in runs if row_of(b, j) is None]
+                if missing:  # ten rows a page, the next as the window scrolls down
+                    b.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+                return not missing
+
+            wait(f"a row for each of {sorted(runs)}", every_row)
+            for job_id, (label, state) in runs.items():
+                row = row_of(b, job_id)
+                badges = [e.text.strip() for e in row.find_elements(By.CSS_SELECTOR, ".badge")]
+                assert state in badges, f"job {label}: {badges} in its row, Slurm says {state}"
+                assert f"({cluster})" in row.text
+            b.execute_script("window.scrollTo(0, 0)")
+            b.save_screenshot(str(SHOTS / "job-list.png"))
+
+            gpu = next(r for r in doc["runs"] if r["expect"] == "running")
+            assert runs[gpu["job_id"]][1] == "running"
+            b.get(f"{url}/monitoring/job/{gpu['db_id']}")
+            wait("the running job's page titled with its Slurm id",
+                 lambda: b.title.startswith(f"Job {gpu['job_id']} "), 30)
+            node = gpu["nodes"]
+            named = f"//th[normalize-space() = '{node}'] | //b[normalize-space() = '{node}']"
+            wait(f"its node {node} named on its page", lambda: b.find_elements(By.XPATH, named))
+            assert "running" in [e.text.strip() for e in b.find_elements(By.CSS_SELECTOR, ".badge")]
+            b.save_screenshot(str(SHOTS / "job-page.png"))
+            print(f"demo ready {took:.0f} s after it was started; screenshots: "
+                  f"{SHOTS / 'job-list.png'}, {SHOTS / 'job-page.png'}")
+        finally:
+            down = subprocess.run([str(DEMO), "down"], capture_output=True, text=True,
+                                  timeout=300, stdin=subprocess.DEVNULL)
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert not os.path.exists(HOME / "ccadapter" / "daemon.pid") or b"ccadapter" not in Path(
+        f"/proc/{(HOME / 'ccadapter' / 'daemon.pid').read_text().split()[0]}/cmdline").read_bytes()

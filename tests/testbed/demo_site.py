@@ -1,0 +1,322 @@
+"""The demo's site (tests/testbed/demo): the real cc-backend 1.5.4 with its web interface,
+ccadapter's daemon fed by the Prolog/Epilog hook of the test bed's cluster22, and a few jobs,
+shown as cc-backend holds them. Everything stays running until ``tests/testbed/demo down``,
+so a newcomer can submit jobs of their own and watch them arrive in the web interface.
+
+Runs in the checkout's .venv without pytest (the demo installs ccadapter alone). Everything
+lives in ``$TESTBED_DIR/demo``, made anew at each ``up``; ``demo.json`` there says what the
+demo submitted and where cc-backend listens (the browser test reads it). cc-backend commits
+its job cache every :data:`COMMIT` (2 minutes by default): its job list shows a started job
+only after a commit, or its stop.
+
+    python -m tests.testbed.demo_site up|down
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.bench.scale_probe import read_stamps
+from tests.ccbackend_site import Nodes, cluster_json, keypair
+
+REPO = Path(__file__).resolve().parents[2]
+HOME = Path(os.environ.get("TESTBED_DIR", "/var/lib/ccadapter-testbed")) / "demo"
+CLUSTER = "cluster22"
+PORT = 18480  # below the ephemeral range: no client connection draws it
+COMMIT = "10s"
+USER = "ccuser"  # a Slurm user of the test bed (account testacct): the jobs are not root's
+LOGIN = "demo"
+# name, sbatch arguments, the state each of its runs ends the demo in
+JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("demo-gpu", ("-p", "gpu", "--gres=gpu:tesla:1", "-t", "30", "--wrap", "sleep 1700"),
+     "running"),
+    ("demo-array", ("--array=1-3", "-t", "5", "--wrap", "sleep 4"), "completed"),
+    ("demo-two-nodes", ("-N2", "-n4", "-t", "5", "--wrap", "sleep 6"), "completed"),
+    ("demo-fails", ("-t", "5", "--wrap", "sleep 2; exit 3"), "failed"),
+)
+
+
+@dataclass
+class Run:
+    """One Slurm run as the demo saw it: Slurm's side, then cc-backend's."""
+
+    job_id: int
+    label: str  # Slurm's name of it: 123 or 123_2
+    name: str
+    expect: str
+    nodes: str = ""
+    state: str = ""  # as cc-backend holds it
+    db_id: int = 0  # cc-backend's id: its job page is /monitoring/job/<db_id>
+    held_s: float | None = None  # from its PrologSlurmctld to cc-backend holding it
+    listed_s: float | None = None  # ... to cc-backend's job list showing it
+
+
+def say(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd: Sequence[str], **kw: Any) -> str:
+    out = subprocess.run(list(cmd), check=False, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, **kw)
+    if out.returncode != 0:
+        sys.exit(f"{Path(cmd[0]).name} {cmd[1] if len(cmd) > 1 else ''} failed "
+                 f"(exit {out.returncode}): {(out.stdout + out.stderr).strip()[-1500:]}")
+    return out.stdout
+
+
+def cluster_info() -> dict[str, Any]:
+    doc = json.loads(run([str(REPO / "tests/testbed/slurm"), "info"]))
+    info = next((c for c in doc if c["cluster"] == CLUSTER), None)
+    if info is None:
+        sys.exit(f"the test bed's {CLUSTER} is not up: tests/testbed/slurm up 22")
+    return info
+
+
+def alive(pid_file: Path, marker: str) -> int:
+    """The pid in ``pid_file`` if that process runs ``marker`` (not a reused pid), else 0."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pid if marker.encode() in cmdline else 0
+
+
+def stop(pid_file: Path, marker: str, what: str) -> None:
+    pid = alive(pid_file, marker)
+    if not pid:
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(300):
+        if not alive(pid_file, marker) or not Path(f"/proc/{pid}").exists():
+            say(f"stopped {what} (pid {pid})")
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    say(f"killed {what} (pid {pid}): it did not stop within 30 s of SIGTERM")
+
+
+def down() -> None:
+    """The daemon first (it would report cc-backend missing), then cc-backend, then the
+    demo's jobs still in Slurm."""
+    stop(HOME / "ccadapter" / "daemon.pid", "ccadapter", "ccadapter daemon")
+    stop(HOME / "cc-backend.pid", "cc-backend", "cc-backend")
+    for name, _, _ in JOBS:
+        subprocess.run(["scancel", "-u", USER, "-n", name], check=False, capture_output=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+
+
+def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
+    """A cc-backend site in HOME/cc-backend, set up as its documentation says, started
+    detached. Returns the login's password and the daemon's JWT."""
+    binary = run([str(REPO / "tests/testbed/ccbackend"), "path"]).strip()
+    site = HOME / "cc-backend"
+    archive = site / "var" / "job-archive"
+    (archive / CLUSTER).mkdir(parents=True)
+    (archive / "version.txt").write_text("3\n")
+    nodes = Nodes(tuple(info["nodes"]), (info["gpu_node"],))
+    (archive / CLUSTER / "cluster.json").write_text(json.dumps(cluster_json(CLUSTER, nodes)))
+    public, private = keypair(site)
+    env = site / ".env"
+    env.write_text(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n'
+                   f'SESSION_KEY="{base64.b64encode(os.urandom(32)).decode()}"\n')
+    env.chmod(0o600)
+    (site / "config.json").write_text(json.dumps({
+        "main": {"addr": f"127.0.0.1:{PORT}", "db": "./var/job.db",
+                 "api-allowed-ips": ["127.0.0.1"]},
+        "auth": {"jwts": {"max-age": "2000h"}},
+        "cron": {"commit-job-worker": COMMIT},
+        "archive": {"kind": "file", "path": "./var/job-archive"},
+        "metric-store": {"retention-in-memory": "1h", "memory-cap": 1}}, indent=1))
+    password = secrets.token_urlsafe(9)
+    run([binary, "-migrate-db"], cwd=site)
+    run([binary, "-add-user", f"{LOGIN}:admin:{password}"], cwd=site)
+    out = run([binary, "-add-user", f"ccadapter:api:{secrets.token_urlsafe(12)}",
+               "-jwt", "ccadapter"], cwd=site)
+    token = out.split("for user 'ccadapter': ", 1)[1].split()[0]
+    with (site / "server.log").open("a") as log:
+        proc = subprocess.Popen([binary, "-server"], cwd=site, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    (HOME / "cc-backend.pid").write_text(f"{proc.pid}\n")
+    until = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{PORT}/login", timeout=5).close()
+            return password, token
+        except OSError:
+            if proc.poll() is not None or time.time() > until:
+                sys.exit(f"cc-backend did not start: see {site / 'server.log'}")
+            time.sleep(0.2)
+
+
+def start_daemon(info: dict[str, Any], token: str) -> None:
+    """``ccadapter daemon`` with a cc-slurm-adapter config file, the token in a file of its
+    own, listening where the cluster's hook wrapper sends; started detached."""
+    state = HOME / "ccadapter"
+    state.mkdir()
+    jwt = state / "jwt"
+    jwt.touch(0o600)
+    jwt.write_text(token + "\n")
+    config = state / "config.json"
+    config.write_text(json.dumps({
+        "pidFilePath": str(state / "daemon.pid"),
+        "prepSockListenPath": info["hook_socket"], "prepSockConnectPath": info["hook_socket"],
+        "lastRunPath": str(state / "lastrun"), "slurmPollInterval": 10, "slurmQueryDelay": 1,
+        "ccPollInterval": 60, "ccRestUrl": f"http://127.0.0.1:{PORT}",
+        "ccRestJwtFile": str(jwt), "ccRestSubmitJobs": True}, indent=2))
+    exe = Path(sys.executable).parent / "ccadapter"
+    with (state / "daemon.log").open("a") as log:
+        proc = subprocess.Popen([str(exe), "daemon", "--config", str(config)], stdout=log,
+                                stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    until = time.time() + 60
+    while not alive(state / "daemon.pid", "ccadapter"):
+        if proc.poll() is not None or time.time() > until:
+            sys.exit(f"ccadapter daemon did not start: see {state / 'daemon.log'}")
+        time.sleep(0.2)
+
+
+def submit() -> list[tuple[str, int, str]]:
+    """(name, Slurm job id, state its runs end the demo in) of each job submitted."""
+    out = []
+    for name, args, expect in JOBS:
+        job = run(["runuser", "-u", USER, "--", "sbatch", "--parsable", "-J", name,
+                   "-o", "/dev/null", "-D", "/tmp", *args]).strip().split(";")[0]
+        out.append((name, int(job), expect))
+    return out
+
+
+def slurm_runs(jobs: Sequence[tuple[str, int, str]]) -> list[Run]:
+    """The runs Slurm has of the demo's jobs (an array's tasks once they exist)."""
+    names = {job: (name, expect) for name, job, expect in jobs}
+    ids = ",".join(str(j) for j in names)
+    out = run(["sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobIDRaw,JobID,NodeList"])
+    runs = []
+    for line in out.splitlines():
+        raw, label, nodes = line.split("|")
+        base = int(label.split("_")[0]) if label.split("_")[0].isdigit() else int(raw)
+        if base in names and "[" not in label:
+            runs.append(Run(int(raw), label, *names[base], nodes=nodes))
+    return runs
+
+
+def held(min_job: int) -> dict[int, tuple[str, int]]:
+    """job id -> (state, cc-backend id) of what cc-backend holds, committed or in its job
+    cache (which no API lists), read from its database beside the running server."""
+    path = HOME / "cc-backend" / "var" / "job.db"
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        out = {}
+        for table in ("job_cache", "job"):
+            for job_id, state, db_id in db.execute(
+                    f"SELECT job_id, job_state, id FROM {table} WHERE cluster = ? AND job_id >= ?",
+                    (CLUSTER, min_job)):
+                out[job_id] = (state, db_id if table == "job" else 0)
+        return out
+    finally:
+        db.close()
+
+
+def watch(jobs: Sequence[tuple[str, int, str]], timeout: float = 150) -> list[Run]:
+    """Until cc-backend holds and lists every run in the state it ends the demo in."""
+    stamps_file = Path(cluster_info()["hook_stamps"])
+    first = min(j for _, j, _ in jobs)
+    runs: dict[int, Run] = {}
+    until = time.time() + timeout
+    while True:
+        now = time.time()
+        for r in slurm_runs(jobs):
+            seen = runs.setdefault(r.job_id, r)
+            seen.label, seen.nodes = r.label, r.nodes  # an array task is named once it runs
+        stamps = read_stamps(stamps_file)
+        for job_id, (state, db_id) in held(first).items():
+            r = runs.get(job_id)
+            if r is None or job_id not in stamps:
+                continue
+            r.state = state
+            if r.held_s is None:
+                r.held_s = now - stamps[job_id]
+            if db_id and r.listed_s is None:
+                r.db_id, r.listed_s = db_id, now - stamps[job_id]
+        expected = sum(3 if "--array=1-3" in args else 1 for _, args, _ in JOBS)
+        if len(runs) == expected and all(r.state == r.expect and r.db_id for r in runs.values()):
+            return sorted(runs.values(), key=lambda r: [int(p) for p in r.label.split("_")])
+        if now > until:
+            late = [f"{r.label} {r.state or 'absent'}" for r in runs.values() if r.state != r.expect
+                    or not r.db_id]
+            sys.exit(f"after {timeout:.0f} s cc-backend does not hold every demo run as "
+                     f"expected: {', '.join(late) or 'runs missing in Slurm'}; see "
+                     f"{HOME / 'ccadapter' / 'daemon.log'}")
+        time.sleep(0.1)
+
+
+def report(runs: Sequence[Run], password: str) -> None:
+    secs = lambda v: "-" if v is None else f"{v:.2f} s"  # noqa: E731
+    print(f"\ncc-backend 1.5.4 holds the demo's jobs (cluster {CLUSTER}). Held: in its database,"
+          f" from the PrologSlurmctld's start\n(negative: the daemon's poll found the job "
+          f"first). Listed: in its job list, which shows a started job\nat its next job-cache "
+          f"commit (every {COMMIT} here, 2 min by default) or its stop.\n")
+    print(f"  {'job':<9} {'name':<15} {'state':<10} {'nodes':<8} {'held after Prolog':>18} "
+          f"{'listed after Prolog':>20}")
+    for r in runs:
+        print(f"  {r.label:<9} {r.name:<15} {r.state:<10} {r.nodes:<8} {secs(r.held_s):>18} "
+              f"{secs(r.listed_s):>20}")
+    url = f"http://127.0.0.1:{PORT}"
+    gpu = next(r for r in runs if r.expect == "running")
+    print(f"""
+Web interface: {url}/monitoring/jobs/?cluster={CLUSTER}
+  login: {LOGIN} / {password}   (running job: {url}/monitoring/job/{gpu.db_id})
+  from another machine: ssh -L {PORT}:127.0.0.1:{PORT} root@{os.uname().nodename}, then the same URL
+Submit your own (cluster {CLUSTER} is the host's Slurm; no environment needed), e.g.:
+  runuser -u {USER} -- sbatch -N1 -D /tmp -o /dev/null --wrap 'sleep 60'
+Logs: {HOME / 'ccadapter' / 'daemon.log'}, {HOME / 'cc-backend' / 'server.log'}
+Stop everything: tests/testbed/demo down
+""")
+
+
+def up() -> None:
+    info = cluster_info()
+    down()
+    if HOME.exists():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(HOME / "cc-backend"),
+                        str(HOME / "ccadapter")], check=True)
+    HOME.mkdir(parents=True, exist_ok=True)
+    password, token = start_ccbackend(info)
+    say(f"cc-backend 1.5.4 with its web interface on http://127.0.0.1:{PORT}")
+    start_daemon(info, token)
+    say(f"ccadapter daemon running, its hook socket {info['hook_socket']}")
+    jobs = submit()
+    say("submitted " + ", ".join(f"{name} ({job})" for name, job, _ in jobs)
+        + f" as {USER}; waiting until cc-backend holds and lists them")
+    runs = watch(jobs)
+    (HOME / "demo.json").write_text(json.dumps({
+        "url": f"http://127.0.0.1:{PORT}", "cluster": CLUSTER, "login": LOGIN,
+        "password": password, "jobs": [{"name": n, "job_id": j} for n, j, _ in jobs],
+        "runs": [asdict(r) for r in runs]}, indent=1))
+    (HOME / "demo.json").chmod(0o600)
+    report(runs, password)
+
+
+def main(argv: Sequence[str]) -> None:
+    if list(argv) == ["up"]:
+        up()
+    elif list(argv) == ["down"]:
+        down()
+    else:
+        sys.exit("usage: python -m tests.testbed.demo_site up|down")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
