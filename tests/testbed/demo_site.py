@@ -18,7 +18,9 @@ import base64
 import json
 import os
 import secrets
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -41,8 +43,8 @@ USER = "ccuser"  # a Slurm user of the test bed (account testacct): the jobs are
 LOGIN = "demo"
 # name, sbatch arguments, the state each of its runs ends the demo in
 JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("demo-gpu", ("-p", "gpu", "--gres=gpu:tesla:1", "-t", "30", "--wrap", "sleep 1700"),
-     "running"),
+    ("demo-gpu", ("-p", "gpu", "--gres=gpu:tesla:1", "-t", "60", "--wrap", "sleep 3500"),
+     "running"),  # an hour, or until `down`
     ("demo-array", ("--array=1-3", "-t", "5", "--wrap", "sleep 4"), "completed"),
     ("demo-two-nodes", ("-N2", "-n4", "-t", "5", "--wrap", "sleep 6"), "completed"),
     ("demo-fails", ("-t", "5", "--wrap", "sleep 2; exit 3"), "failed"),
@@ -85,38 +87,72 @@ def cluster_info() -> dict[str, Any]:
     return info
 
 
-def alive(pid_file: Path, marker: str) -> int:
-    """The pid in ``pid_file`` if that process runs ``marker`` (not a reused pid), else 0."""
+def private(path: Path, text: str) -> None:
+    """``text`` in a file only root reads, from its first byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def alive(pid_file: Path, marker: Path) -> int:
+    """The pid in ``pid_file`` if that process is the demo's own: its command line names
+    ``marker`` (the daemon's config file, cc-backend's site directory as its working
+    directory), not a reused pid nor a test's server."""
     try:
         pid = int(pid_file.read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        proc = Path(f"/proc/{pid}")
+        args = proc.joinpath("cmdline").read_bytes().split(b"\0")
+        cwd = proc.joinpath("cwd").resolve()
     except (OSError, ValueError, IndexError):
         return 0
-    return pid if marker.encode() in cmdline else 0
+    return pid if str(marker).encode() in args or cwd == marker.resolve() else 0
 
 
-def stop(pid_file: Path, marker: str, what: str) -> None:
+DAEMON = (HOME / "ccadapter" / "daemon.pid", HOME / "ccadapter" / "config.json")
+SERVER = (HOME / "cc-backend.pid", HOME / "cc-backend")
+
+
+def stop(pid_file: Path, marker: Path, what: str) -> None:
     pid = alive(pid_file, marker)
-    if not pid:
-        return
-    os.kill(pid, signal.SIGTERM)
-    for _ in range(300):
-        if not alive(pid_file, marker) or not Path(f"/proc/{pid}").exists():
-            say(f"stopped {what} (pid {pid})")
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    say(f"killed {what} (pid {pid}): it did not stop within 30 s of SIGTERM")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(300):
+            if not alive(pid_file, marker):
+                say(f"stopped {what} (pid {pid})")
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            say(f"killed {what} (pid {pid}): it did not stop within 30 s of SIGTERM")
+    pid_file.unlink(missing_ok=True)
 
 
 def down() -> None:
     """The daemon first (it would report cc-backend missing), then cc-backend, then the
-    demo's jobs still in Slurm."""
-    stop(HOME / "ccadapter" / "daemon.pid", "ccadapter", "ccadapter daemon")
-    stop(HOME / "cc-backend.pid", "cc-backend", "cc-backend")
+    demo's jobs still in Slurm (where there is a Slurm: tests/run says down first)."""
+    stop(*DAEMON, "ccadapter daemon")
+    stop(*SERVER, "cc-backend")
+    if shutil.which("scancel") is None:
+        return
     for name, _, _ in JOBS:
-        subprocess.run(["scancel", "-u", USER, "-n", name], check=False, capture_output=True,
-                       timeout=60, stdin=subprocess.DEVNULL)
+        try:
+            subprocess.run(["scancel", "-u", USER, "-n", name], check=False,
+                           capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            say(f"scancel of {name} did not answer within 30 s: is cluster22 up?")
+            return
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (connections of the past, in TIME_WAIT,
+    do not count: a server sets SO_REUSEADDR too)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
@@ -129,11 +165,9 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
     (archive / "version.txt").write_text("3\n")
     nodes = Nodes(tuple(info["nodes"]), (info["gpu_node"],))
     (archive / CLUSTER / "cluster.json").write_text(json.dumps(cluster_json(CLUSTER, nodes)))
-    public, private = keypair(site)
-    env = site / ".env"
-    env.write_text(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n'
-                   f'SESSION_KEY="{base64.b64encode(os.urandom(32)).decode()}"\n')
-    env.chmod(0o600)
+    public, secret = keypair(site)
+    private(site / ".env", f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{secret}"\n'
+                           f'SESSION_KEY="{base64.b64encode(os.urandom(32)).decode()}"\n')
     (site / "config.json").write_text(json.dumps({
         "main": {"addr": f"127.0.0.1:{PORT}", "db": "./var/job.db",
                  "api-allowed-ips": ["127.0.0.1"]},
@@ -147,6 +181,9 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
     out = run([binary, "-add-user", f"ccadapter:api:{secrets.token_urlsafe(12)}",
                "-jwt", "ccadapter"], cwd=site)
     token = out.split("for user 'ccadapter': ", 1)[1].split()[0]
+    if not port_free(PORT):
+        sys.exit(f"127.0.0.1:{PORT} is taken by another program (ss -ltnp sport = {PORT}): "
+                 f"the demo's cc-backend listens there")
     with (site / "server.log").open("a") as log:
         proc = subprocess.Popen([binary, "-server"], cwd=site, stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -155,11 +192,13 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
     while True:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{PORT}/login", timeout=5).close()
-            return password, token
+            if proc.poll() is None:
+                return password, token
         except OSError:
-            if proc.poll() is not None or time.time() > until:
-                sys.exit(f"cc-backend did not start: see {site / 'server.log'}")
-            time.sleep(0.2)
+            pass
+        if proc.poll() is not None or time.time() > until:
+            sys.exit(f"cc-backend did not start: see {site / 'server.log'}")
+        time.sleep(0.2)
 
 
 def start_daemon(info: dict[str, Any], token: str) -> None:
@@ -168,8 +207,7 @@ def start_daemon(info: dict[str, Any], token: str) -> None:
     state = HOME / "ccadapter"
     state.mkdir()
     jwt = state / "jwt"
-    jwt.touch(0o600)
-    jwt.write_text(token + "\n")
+    private(jwt, token + "\n")
     config = state / "config.json"
     config.write_text(json.dumps({
         "pidFilePath": str(state / "daemon.pid"),
@@ -182,7 +220,7 @@ def start_daemon(info: dict[str, Any], token: str) -> None:
         proc = subprocess.Popen([str(exe), "daemon", "--config", str(config)], stdout=log,
                                 stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     until = time.time() + 60
-    while not alive(state / "daemon.pid", "ccadapter"):
+    while not alive(*DAEMON):
         if proc.poll() is not None or time.time() > until:
             sys.exit(f"ccadapter daemon did not start: see {state / 'daemon.log'}")
         time.sleep(0.2)
@@ -236,12 +274,13 @@ def watch(jobs: Sequence[tuple[str, int, str]], timeout: float = 150) -> list[Ru
     runs: dict[int, Run] = {}
     until = time.time() + timeout
     while True:
-        now = time.time()
         for r in slurm_runs(jobs):
             seen = runs.setdefault(r.job_id, r)
             seen.label, seen.nodes = r.label, r.nodes  # an array task is named once it runs
         stamps = read_stamps(stamps_file)
-        for job_id, (state, db_id) in held(first).items():
+        holds = held(first)
+        now = time.time()  # after the read: a figure is late by at most one round (0.1 s)
+        for job_id, (state, db_id) in holds.items():
             r = runs.get(job_id)
             if r is None or job_id not in stamps:
                 continue
@@ -264,10 +303,10 @@ def watch(jobs: Sequence[tuple[str, int, str]], timeout: float = 150) -> list[Ru
 
 def report(runs: Sequence[Run], password: str) -> None:
     secs = lambda v: "-" if v is None else f"{v:.2f} s"  # noqa: E731
-    print(f"\ncc-backend 1.5.4 holds the demo's jobs (cluster {CLUSTER}). Held: in its database,"
-          f" from the PrologSlurmctld's start\n(negative: the daemon's poll found the job "
-          f"first). Listed: in its job list, which shows a started job\nat its next job-cache "
-          f"commit (every {COMMIT} here, 2 min by default) or its stop.\n")
+    print(f"\ncc-backend 1.5.4 holds the demo's jobs (cluster {CLUSTER}). From the moment "
+          f"slurmctld ran the job's\nPrologSlurmctld: held, in cc-backend's database (read "
+          f"every 0.1 s); listed, in its job list, which\nshows a started job at its next "
+          f"job-cache commit (every {COMMIT} here, 2 min by default) or at its stop.\n")
     print(f"  {'job':<9} {'name':<15} {'state':<10} {'nodes':<8} {'held after Prolog':>18} "
           f"{'listed after Prolog':>20}")
     for r in runs:
@@ -301,11 +340,11 @@ def up() -> None:
     say("submitted " + ", ".join(f"{name} ({job})" for name, job, _ in jobs)
         + f" as {USER}; waiting until cc-backend holds and lists them")
     runs = watch(jobs)
-    (HOME / "demo.json").write_text(json.dumps({
+    private(HOME / "demo.json", json.dumps({
         "url": f"http://127.0.0.1:{PORT}", "cluster": CLUSTER, "login": LOGIN,
+        "hook_socket": info["hook_socket"],
         "password": password, "jobs": [{"name": n, "job_id": j} for n, j, _ in jobs],
         "runs": [asdict(r) for r in runs]}, indent=1))
-    (HOME / "demo.json").chmod(0o600)
     report(runs, password)
 
 
