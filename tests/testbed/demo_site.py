@@ -272,23 +272,31 @@ def watch(jobs: Sequence[tuple[str, int, str]], timeout: float = 150) -> list[Ru
     stamps_file = Path(cluster_info()["hook_stamps"])
     first = min(j for _, j, _ in jobs)
     runs: dict[int, Run] = {}
-    until = time.time() + timeout
+    # cc-backend's side, by job id, from the first read that shows it: slurmdbd may name an
+    # array's tasks a few seconds after cc-backend got them
+    got: dict[int, float] = {}
+    listed: dict[int, tuple[float, int]] = {}
+    until, asked = time.time() + timeout, 0.0
     while True:
-        for r in slurm_runs(jobs):
-            seen = runs.setdefault(r.job_id, r)
-            seen.label, seen.nodes = r.label, r.nodes  # an array task is named once it runs
-        stamps = read_stamps(stamps_file)
         holds = held(first)
         now = time.time()  # after the read: a figure is late by at most one round (0.1 s)
-        for job_id, (state, db_id) in holds.items():
-            r = runs.get(job_id)
-            if r is None or job_id not in stamps:
+        for job_id, (_, db_id) in holds.items():
+            got.setdefault(job_id, now)
+            if db_id:
+                listed.setdefault(job_id, (now, db_id))
+        if now - asked >= 1:  # Slurm's accounting, once a second
+            asked = now
+            for r in slurm_runs(jobs):
+                seen = runs.setdefault(r.job_id, r)
+                seen.label, seen.nodes = r.label, r.nodes  # an array task named once it runs
+        stamps = read_stamps(stamps_file)
+        for job_id, r in runs.items():
+            stamp = stamps.get(job_id)
+            if job_id not in holds or stamp is None:
                 continue
-            r.state = state
-            if r.held_s is None:
-                r.held_s = now - stamps[job_id]
-            if db_id and r.listed_s is None:
-                r.db_id, r.listed_s = db_id, now - stamps[job_id]
+            r.state, r.held_s = holds[job_id][0], got[job_id] - stamp
+            if job_id in listed:
+                r.listed_s, r.db_id = listed[job_id][0] - stamp, listed[job_id][1]
         expected = sum(3 if "--array=1-3" in args else 1 for _, args, _ in JOBS)
         if len(runs) == expected and all(r.state == r.expect and r.db_id for r in runs.values()):
             return sorted(runs.values(), key=lambda r: [int(p) for p in r.label.split("_")])
