@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import secrets
-import shutil
 import signal
 import socket
 import sqlite3
@@ -127,20 +126,25 @@ def stop(pid_file: Path, marker: Path, what: str) -> None:
     pid_file.unlink(missing_ok=True)
 
 
+SUBMITTED = HOME / "submitted"  # the demo's job ids, one a line, until `down` cancels them
+
+
 def down() -> None:
     """The daemon first (it would report cc-backend missing), then cc-backend, then the
-    demo's jobs still in Slurm (where there is a Slurm: tests/run says down first)."""
+    jobs the demo submitted, by id (none of a user's own), if it submitted any since."""
     stop(*DAEMON, "ccadapter daemon")
     stop(*SERVER, "cc-backend")
-    if shutil.which("scancel") is None:
+    try:
+        ids = SUBMITTED.read_text().split()
+    except FileNotFoundError:
         return
-    for name, _, _ in JOBS:
-        try:
-            subprocess.run(["scancel", "-u", USER, "-n", name], check=False,
-                           capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            say(f"scancel of {name} did not answer within 30 s: is cluster22 up?")
-            return
+    try:
+        subprocess.run(["scancel", *ids], check=False, capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        say(f"the demo's jobs {' '.join(ids)} not cancelled ({exc}): is cluster22 up?")
+        return
+    SUBMITTED.unlink()
 
 
 def port_free(port: int) -> bool:
@@ -233,6 +237,8 @@ def submit() -> list[tuple[str, int, str]]:
         job = run(["runuser", "-u", USER, "--", "sbatch", "--parsable", "-J", name,
                    "-o", "/dev/null", "-D", "/tmp", *args]).strip().split(";")[0]
         out.append((name, int(job), expect))
+        with SUBMITTED.open("a") as ids:
+            ids.write(f"{job}\n")
     return out
 
 
