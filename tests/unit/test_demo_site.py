@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,15 @@ from tests.testbed import demo_site
 
 
 def sleeper(cwd: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args],
+    """A process in ``cwd`` with ``args`` on its command line, once it shows them (between
+    fork and exec /proc still shows the parent's)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args],
                             cwd=cwd, stdin=subprocess.DEVNULL)
+    until = time.monotonic() + 10
+    while b"time.sleep" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < until, "the sleeper did not start"
+        time.sleep(0.01)
+    return proc
 
 
 def test_alive_knows_the_demos_process_by_its_config_or_directory(tmp_path: Path) -> None:
