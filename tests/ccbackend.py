@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.ccbackend_site import Nodes, cluster_json, keypair, nodes_of
+from tests.ccbackend_site import Nodes, nodes_of, token_in, write_archive, write_env
 from tests.conftest import unavailable
 from tests.faultproxy import Exchange, FaultProxy
 from tests.natsserver import free_port
@@ -167,10 +167,9 @@ class CcBackend:
         token signed by the old key is refused from then on; returns the daemon's new
         token (the reader's is renewed too)."""
         self.stop_server()
-        env = self.directory / ".env"
-        session = next(ln for ln in env.read_text().splitlines() if ln.startswith("SESSION_KEY"))
-        public, private = keypair(self.directory)
-        env.write_text(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n{session}\n')
+        env = (self.directory / ".env").read_text()
+        session = next(ln for ln in env.splitlines() if ln.startswith("SESSION_KEY"))
+        write_env(self.directory, session.split("=", 1)[1].strip('"'))
         self.token, self.reader_token = self._jwt("ccadapter"), self._jwt("reader")
         (self.directory / "tokens.json").write_text(json.dumps(
             {"port": self.port, "token": self.token, "reader": self.reader_token}))
@@ -209,12 +208,7 @@ class CcBackend:
         return {"sync_seen": seen, "cached_before": cached, "cached_after_kill": left}
 
     def _jwt(self, name: str) -> str:
-        out = self._cli("-jwt", name)
-        marker = f"for user '{name}': "
-        line = next((ln for ln in out.splitlines() if marker in ln), "")
-        if not line:
-            raise RuntimeError(f"cc-backend -jwt {name} printed no token: {out[-500:]}")
-        return line.split(marker, 1)[1].strip()
+        return token_in(self._cli("-jwt", name), name)
 
     def __enter__(self) -> CcBackend:
         return self.start()
@@ -225,19 +219,8 @@ class CcBackend:
     def _prepare(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         var = self.directory / "var"
-        archive = var / "job-archive"
-        archive.mkdir(parents=True, exist_ok=True)
-        (archive / "version.txt").write_text("3\n")
-        for name, nodes in self.clusters.items():
-            (archive / name).mkdir(exist_ok=True)
-            (archive / name / "cluster.json").write_text(json.dumps(cluster_json(name, nodes),
-                                                                    indent=1))
-        public, private = keypair(self.directory)
-        session = base64.b64encode(os.urandom(32)).decode()
-        (self.directory / ".env").write_text(f'JWT_PUBLIC_KEY="{public}"\n'
-                                             f'JWT_PRIVATE_KEY="{private}"\n'
-                                             f'SESSION_KEY="{session}"\n')
-        (self.directory / ".env").chmod(0o600)
+        write_archive(var / "job-archive", self.clusters)
+        write_env(self.directory)
         self.port = free_port()
         self._write_config()
         self._cli("-migrate-db")
@@ -275,12 +258,7 @@ class CcBackend:
     def _user(self, name: str, roles: str) -> str:
         """The user made and its JWT printed by the binary (``-add-user``, ``-jwt``)."""
         password = base64.b32encode(os.urandom(10)).decode()
-        out = self._cli("-add-user", f"{name}:{roles}:{password}", "-jwt", name)
-        marker = f"for user '{name}': "
-        line = next((ln for ln in out.splitlines() if marker in ln), "")
-        if not line:
-            raise RuntimeError(f"cc-backend -jwt {name} printed no token: {out[-500:]}")
-        return line.split(marker, 1)[1].strip()
+        return token_in(self._cli("-add-user", f"{name}:{roles}:{password}", "-jwt", name), name)
 
     def _serve(self) -> None:
         with self.log_path.open("a") as log:

@@ -6,8 +6,10 @@ runs without pytest, are made from them."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,34 @@ def keypair(directory: Path) -> tuple[str, str]:
     seed = der.read_bytes()[-32:]
     der.unlink()
     return base64.b64encode(pub).decode(), base64.b64encode(seed + pub).decode()
+
+
+def write_env(directory: Path, session: str | None = None) -> None:
+    """cc-backend's ``.env``: a new Ed25519 key pair (:func:`keypair`) and the web session's
+    key (``session``, kept across a re-keying; a new one if None), readable by its owner only
+    from the first byte: it holds the key that signs every JWT."""
+    public, private = keypair(directory)
+    session = session or base64.b64encode(os.urandom(32)).decode()
+    fd = os.open(directory / ".env", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{private}"\n'
+                 f'SESSION_KEY="{session}"\n')
+
+
+def token_in(output: str, name: str) -> str:
+    """The JWT that ``cc-backend -jwt NAME`` printed for user ``name``."""
+    marker = f"for user '{name}': "
+    line = next((ln for ln in output.splitlines() if marker in ln), "")
+    if not line:
+        raise RuntimeError(f"cc-backend -jwt {name} printed no token: {output[-500:]}")
+    return line.split(marker, 1)[1].strip()
+
+
+def write_archive(archive: Path, clusters: Mapping[str, Nodes]) -> None:
+    """A file job archive (version 3) with each cluster's ``cluster.json``."""
+    archive.mkdir(parents=True, exist_ok=True)
+    (archive / "version.txt").write_text("3\n")
+    for name, nodes in clusters.items():
+        (archive / name).mkdir(exist_ok=True)
+        (archive / name / "cluster.json").write_text(json.dumps(cluster_json(name, nodes),
+                                                                indent=1))

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import unavailable
+from tests.integration.sync_scenario import wait_for
 from tests.testbed.demo_site import HOME, PORT, REPO, USER, port_free
 
 pytestmark = pytest.mark.integration
@@ -54,17 +55,6 @@ def chromium() -> Iterator[Any]:
         yield b
     finally:
         b.quit()
-
-
-def wait(what: str, check: Any, timeout: float = 60) -> Any:
-    until = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > until:
-            raise AssertionError(f"not seen within {timeout:.0f} s: {what}")
-        time.sleep(0.25)
 
 
 def slurm_states(jobs: list[dict[str, Any]]) -> dict[int, tuple[str, str]]:
@@ -128,8 +118,8 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
             b.find_element(By.ID, "username").send_keys(doc["login"])
             b.find_element(By.ID, "password").send_keys(doc["password"])
             b.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-            wait("the login accepted", lambda: "/login" not in b.current_url
-                 and b.find_elements(By.ID, "svelte-header"), 30)
+            wait_for(lambda: "/login" not in b.current_url
+                     and b.find_elements(By.ID, "svelte-header"), 30, "the login accepted")
 
             b.get(f"{url}/monitoring/jobs/?cluster={cluster}")
 
@@ -139,7 +129,7 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
                     b.execute_script("window.scrollTo(0, document.body.scrollHeight)")
                 return not missing
 
-            wait(f"a row for each of {sorted(runs)}", every_row)
+            wait_for(every_row, 60, f"a row for each of {sorted(runs)}")
             for job_id, (label, state) in runs.items():
                 row = row_of(b, job_id)
                 badges = [e.text.strip() for e in row.find_elements(By.CSS_SELECTOR, ".badge")]
@@ -151,11 +141,12 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
             gpu = next(r for r in doc["runs"] if r["expect"] == "running")
             assert runs[gpu["job_id"]][1] == "running"
             b.get(f"{url}/monitoring/job/{gpu['db_id']}")
-            wait("the running job's page titled with its Slurm id",
-                 lambda: b.title.startswith(f"Job {gpu['job_id']} "), 30)
+            wait_for(lambda: b.title.startswith(f"Job {gpu['job_id']} "), 30,
+                     "the running job's page titled with its Slurm id")
             node = gpu["nodes"]
             named = f"//th[normalize-space() = '{node}'] | //b[normalize-space() = '{node}']"
-            wait(f"its node {node} named on its page", lambda: b.find_elements(By.XPATH, named))
+            wait_for(lambda: b.find_elements(By.XPATH, named), 60,
+                     f"its node {node} named on its page")
             assert "running" in [e.text.strip() for e in b.find_elements(By.CSS_SELECTOR, ".badge")]
             b.save_screenshot(str(SHOTS / "job-page.png"))
             print(f"demo ready {took:.0f} s after it was started; screenshots: "

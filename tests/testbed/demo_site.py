@@ -14,7 +14,6 @@ only after a commit, or its stop.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.scale_probe import read_stamps
-from tests.ccbackend_site import Nodes, cluster_json, keypair
+from tests.ccbackend_site import Nodes, token_in, write_archive, write_env
 
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(os.environ.get("TESTBED_DIR", "/var/lib/ccadapter-testbed")) / "demo"
@@ -164,14 +163,9 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
     detached. Returns the login's password and the daemon's JWT."""
     binary = run([str(REPO / "tests/testbed/ccbackend"), "path"]).strip()
     site = HOME / "cc-backend"
-    archive = site / "var" / "job-archive"
-    (archive / CLUSTER).mkdir(parents=True)
-    (archive / "version.txt").write_text("3\n")
-    nodes = Nodes(tuple(info["nodes"]), (info["gpu_node"],))
-    (archive / CLUSTER / "cluster.json").write_text(json.dumps(cluster_json(CLUSTER, nodes)))
-    public, secret = keypair(site)
-    private(site / ".env", f'JWT_PUBLIC_KEY="{public}"\nJWT_PRIVATE_KEY="{secret}"\n'
-                           f'SESSION_KEY="{base64.b64encode(os.urandom(32)).decode()}"\n')
+    write_archive(site / "var" / "job-archive",
+                  {CLUSTER: Nodes(tuple(info["nodes"]), (info["gpu_node"],))})
+    write_env(site)
     (site / "config.json").write_text(json.dumps({
         "main": {"addr": f"127.0.0.1:{PORT}", "db": "./var/job.db",
                  "api-allowed-ips": ["127.0.0.1"]},
@@ -184,7 +178,7 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
     run([binary, "-add-user", f"{LOGIN}:admin:{password}"], cwd=site)
     out = run([binary, "-add-user", f"ccadapter:api:{secrets.token_urlsafe(12)}",
                "-jwt", "ccadapter"], cwd=site)
-    token = out.split("for user 'ccadapter': ", 1)[1].split()[0]
+    token = token_in(out, "ccadapter")
     if not port_free(PORT):
         sys.exit(f"127.0.0.1:{PORT} is taken by another program (ss -ltnp sport = {PORT}): "
                  f"the demo's cc-backend listens there")
@@ -273,9 +267,10 @@ def held(min_job: int) -> dict[int, tuple[str, int]]:
         db.close()
 
 
-def watch(jobs: Sequence[tuple[str, int, str]], timeout: float = 150) -> list[Run]:
-    """Until cc-backend holds and lists every run in the state it ends the demo in."""
-    stamps_file = Path(cluster_info()["hook_stamps"])
+def watch(jobs: Sequence[tuple[str, int, str]], stamps_file: Path,
+          timeout: float = 150) -> list[Run]:
+    """Until cc-backend holds and lists every run in the state it ends the demo in
+    (``stamps_file``: where the hook wrapper notes each Prolog's moment)."""
     first = min(j for _, j, _ in jobs)
     runs: dict[int, Run] = {}
     # cc-backend's side, by job id, from the first read that shows it: slurmdbd may name an
@@ -353,7 +348,7 @@ def up() -> None:
     jobs = submit()
     say("submitted " + ", ".join(f"{name} ({job})" for name, job, _ in jobs)
         + f" as {USER}; waiting until cc-backend holds and lists them")
-    runs = watch(jobs)
+    runs = watch(jobs, Path(info["hook_stamps"]))
     private(HOME / "demo.json", json.dumps({
         "url": f"http://127.0.0.1:{PORT}", "cluster": CLUSTER, "login": LOGIN,
         "hook_socket": info["hook_socket"],

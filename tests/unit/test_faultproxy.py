@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.ccbackend import Nodes, cluster_json, scheduler_state
+from tests.ccbackend import Nodes, scheduler_state
+from tests.ccbackend_site import cluster_json
 from tests.faultproxy import FaultProxy
 from tests.standin.ccbackend import CcBackendStandin
 
