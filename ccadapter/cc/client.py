@@ -104,7 +104,12 @@ def classify(kind: EventKind, status: int, body: str = "") -> Outcome:
 
 class CcBackendError(CcAdapterError):
     """cc-backend could not be asked (or answered an error) for a read request. The
-    message names the address, what failed and what to do."""
+    message names the address, what failed and what to do; ``status`` is cc-backend's HTTP
+    status (0 when it gave no answer)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # What an operator does when cc-backend gave no answer, by TransportError.kind.
@@ -205,6 +210,23 @@ class CcClient:
             return None
         return start if isinstance(start, int) and not isinstance(start, bool) else None
 
+    def delete_run(self, cluster: str, job_id: int, start_time: int) -> Answer:
+        """Remove one run from cc-backend's job table (``DELETE /api/jobs/delete_job/``,
+        by jobId, cluster and startTime; its archive stays). Only for a run cc-backend holds
+        with another run's stop (:mod:`ccadapter.cc.rest_delivery`), sent again at once:
+        delivered for 200, and for 422 (it holds no such run any more)."""
+        body = json.dumps({"jobId": job_id, "cluster": cluster, "startTime": start_time}
+                          ).encode()
+        try:
+            resp = self._request("DELETE", "/api/jobs/delete_job/", body)
+        except TransportError as exc:
+            return Answer(Outcome.RETRY, 0, str(exc))
+        text = resp.data[:500].decode("utf-8", "replace").strip()
+        outcome = Outcome.DELIVERED if resp.status in (200, 422) else \
+            classify(EventKind.STOP, resp.status, text)
+        return Answer(Outcome.REJECTED if outcome is Outcome.NEEDS_START else outcome,
+                      resp.status, text)
+
     def running_jobs(self, cluster: str, per_page: int = 500) -> list[dict[str, Any]]:
         """All running jobs of a cluster (every page in one list; for small clusters and
         tests: :meth:`running_job_pages` keeps one page at a time)."""
@@ -262,7 +284,8 @@ class CcClient:
                 answer = " ".join(resp.data[:200].decode("utf-8", "replace").split())
                 raise CcBackendError(self._problem(what, f"HTTP {resp.status} {answer}",
                                                    _status_advice(resp.status,
-                                                                  self.token.where)))
+                                                                  self.token.where)),
+                                     resp.status)
             try:
                 batch = json.loads(resp.data)["jobs"]
             except (ValueError, KeyError, TypeError):
@@ -285,7 +308,7 @@ class CcClient:
         return reply
 
     def _exchange(self, method: str, path: str, body: bytes | None, token: str) -> Reply:
-        """One exchange, timed for ``on_request`` under the path without its query."""
+        """One exchange, timed for ``on_request`` under its endpoint (:func:`endpoint`)."""
         started = time.monotonic()
         status = 0
         auth = {"X-Auth-Token": token}
@@ -296,7 +319,15 @@ class CcClient:
             return reply
         finally:
             if self.on_request:
-                self.on_request(path.partition("?")[0], status, time.monotonic() - started)
+                self.on_request(endpoint(path), status, time.monotonic() - started)
+
+
+def endpoint(path: str) -> str:
+    """The path without its query, a job's database id as ``{id}``: the metrics label
+    requests by it, and one label per job looked up (``GET /api/jobs/{id}``, a requeued
+    run's 422) would grow the daemon's memory with every such job, for its whole life."""
+    head, _, last = path.partition("?")[0].rstrip("/").rpartition("/")
+    return f"{head}/{{id}}" if last.isdigit() else path.partition("?")[0]
 
 
 def job_run(job: Any) -> tuple[int, int] | None:

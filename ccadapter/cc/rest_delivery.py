@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ccadapter.cc.client import Answer, Outcome
+from ccadapter.cc.client import Answer, CcBackendError, Outcome
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import EventKind
 from ccadapter.outbox import NOT_HELD, DeliveryStatus, Event, Result
@@ -39,10 +39,11 @@ ENERGY_PATIENCE = 3600.0
 _ENERGY_NOT_YET = frozenset({422, 500})
 
 # cc-backend's 422 to a stop of a run it holds stopped (internal/api/job.go
-# checkAndHandleStopJob). Our own stop sent again names our state; another state means
-# cc-backend applied someone else's stop to this run: cc-backend 1.5.4 does that when its
-# commit worker moves the job cache while a stop waits for the repository lock (the stop
-# then takes a stale row id; README, Troubleshooting). No API undoes it.
+# checkAndHandleStopJob). Our own stop sent again names our state; another state (or another
+# duration) means cc-backend applied someone else's stop to this run: cc-backend 1.5.4 does
+# that when its commit worker moves the job cache while a stop waits for the repository lock
+# (the stop then takes a stale row id; README, Troubleshooting). The run is deleted there and
+# sent again (:meth:`RestDelivery._replace`).
 _STOPPED_AS = re.compile(r"job has already been stopped \(state is: (\w+)\)")
 # cc-backend's 422 to a start of a job id it holds a run of from less than a day before, or
 # of this very run (internal/api/job.go startJob): the job it found.
@@ -155,9 +156,15 @@ class RestDelivery:
 
     def _deliver_stop(self, event: Event) -> Result:
         answer = self.sender.send(EventKind.STOP, event.payload["stop"])
+        if answer.status == 422 and (wrong := self._held_otherwise(event, answer)):
+            return self._replace(event, wrong)
         if answer.outcome is not Outcome.NEEDS_START:
             return self._result(event, answer)
-        # cc-backend never saw this run: its start first, then the stop again.
+        return self._start_then_stop(event)
+
+    def _start_then_stop(self, event: Event) -> Result:
+        """cc-backend has no such run (it never saw it, or it was just deleted there): its
+        start first, then the stop again."""
         start = event.payload.get("start")
         if not start:
             return Result(event.id, DeliveryStatus.REJECTED,
@@ -177,13 +184,63 @@ class RestDelivery:
                           f"(HTTP {first.status}); another run within 24 h? {again.detail}")
         return self._result(event, again)
 
+    def _held_otherwise(self, event: Event, answer: Answer) -> str:
+        """Why cc-backend, which answered our stop "already stopped", holds this run
+        otherwise than Slurm ended it ("" when it holds it as our stop said, or cannot be
+        asked): another run's stop was applied to it (:data:`_STOPPED_AS`). The state is in
+        the answer; the duration is asked (one ``GET /api/jobs/?start-time=S-S``). A run
+        stopped so has its archive written under the other run's path, and cc-backend
+        answers 500 to every job list that holds it: that answer says it too."""
+        held = _STOPPED_AS.search(answer.detail)
+        stop = event.payload["stop"]
+        ours, ended = stop.get("jobState"), stop.get("stopTime")
+        if held is None or ours is None:
+            return ""
+        if held.group(1) != ours:
+            return f"stopped as {held.group(1)}, Slurm ended it {ours}"
+        lookup = getattr(self.sender, "listed_runs", None)
+        if lookup is None or not isinstance(ended, int):
+            return ""
+        try:
+            runs = lookup(event.cluster, (event.start_time, event.start_time))
+        except CcBackendError as exc:
+            return "listed by none of its job lists (HTTP 500: its archive is not where " \
+                   "its row says)" if exc.status == 500 else ""
+        length = runs.get((event.job_id, event.start_time), ("", None))[1]
+        if isinstance(length, int) and length != ended - event.start_time:
+            return f"stopped after {length} s, Slurm ended it after {ended - event.start_time} s"
+        return ""
+
+    def _replace(self, event: Event, wrong: str) -> Result:
+        """A run cc-backend holds with another run's stop (cc-backend 1.5.4's stop/commit
+        race, README "Troubleshooting"): no API corrects a stopped job, so it is deleted
+        there (``DELETE /api/jobs/delete_job/``: its row; the archive written for it is the
+        other run's) and sent again, start and stop, from the outbox's bodies. Without a
+        start body it is said and left as it is."""
+        what = (f"cc-backend held job {event.job_id} ({event.cluster}, start "
+                f"{event.start_time}) {wrong}: another run's stop was applied to it "
+                f"(cc-backend 1.5.4 stops the wrong job when its job cache is committed "
+                f"during a stop)")
+        delete = getattr(self.sender, "delete_run", None)
+        if not event.payload.get("start") or delete is None:
+            log.error("%s; correct it in cc-backend", what)
+            return Result(event.id, DeliveryStatus.DELIVERED, f"{what}; correct it in cc-backend")
+        gone = delete(event.cluster, event.job_id, event.start_time)
+        if gone.outcome is Outcome.REJECTED:
+            log.error("%s; deleting it there was refused (HTTP %d %s): correct it in "
+                      "cc-backend", what, gone.status, gone.detail)
+            return Result(event.id, DeliveryStatus.DELIVERED, f"{what}; correct it in cc-backend")
+        if gone.outcome is not Outcome.DELIVERED:
+            return self._result(event, gone, note="deleting a run held wrong: ")
+        log.warning("%s; deleted there and sent again, start and stop", what)
+        return self._start_then_stop(event)
+
     def _result(self, event: Event, answer: Answer, note: str = "") -> Result:
         what = (f"nodestate of {event.cluster}" if event.kind == EventKind.NODESTATE else
                 f"{event.kind} of job {event.job_id} ({event.cluster}, start {event.start_time})")
         if answer.outcome is Outcome.DELIVERED:
             log.debug("delivered %s: HTTP %d", what, answer.status)
-            return Result(event.id, DeliveryStatus.DELIVERED,
-                          self._stopped_by_another(event, answer))
+            return Result(event.id, DeliveryStatus.DELIVERED)
         if answer.outcome is Outcome.REJECTED:
             log.error("cc-backend rejected %s: HTTP %d %s", what, answer.status, answer.detail)
             return Result(event.id, DeliveryStatus.REJECTED,
@@ -223,23 +280,6 @@ class RestDelivery:
             return self._energy_not_yet(event, answer, f"metaData.{key} of job "
                                                        f"{event.job_id}")
         return self._result(event, answer, note="requeued run into metaData: ")
-
-    @staticmethod
-    def _stopped_by_another(event: Event, answer: Answer) -> str:
-        """The problem when cc-backend holds this run stopped in a state not ours ("" when
-        not): said as an error, and kept with the event (``queue list``)."""
-        if event.kind != EventKind.STOP or answer.status != 422:
-            return ""
-        held = _STOPPED_AS.search(answer.detail)
-        ours = event.payload["stop"].get("jobState")
-        if not held or held.group(1) == ours:
-            return ""
-        problem = (f"cc-backend holds job {event.job_id} ({event.cluster}, start "
-                   f"{event.start_time}) stopped as {held.group(1)}, Slurm ended it "
-                   f"{ours}: another stop was applied to it; correct it in cc-backend")
-        log.error("%s (cc-backend 1.5.4 stops the wrong job when its job cache is committed "
-                  "during a stop)", problem)
-        return problem
 
     def _energy_not_yet(self, event: Event, answer: Answer, what: str) -> Result:
         """An energy edit cc-backend could not apply yet (see :data:`ENERGY_PATIENCE`)."""

@@ -17,6 +17,13 @@ taken absent from its database, beside four runs holding another's stop. A run w
 went out and that cc-backend no longer lists at all is sent again, start and stop (the stop
 is answered 404, so its start goes first). A run cc-backend's duplicate rule refused (noted
 "not held") is absent by design and left alone.
+
+The race's other half: the run the stray stop was applied to is held stopped with another's
+state and duration, and its archive is written under the other's path, so cc-backend answers
+500 to every job list that holds it. A range answered 500 is asked again start time by start
+time; a run of ours held otherwise than its stop said, or not listable alone, has its stop
+sent again, which :mod:`ccadapter.cc.rest_delivery` answers by deleting it in cc-backend and
+sending it again, start and stop.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ccadapter.cc.client import CcClient
+from ccadapter.cc.client import CcBackendError, CcClient
 from ccadapter.outbox import Outbox
 
 log = logging.getLogger(__name__)
@@ -47,6 +54,10 @@ class LostStops:
     commit_interval: float = 300.0
     clock: Callable[[], float] = time.time
     _checked_until: float | None = field(default=None, init=False)
+    # runs whose stop was sent again because no list answered for their start time: once
+    # per run within HORIZON (another run at that second may be the one cc-backend cannot
+    # list, and replacing ours again would change nothing)
+    _suspected: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
 
     def run_once(self) -> dict[str, Any]:
         now = self.clock()
@@ -57,14 +68,21 @@ class LostStops:
         stopped = self.outbox.stops_delivered(self.cluster, since, until)
         ranges = start_ranges(sorted({start for _, start in stopped}))
         listed: dict[tuple[int, int], tuple[str, Any]] = {}
+        unlisted: set[int] = set()
         for lo, hi in ranges:
-            listed.update(self.client.listed_runs(self.cluster, (lo, hi)))
+            unlisted |= self._list(listed, lo, hi, stopped)
         self._checked_until = until  # only once cc-backend answered for all of them
         lost = sorted(run for run in stopped if listed.get(run, ("",))[0] == "running")
-        astray = self._say_astray(stopped, listed)
-        gone = sorted(set(stopped) - set(listed) - self.outbox.not_held(self.cluster, set(stopped)))
+        self._suspected = {r: t for r, t in self._suspected.items() if now - t < HORIZON}
+        suspects = {run for run in stopped if run[1] in unlisted and run not in self._suspected}
+        self._suspected.update(dict.fromkeys(suspects, now))
+        astray = sorted(run for run, body in stopped.items()
+                        if run in suspects or _held_otherwise(body, *run, listed))
+        gone = sorted(set(stopped) - set(listed) - {r for r in stopped if r[1] in unlisted}
+                      - self.outbox.not_held(self.cluster, set(stopped)))
         again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in lost)
         back = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in gone)
+        wrong = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop") for run in astray)
         if again:
             log.warning("lost-stops: cc-backend still lists %d run(s) running whose stop it "
                         "took minutes ago (its stop/commit race), e.g. job %d; their stops are "
@@ -73,28 +91,43 @@ class LostStops:
             log.warning("lost-stops: cc-backend no longer lists %d run(s) whose stop it took "
                         "minutes ago (its stop/commit race deleted them), e.g. job %d; each "
                         "is sent again, start and stop", back, gone[0][0])
+        if wrong:
+            log.warning("lost-stops: cc-backend holds %d run(s) otherwise than their stop said, "
+                        "or cannot list them (its stop/commit race applied another run's stop "
+                        "to them), e.g. job %d; their stops are sent again, and each held "
+                        "wrong is replaced", wrong, astray[0][0])
         return {"checked": len(stopped), "queries": len(ranges), "stops_again": again,
-                "runs_again": back, "astray": astray}
+                "runs_again": back, "astray": wrong}
 
-    def _say_astray(self, stopped: dict[tuple[int, int], dict[str, Any]],
-                    listed: dict[tuple[int, int], tuple[str, Any]]) -> int:
-        """Say each run cc-backend holds stopped otherwise than its stop said: another
-        run's stop was applied to it (the race's other half). No API undoes that; the
-        same line as a stop answered "already stopped as ..." says it, with both lengths."""
-        said = 0
-        for (job_id, start), body in sorted(stopped.items()):
-            state, duration = listed.get((job_id, start), ("running", None))
-            ended, ours = body.get("stopTime"), body.get("jobState")
-            if state == "running" or not isinstance(ended, int) or ours is None:
-                continue
-            if state != ours or duration != ended - start:
-                log.error("cc-backend holds job %d (%s, start %d) stopped as %s, Slurm ended "
-                          "it %s: another stop was applied to it (%s s there, %d s in Slurm); "
-                          "correct it in cc-backend (cc-backend 1.5.4 stops the wrong job "
-                          "when its job cache is committed during a stop)", job_id,
-                          self.cluster, start, state, ours, duration, ended - start)
-                said += 1
-        return said
+    def _list(self, listed: dict[tuple[int, int], tuple[str, Any]], lo: int, hi: int,
+              stopped: dict[tuple[int, int], dict[str, Any]]) -> set[int]:
+        """The runs cc-backend lists that started in [lo, hi], into ``listed``. A run
+        holding another's stop makes cc-backend answer 500 to every list that holds it (its
+        archive is not where its row says): then each start time of ours there is asked
+        alone, and those still answered 500 are returned."""
+        try:
+            listed.update(self.client.listed_runs(self.cluster, (lo, hi)))
+            return set()
+        except CcBackendError as exc:
+            if exc.status != 500 or lo == hi:
+                if exc.status == 500:
+                    return {lo}
+                raise
+        broken: set[int] = set()
+        for start in sorted({s for _, s in stopped if lo <= s <= hi}):
+            broken |= self._list(listed, start, start, stopped)
+        return broken
+
+
+def _held_otherwise(body: dict[str, Any], job_id: int, start: int,
+                    listed: dict[tuple[int, int], tuple[str, Any]]) -> bool:
+    """cc-backend holds this run stopped otherwise than its stop said: another run's stop
+    was applied to it (the race's other half)."""
+    state, duration = listed.get((job_id, start), ("running", None))
+    ended, ours = body.get("stopTime"), body.get("jobState")
+    if state == "running" or not isinstance(ended, int) or ours is None:
+        return False
+    return state != ours or duration != ended - start
 
 
 def start_ranges(starts: list[int]) -> list[tuple[int, int]]:

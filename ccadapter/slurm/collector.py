@@ -32,6 +32,7 @@ readable job id fails the listing: the run it names could not be asked again by 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
     from ccadapter.config.keys import Config
 
 log = logging.getLogger(__name__)
+# an error about one job's record ("Slurm 22.05.8, `sacct --json`: job 87649: ..."), which
+# ccadapter.outbox.unparsed keeps and reminds of
+_NAMES_A_JOB = re.compile(r"`: job \d+: ")
 
 # Given runs (jobId, startTime), the ones whose start is stored already.
 KnownRuns = Callable[[list[tuple[int, int]]], set[tuple[int, int]]]
@@ -130,9 +134,12 @@ class Collector(SlurmInstallation):
         self._warned_newer = False  # said once that this release is newer than verified
         self._unknown_states: set[str] = set()  # Slurm job states said to be unknown
         self._reader = DetailReader(runner, self._version_text, self._seen)
-        # a record that does not read is asked again (ccadapter.outbox.unparsed): each
-        # error said once an hour, not at every question
+        # a record that does not read is asked again (ccadapter.outbox.unparsed), which
+        # says the ids it keeps once an hour with the latest error: each record's own error
+        # is said when first seen and then once a day (three lines an hour for two bad
+        # records made a quiet day of the month-of-life run 241 lines); other errors hourly
         self._said = LogGate(3600.0, clock)
+        self._said_record = LogGate(86400.0, clock)
         self.slurmctld = Slurmctld(runner, self.tz, self.settings.gpu_patterns,
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
                                    lambda: self._known_version or "unknown", cluster, costs,
@@ -172,9 +179,7 @@ class Collector(SlurmInstallation):
         anonymous = [e for e in errors if e.job_id is None]
         if anonymous:  # a run that cannot be named cannot be asked again: fail the listing
             raise anonymous[0]
-        for err in errors:
-            if self._said.allow(err):
-                log.error("skipped: %s", err)
+        self._say_skipped(errors)
         self._say_unknown_states(s.state for s in stamps)
         return Listing(merge_stamps(stamps), [str(e) for e in errors],
                        [e.job_id for e in errors if e.job_id is not None])
@@ -251,11 +256,16 @@ class Collector(SlurmInstallation):
             script = scripts.get(rec.job_id, "") if ctl is not None and ctl.batch else ""
             job = build_job(rec, ctl, script, self.settings.gpu_patterns)
             jobs.append(job if self.settings.energy else replace(job, energy=None))
-        for err in errors:
-            if self._said.allow(err):
-                log.error("skipped: %s", err)
+        self._say_skipped(errors)
         self._say_unknown_states(job.state for job in jobs)
         return QueryResult(merge_jobs(jobs), version, errors, unparsed)
+
+    def _say_skipped(self, errors: Iterable[object]) -> None:
+        for err in errors:
+            text = str(err)
+            gate = self._said_record if _NAMES_A_JOB.search(text) else self._said
+            if gate.allow(text):
+                log.error("skipped: %s", text)
 
     def _say_unknown_states(self, states: Iterable[str]) -> None:
         """Once per state and collector: a job state this ccadapter does not know."""

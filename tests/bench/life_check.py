@@ -28,8 +28,10 @@ NODES = {"complete": "n1", "fail": "n1", "multinode": "n[1-2]", "gpujob": "n1",
          "hetjob": "n[1-2]", "arr": "n2", "cancelrun": "n2", "timeout": "n2", "excl": "n1"}
 DUPLICATE_RULE = 24 * 3600
 ASTRAY = "held another's stop (cc-backend 1.5.4's stop/commit race), said by the daemon"
-_ASTRAY = re.compile(r"cc-backend holds job (\d+) \(\S+, start (\d+)\) stopped as \S+, "
-                     r"Slurm ended it \S+: another stop was applied to it")
+# the daemon's line for a run it could not replace (README, Troubleshooting); a replaced
+# run is counted as cc-backend holds it now
+_ASTRAY = re.compile(r"cc-backend held job (\d+) \(\S+, start (\d+)\) [^\n]*: another run's stop "
+                     r"was applied to it [^\n]*; correct it in cc-backend")
 
 
 @dataclass
@@ -71,9 +73,10 @@ def expected(workload: Workload, poisoned: int, broken: int
 def check(jobs: list[dict[str, Any]], workload: Workload, poisoned: int = 0,
           broken: int = 0, said_astray: set[tuple[int, int]] | None = None) -> Verdict:
     """``said_astray``: the runs the daemon said cc-backend holds stopped by another's
-    stop (:func:`astray`): wrong in cc-backend, by its stop/commit race, and no API undoes
-    it (README, "cc-backend holds job N ... another stop was applied to it"); counted as
-    that exception, not as wrong."""
+    stop and it could not replace (:func:`astray`; README, "cc-backend held job N ...
+    another run's stop was applied to it ...; correct it in cc-backend"): wrong in
+    cc-backend by its stop/commit race; counted as that exception, not as wrong. A run the
+    daemon replaced is counted as cc-backend holds it now."""
     want, pairs, exceptions = expected(workload, poisoned, broken)
     v = Verdict(checked=len(want) + len(pairs), exceptions=exceptions)
     held: dict[tuple[int, int], list[dict[str, Any]]] = {}

@@ -37,6 +37,7 @@ T0 = 1_700_000_000
 DAY = 86400
 START, STOP = "/api/jobs/start_job/", "/api/jobs/stop_job/"
 NODESTATE, EDIT_META, JOBS = "/api/nodestate/", "/api/jobs/edit_meta/", "/api/jobs/"
+DELETE = "/api/jobs/delete_job/"
 HOUR = 3600.0  # the stand-in's commit interval: its commits are made by hand
 CACHE_WINDOW = 1.5  # seconds the cache cases may take after a commit of the real server
 
@@ -199,6 +200,11 @@ PHASES = (
         Case("edit-meta-of-an-archived-job-started-without-metadata", "PATCH", EDIT_META,
              edit(4)),
         Case("edit-meta-of-a-job-never-archived", "PATCH", EDIT_META, edit(11)),
+        # what ccadapter does to a run held with another's stop: delete it, send it again
+        Case("delete-a-stopped-job", "DELETE", DELETE, stop(1, stopTime=None, jobState=None)),
+        Case("delete-it-again", "DELETE", DELETE, stop(1, stopTime=None, jobState=None)),
+        Case("delete-without-jobid", "DELETE", DELETE, {"cluster": CLUSTER}),
+        post("stop-a-deleted-job", STOP, stop(1)),
         # HTTP and authentication details
         Case("unknown-path-without-token", "POST", "/api/nowhere/", {}, auth=None),
         Case("start-without-token", "POST", START, start(20), auth=None),
@@ -384,7 +390,7 @@ def by_run(jobs: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
 def test_the_same_jobs_are_held(results):
     real, standin = by_run(results.real_jobs), by_run(results.standin_jobs)
     assert sorted(standin) == sorted(real)
-    assert len(real) == 15  # the starts answered 201, and the sentinel
+    assert len(real) == 14  # the starts answered 201, and the sentinel, less the one deleted
     for run, job in real.items():
         assert standin[run] == job, run
     assert {j["monitoringStatus"] for j in real.values() if j["jobState"] != "running"

@@ -68,6 +68,11 @@ replaced. Served, on 127.0.0.1 or ::1, are the five endpoints ccadapter uses:
     no metaData when it was archived. ``archive_after(seconds)`` models the archiver taking
     that long after a stop (default ``None``: archived at once).
 
+``DELETE /api/jobs/delete_job/`` (cc-backend v1.5.4 internal/api/job.go:905-940)
+    ``DeleteJobAPIRequest``: ``jobId`` (required), ``cluster``, ``startTime``. The newest
+    matching run of the job table (not the cache) is deleted: ``200``
+    ``{"msg": "Successfully deleted job <id>"}``; none: ``422`` ``finding job failed``.
+
 ``GET /api/jobs/?state=..&cluster=..&project=..&start-time=FROM-TO&items-per-page=N&page=P``
     The **job table** only: a start still in the job cache is not listed. Unknown query
     parameters, invalid states, ``items-per-page`` or ``page`` below 1 (``-1`` too) are
@@ -152,6 +157,7 @@ START_PATH = "/api/jobs/start_job/"
 STOP_PATH = "/api/jobs/stop_job/"
 NODESTATE_PATH = "/api/nodestate/"
 EDIT_META_PATH = "/api/jobs/edit_meta/"
+DELETE_PATH = "/api/jobs/delete_job/"
 JOBS_PATH = "/api/jobs/"
 
 _JSON = "application/json"
@@ -327,6 +333,10 @@ NODESTATE_REQUEST = Struct("UpdateNodeStatesRequest", {
 })
 # cc-backend v1.5.4 internal/api/job.go:70-81
 EDIT_META_REQUEST = Struct("EditMetaRequest", {"key": STRING, "value": STRING})
+# cc-backend v1.5.4 internal/api/job.go:49-53
+DELETE_REQUEST = Struct("DeleteJobAPIRequest", {
+    "jobId": INT64, "cluster": STRING, "startTime": INT64,
+})
 JOB_META_REQUEST = Struct("JobMetaRequest", {
     "jobId": INT64, "cluster": STRING, "startTime": INT64, "payload": EDIT_META_REQUEST,
 })
@@ -693,6 +703,14 @@ class CcBackendStandin:
             return [_job_json(j, with_meta=True) for j in self._cache.rows.values()
                     if cluster is None or j["cluster"] == cluster]
 
+    def misapply_stop(self, job_id: int, start: int, state: str, duration: int) -> None:
+        """What cc-backend 1.5.4's stop/commit race leaves (tests/ccbackend.py): the run of
+        the job table stopped with another run's state and duration."""
+        with self._lock:
+            row = self._jobs.newest(job_id, None, start)
+            assert row is not None, f"no run of job {job_id} starting at {start}"
+            row.update(jobState=state, duration=duration)
+
     def commit_now(self) -> int:
         """Run the commit worker once (``SyncJobs``); returns how many rows it moved."""
         with self._lock:
@@ -751,6 +769,13 @@ class CcBackendStandin:
                 return self._edit_meta(decode_body(body, parse_error, JOB_META_REQUEST))
             except BadRequest as e:
                 return _error(400, str(e))
+        if path == DELETE_PATH:
+            if method != "DELETE":
+                return _error(405, f"method {method} not allowed")
+            try:
+                return self._delete_job(decode_body(body, parse_error, DELETE_REQUEST))
+            except BadRequest as e:
+                return _error(400, str(e))
         if path == JOBS_PATH:
             if method != "GET":
                 return _error(405, f"method {method} not allowed")
@@ -758,6 +783,18 @@ class CcBackendStandin:
         if path.startswith(JOBS_PATH) and path[len(JOBS_PATH):].isdigit() and method == "GET":
             return self._get_job(int(path[len(JOBS_PATH):]))
         return _error(404, f"no route for {method} {path}")
+
+    def _delete_job(self, req: dict[str, Any]) -> tuple[int, Any]:
+        """api/job.go:905-940 (deleteJobByRequest): the job table only (Find, the newest
+        matching row), 422 when it holds none; the row goes, its archive stays."""
+        if "jobId" not in req:
+            raise BadRequest("the field 'jobId' is required")
+        with self._lock:
+            job = self._jobs.newest(req["jobId"], req.get("cluster"), req.get("startTime"))
+            if job is None:
+                return _error(422, "finding job failed: sql: no rows in result set")
+            self._jobs.delete(job["id"])
+            return 200, {"msg": f"Successfully deleted job {job['id']}"}
 
     def _get_job(self, db_id: int) -> tuple[int, Any]:
         """api/job.go:260-330 (getCompleteJobByID): the job table only (repository/jobFind.go

@@ -367,3 +367,31 @@ def test_a_malformed_job_entry_is_one_error_naming_it(client, entry):
     responses.replace(responses.GET, URL + "/api/jobs/",
                       json={"jobs": [{"jobId": 1, "startTime": 5}]})
     assert list(client.running_runs("c")) == [(1, 5)]
+
+
+@responses.activate
+def test_a_jobs_lookup_is_timed_under_one_endpoint_not_one_per_job(client, calls):
+    """Fails on 77639ec: each GET /api/jobs/{id} (a requeued run's 422 names the job it
+    holds) was timed under its own path, a metrics label per job for the daemon's life."""
+    for db_id in (17, 18):
+        responses.get(f"{URL}/api/jobs/{db_id}", status=200,
+                      json={"Meta": {"startTime": 1_700_000_000 + db_id}})
+    assert [client.job_start(17), client.job_start(18)] == [1_700_000_017, 1_700_000_018]
+    responses.get(URL + "/api/jobs/", json={"jobs": []})
+    assert client.listed_runs("c", (1, 2)) == {}
+    assert [c[0] for c in calls] == ["/api/jobs/{id}", "/api/jobs/{id}", "/api/jobs/"]
+
+
+@responses.activate
+def test_delete_run_sends_the_run_and_reads_the_answer(client):
+    """A run held with another's stop is deleted by jobId, cluster and startTime
+    (cc-backend 1.5.4 deleteJobByRequest); "no such job" (422) counts as deleted."""
+    responses.delete(URL + "/api/jobs/delete_job/", json={"msg": "Successfully deleted job 9"})
+    responses.delete(URL + "/api/jobs/delete_job/", status=422,
+                     json={"status": "x", "error": "finding job failed"})
+    responses.delete(URL + "/api/jobs/delete_job/", status=503, body="down")
+    got = [client.delete_run("c", 7, 1_700_000_000) for _ in range(3)]
+    assert [a.outcome for a in got] == [Outcome.DELIVERED, Outcome.DELIVERED, Outcome.RETRY]
+    assert json.loads(responses.calls[0].request.body) == {
+        "jobId": 7, "cluster": "c", "startTime": 1_700_000_000}
+    assert responses.calls[0].request.headers["X-Auth-Token"] == TOKEN

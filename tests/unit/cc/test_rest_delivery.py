@@ -313,34 +313,74 @@ def test_an_event_whose_delivery_raises_does_not_stall_the_others(tmp_path, capl
     box.close()
 
 
-def test_a_run_stopped_by_another_stop_is_said_and_kept_with_the_event(tmp_path, caplog):
+def test_a_run_held_with_anothers_stop_is_deleted_there_and_sent_again(setup, caplog):
     """cc-backend 1.5.4 can apply a stop to the wrong job (its job cache committed while the
-    stop waited): our own stop of that job then gets a 422 naming a state not ours. It is
-    delivered (nothing to retry), said as an error and kept in the outbox for the operator;
-    our own stop sent again (the same state) is not."""
+    stop waited). Our own stop of that job, sent again, gets "already stopped": where the
+    state it names is not ours, or cc-backend holds another duration, the run is deleted
+    there and sent again, start and stop; a run held as our stop said is left alone. Fails
+    on 77639ec: both wrong runs were only said, and stayed wrong."""
+    box, deliverer, standin = setup
+    t = {1: 1_700_000_000, 2: 1_700_000_100, 3: 1_700_000_200}
+    box.enqueue([e for job, start in t.items() for e in events(job, start)])
+    assert deliverer.run_once().delivered == 6
+    standin.misapply_stop(2, t[2], "cancelled", 854)  # another state and duration
+    standin.misapply_stop(3, t[3], "completed", 854)  # our state, another duration
+    for job, start in t.items():  # as lost-stops does (test_reconcilers)
+        assert box.reopen_start("c", job, start, kind="stop")
+    with caplog.at_level(logging.WARNING):
+        assert deliverer.run_once().delivered == 3
+    held = {j["jobId"]: (j["jobState"], j["duration"]) for j in standin.jobs("c")}
+    assert held == {1: ("completed", 60), 2: ("completed", 60), 3: ("completed", 60)}
+    deleted = [r.body["jobId"] for r in standin.requests("/api/jobs/delete_job/")
+               if r.status == 200]
+    assert sorted(deleted) == [2, 3]
+    said = [r.getMessage() for r in caplog.records if "deleted there" in r.getMessage()]
+    assert len(said) == 2 and any("stopped as cancelled, Slurm ended it completed" in m
+                                  for m in said)
+    assert any("stopped after 854 s, Slurm ended it after 60 s" in m for m in said)
+
+
+def test_a_run_cc_backend_cannot_list_is_replaced_and_one_without_start_is_said(caplog):
+    """A run holding another's stop has no archive where its row says: cc-backend answers
+    500 to a list holding it, which says it too. Without the start body kept, the run cannot
+    be sent again: it is said as an error and left as it is (never deleted)."""
     from ccadapter.cc.client import Answer
+    from ccadapter.outbox.queue import Event
 
-    class Wronged:
+    calls = []
+
+    class Broken:
         def send(self, kind, body):
-            held = "cancelled" if body["jobId"] == 2 else body["jobState"]
-            return Answer(Outcome.DELIVERED, 422, '{"status":"Unprocessable Entity","error":'
-                          f'"jobId {body["jobId"]} (id 7) on c : job has already been stopped '
-                          f'(state is: {held})"}}')
+            calls.append((str(kind), body["jobId"]))
+            if str(kind) == "stop" and ("delete", body["jobId"]) not in calls:
+                return Answer(Outcome.DELIVERED, 422, f'"jobId {body["jobId"]} (id 7) on c : '
+                              'job has already been stopped (state is: completed)"')
+            return Answer(Outcome.DELIVERED if str(kind) == "start" or
+                          ("start", body["jobId"]) in calls else Outcome.NEEDS_START,
+                          201 if str(kind) == "start" else 200, "")
 
-    box = Outbox(tmp_path / "o.sqlite")
-    box.enqueue([NewEvent("c", job, 1, "stop", {"stop": {**stop_body(job, 1)}})
-                 for job in (1, 2)])
-    deliverer = Deliverer(box.queue, RestDelivery(Wronged()), workers=1)
-    try:
-        assert deliverer.run_once().delivered == 2
-    finally:
-        deliverer.close()
-    kept = {e["jobId"]: e["error"] for e in admin.list_events(box.store, "delivered", None, 10)}
-    assert kept[1] is None
-    assert kept[2].startswith("cc-backend holds job 2 (c, start 1) stopped as cancelled, "
-                              "Slurm ended it completed")
-    assert caplog.text.count("another stop was applied to it") == 1
-    box.close()
+        def listed_runs(self, cluster, start_time):
+            raise CcBackendError("GET /api/jobs/ page 1: HTTP 500 open meta.json", 500)
+
+        def delete_run(self, cluster, job_id, start):
+            calls.append(("delete", job_id))
+            return Answer(Outcome.DELIVERED, 200, "")
+
+    def event(job, with_start):
+        payload = {"stop": stop_body(job), **({"start": start_body(job)} if with_start else {})}
+        return Event(id=job, cluster="c", job_id=job, start_time=1_700_000_000, kind="stop",
+                     payload=payload, attempts=0, created_at=0.0)
+
+    delivery = RestDelivery(Broken())
+    with caplog.at_level(logging.WARNING):
+        replaced = delivery(event(1, True))
+        kept = delivery(event(2, False))
+    assert replaced.status is DeliveryStatus.DELIVERED and not replaced.error
+    assert calls[:4] == [("stop", 1), ("delete", 1), ("start", 1), ("stop", 1)]
+    assert ("delete", 2) not in calls
+    assert kept.status is DeliveryStatus.DELIVERED
+    assert kept.error.endswith("correct it in cc-backend")
+    assert "listed by none of its job lists" in kept.error
 
 
 def test_while_the_target_is_down_a_burst_sends_one_probe_not_every_new_event(tmp_path):
