@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,22 @@ class RemoteRunner:
         return self._ask({"m": "asked"})
 
 
+def _count_objects(path: Path, every: float = 30.0) -> None:
+    """A diagnosis of memory growth (not part of any measurement): every ``every`` real
+    seconds, the live objects by type, one JSON line each, appended to ``path``."""
+    import gc
+    from collections import Counter
+
+    def loop() -> None:
+        while True:
+            time.sleep(every)
+            counts = Counter(type(o).__name__ for o in gc.get_objects())
+            with path.open("a") as out:
+                out.write(json.dumps({"t": time.time(), "top": counts.most_common(40)}) + "\n")
+
+    threading.Thread(target=loop, name="object-counts", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -105,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slurm", required=True)
     ap.add_argument("--log-level", default="info")
     args = ap.parse_args(argv)
+    if os.environ.get("CCADAPTER_LIFE_COUNTS"):
+        _count_objects(Path(os.environ["CCADAPTER_LIFE_COUNTS"]))
     clock = SimClock(args.clock)
     runner = RemoteRunner(args.slurm)
     deps = Deps(runner=lambda config: runner, daemon_runner=lambda config: runner,
