@@ -161,7 +161,7 @@ def sec_soak(doc: Doc) -> str:
            f"({', '.join(f'{k} x{v}' for k, v in sorted(faults.items()))}) in "
            f"{plan['fault_chance_per_minute']:.0%} of the minutes.", "",
            f"**Lost {data['lost']}, duplicated {data['duplicated']}, wrong {data['wrong']}** "
-           f"(REST and NATS); the daemon exited {data['exit_code']} on SIGTERM; its token in "
+           f"(REST and NATS); {_exit(data['exit_code'])}; its token in "
            f"its log: {'yes' if data['token_in_log'] else 'no'}.", ""]
     if data.get("plot"):
         out += [f"![the daemon's figures minute by minute](tests/bench/results/"
@@ -174,3 +174,9 @@ def sec_soak(doc: Doc) -> str:
                        f"{m['outbox_mb']:.1f} | {m['cpu_s']:.1f} | {m['log_lines']} | "
                        f"{m['pending']} | {m['fault'] or ''} |")
     return "\n".join(out) + "\n"
+
+
+def _exit(code: int | None) -> str:
+    if code is None:
+        return "the daemon's exit on SIGTERM was not recorded"
+    return f"the daemon exited {code} on SIGTERM"

@@ -153,6 +153,9 @@ def soak(hours: float, version: str, interval: float, seed: int, out: Path) -> d
             churn.stopping.set()
             watcher.stop()
             exit_code = daemon.terminate() if daemon.proc.poll() is None else None
+            # kept before the count, which cc-backend's API can fail (--recount reads it)
+            save({"finished": False, "minutes": minutes, "faults": faults.done,
+                  "exit_code": exit_code})
             allocs = with_reported_gpus(watcher.allocations(), reported_gpus(gpu_dir))
             tallies = _count(rig, churn, [("soak", hours * 3600)], allocs)
             nats.stop()
@@ -235,7 +238,8 @@ def recount(kept: Path, out: Path, version: str) -> dict[str, Any]:
             problems.append(f"job {job_id}: held {(duration, state, hosts)}, Slurm {want}")
     data = doc["data"]
     data.update(finished=True, hours=doc["plan"]["hours"], jobs=runs, lost=lost,
-                duplicated=duplicated, wrong=wrong, submitted=len(ids), exit_code=None,
+                duplicated=duplicated, wrong=wrong, submitted=len(ids),
+                exit_code=data.get("exit_code", _exit_in_log(kept)),
                 problems=problems[:30], token_in_log=False,
                 counted="again from cc-backend's kept database: its API answered 500 "
                         "(its stop/commit race); NATS, CPU and GPU ids not counted")
@@ -244,6 +248,13 @@ def recount(kept: Path, out: Path, version: str) -> dict[str, Any]:
                   data=data, took_s=doc["took_s"], directory=out, when=end,
                   machine_info=doc["machine"])
     return data
+
+
+def _exit_in_log(kept: Path) -> int | None:
+    """A soak counted before its exit code was kept: 0 where the daemon's log ends with its
+    clean stop (its SIGTERM handled), else unknown."""
+    lines = (kept / "daemon.log").read_text(errors="replace").splitlines()
+    return 0 if lines and lines[-1].endswith("ccadapter: stopped") else None
 
 
 def _token_in_log(kept: Path) -> bool:
