@@ -86,7 +86,11 @@ class LostStops:
         if again:
             log.warning("lost-stops: cc-backend still lists %d run(s) running whose stop it "
                         "took minutes ago (its stop/commit race), e.g. job %d; their stops are "
-                        "sent again", again, lost[0][0])
+                        "sent again. It applied them to other jobs, which now show: %s "
+                        "(replaced where ccadapter finds them: a stop answered \"already "
+                        "stopped\", a stop of the last %d min; find any other by state and "
+                        "duration in cc-backend's job table)", again, lost[0][0],
+                        stray_stops(stopped, lost), HORIZON // 60)
         if back:
             log.warning("lost-stops: cc-backend no longer lists %d run(s) whose stop it took "
                         "minutes ago (its stop/commit race deleted them), e.g. job %d; each "
@@ -128,6 +132,18 @@ def _held_otherwise(body: dict[str, Any], job_id: int, start: int,
     if state == "running" or not isinstance(ended, int) or ours is None:
         return False
     return state != ours or duration != ended - start
+
+
+def stray_stops(stopped: dict[tuple[int, int], dict[str, Any]],
+                lost: list[tuple[int, int]], most: int = 20) -> str:
+    """What each lost stop made of the job cc-backend applied it to: our state, and the
+    duration from our stopTime and *our* startTime (cc-backend computes it from the job it
+    looked up, then writes it to the stale row); ``STATE D s`` each, ``most`` at most."""
+    said = [f"{body['jobState']} {body['stopTime'] - start} s" for (_, start), body in
+            ((run, stopped.get(run, {})) for run in lost)
+            if isinstance(body.get("stopTime"), int) and body.get("jobState")]
+    more = f" and {len(said) - most} more" if len(said) > most else ""
+    return ", ".join(said[:most]) + more if said else "(their stops are not kept)"
 
 
 def start_ranges(starts: list[int]) -> list[tuple[int, int]]:

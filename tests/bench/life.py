@@ -43,7 +43,7 @@ from typing import Any
 from ccadapter.config.views import OUTBOX_FILE
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results, vitals
-from tests.bench.life_check import Verdict, astray, check
+from tests.bench.life_check import Verdict, astray, check, stray_stops
 from tests.bench.life_incidents import BASELINE, INCIDENT_ACTIONS, INCIDENTS, write_secret
 from tests.bench.life_workload import DAY, Workload
 from tests.bench.simclock import SimClock
@@ -271,8 +271,9 @@ def live(plan: Plan, keep: Path | None = None) -> dict[str, Any]:
             code, took = daemon.signal(signal.SIGTERM)
             cc.wait_committed(600)
             jobs, read_from = held_jobs(cc)
-            verdict = check(jobs, workload, life.poisoned, life.broken,
-                            astray(daemon.log.read_text(errors="replace")))
+            said = daemon.log.read_text(errors="replace")
+            verdict = check(jobs, workload, life.poisoned, life.broken, astray(said),
+                            stray_stops(said))
         finally:
             if daemon.proc and daemon.proc.poll() is None:
                 daemon.proc.kill()
@@ -437,8 +438,8 @@ def recount(name: str, out: Path, kept: Path) -> None:
     poisoned, broken = (next((i.get("job", 0) for i in data["incidents"] if i["name"] == n), 0)
                         for n in ("a record that breaks sacct --json",
                                   "a record that does not parse"))
-    v = check(jobs, workload, poisoned, broken,
-              astray((kept / "life-daemon.log").read_text(errors="replace")))
+    said = (kept / "life-daemon.log").read_text(errors="replace")
+    v = check(jobs, workload, poisoned, broken, astray(said), stray_stops(said))
     data.update(lost=v.lost, duplicated=v.duplicated, wrong=v.wrong, exceptions=v.exceptions,
                 problems=v.problems[:30], checked=v.checked, t0=t0,
                 read_from=f"cc-backend's database, kept and counted again ({data['read_from']})"

@@ -28,6 +28,7 @@ NODES = {"complete": "n1", "fail": "n1", "multinode": "n[1-2]", "gpujob": "n1",
          "hetjob": "n[1-2]", "arr": "n2", "cancelrun": "n2", "timeout": "n2", "excl": "n1"}
 DUPLICATE_RULE = 24 * 3600
 ASTRAY = "held another's stop (cc-backend 1.5.4's stop/commit race), said by the daemon"
+_STRAY = re.compile(r"It applied them to other jobs, which now show: ([^(]*) \(")
 # the daemon's line for a run it could not replace (README, Troubleshooting); a replaced
 # run is counted as cc-backend holds it now
 _ASTRAY = re.compile(r"cc-backend held job (\d+) \(\S+, start (\d+)\) [^\n]*: another run's stop "
@@ -71,12 +72,16 @@ def expected(workload: Workload, poisoned: int, broken: int
 
 
 def check(jobs: list[dict[str, Any]], workload: Workload, poisoned: int = 0,
-          broken: int = 0, said_astray: set[tuple[int, int]] | None = None) -> Verdict:
+          broken: int = 0, said_astray: set[tuple[int, int]] | None = None,
+          said_stray: set[tuple[str, int]] | None = None) -> Verdict:
     """``said_astray``: the runs the daemon said cc-backend holds stopped by another's
     stop and it could not replace (:func:`astray`; README, "cc-backend held job N ...
     another run's stop was applied to it ...; correct it in cc-backend"): wrong in
     cc-backend by its stop/commit race; counted as that exception, not as wrong. A run the
-    daemon replaced is counted as cc-backend holds it now."""
+    daemon replaced is counted as cc-backend holds it now. ``said_stray``: the (state,
+    duration) each lost stop left on the job it was applied to, as the daemon said them
+    (:func:`stray_stops`): a wrong run showing one of them is that exception too (the REST
+    API cannot tell which job a stop went to; the daemon says what to look for)."""
     want, pairs, exceptions = expected(workload, poisoned, broken)
     v = Verdict(checked=len(want) + len(pairs), exceptions=exceptions)
     held: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -102,7 +107,8 @@ def check(jobs: list[dict[str, Any]], workload: Workload, poisoned: int = 0,
             v.duplicated += 1
             v.problems.append(f"job {key[0]}: held {len(got_jobs)} times")
         wrong = _differences(got_jobs[0], run)
-        if wrong and key in (said_astray or set()):
+        shows = (got_jobs[0]["jobState"], got_jobs[0]["duration"])
+        if wrong and (key in (said_astray or set()) or shows in (said_stray or set())):
             v.exceptions[ASTRAY] += 1
             v.problems.append(f"job {key[0]} ({run.kind}, said by the daemon): "
                               f"{'; '.join(wrong)}")
@@ -137,3 +143,10 @@ def _differences(job: dict[str, Any], run: Run) -> list[str]:
 def astray(log_text: str) -> set[tuple[int, int]]:
     """The runs the daemon's log says cc-backend holds stopped by another's stop."""
     return {(int(m[1]), int(m[2])) for m in _ASTRAY.finditer(log_text)}
+
+
+def stray_stops(log_text: str) -> set[tuple[str, int]]:
+    """(state, duration) of each stop the daemon's log says cc-backend applied to another
+    job (lost-stops: "It applied them to other jobs, which now show: completed 882 s, ...")."""
+    return {(m[1], int(m[2])) for line in _STRAY.finditer(log_text)
+            for m in re.finditer(r"(\w+) (\d+) s", line[1])}

@@ -90,3 +90,21 @@ def test_a_run_the_daemon_said_cc_backend_stopped_with_anothers_stop_is_counted_
     assert astray(log) == {(victim["jobId"], victim["startTime"])}
     v = check(jobs, workload, said_astray=astray(log))
     assert (v.lost, v.duplicated, v.wrong, v.exceptions[ASTRAY]) == (0, 0, 2, 1)
+
+
+def test_a_wrong_run_showing_a_stop_the_daemon_said_went_astray_is_counted_apart(workload):
+    """The job a lost stop was applied to shows that stop's state and duration; the daemon
+    says them (lost-stops), and a wrong run showing one is that exception, not wrong."""
+    from tests.bench.life_check import stray_stops
+
+    jobs = everything(workload)
+    hit, other = jobs[5], jobs[6]
+    jobs[5] = dict(hit, duration=882, jobState="completed")
+    jobs[6] = dict(other, duration=other["duration"] + 1)
+    log = ("WARNING ccadapter.reconcilers.lost_stops: lost-stops: cc-backend still lists 2 "
+           "run(s) running whose stop it took minutes ago (its stop/commit race), e.g. job 9; "
+           "their stops are sent again. It applied them to other jobs, which now show: "
+           "completed 882 s, failed 5 s (replaced where ccadapter finds them: ...)\n")
+    assert stray_stops(log) == {("completed", 882), ("failed", 5)}
+    v = check(jobs, workload, said_stray=stray_stops(log))
+    assert (v.wrong, v.exceptions[ASTRAY]) == (1, 1)
