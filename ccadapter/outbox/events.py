@@ -249,6 +249,21 @@ class Outbox:
                         out[(job_id, start)] = (status, at)
         return out
 
+    def stop_bodies(self, cluster: str, runs: Iterable[tuple[int, int]]
+                    ) -> dict[tuple[int, int], dict[str, Any]]:
+        """The stop bodies of these runs, where kept (cc-cache says what a lost stop did)."""
+        wanted = set(runs)
+        out: dict[tuple[int, int], dict[str, Any]] = {}
+        with self.store.read() as db:
+            for chunk in batches(sorted({j for j, _ in wanted})):
+                for job_id, start, payload in db.execute(
+                        "SELECT job_id, start_time, payload FROM events WHERE cluster = ? AND "
+                        f"kind = 'stop' AND payload != '' AND job_id IN ({marks(chunk)})",
+                        (cluster, *chunk)):
+                    if (job_id, start) in wanted:
+                        out[(job_id, start)] = json.loads(payload).get("stop") or {}
+        return out
+
     def not_held(self, cluster: str, runs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
         """Of these runs, those cc-backend holds no job of (queue.NOT_HELD): its duplicate
         rule refused their start; sending it again would change nothing."""

@@ -39,6 +39,7 @@ from ccadapter.outbox import DeliveryStatus
 from ccadapter.reconcilers import OneCluster
 from ccadapter.reconcilers.activity import running_now
 from ccadapter.reconcilers.lifecycle import events_for
+from ccadapter.reconcilers.lost_stops import stray_stops
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +78,18 @@ class CcCache(OneCluster):
         if not runs:
             return 0
         stops = self.outbox.start_deliveries(self.cluster, runs, kind="stop")
-        again = sum(self.outbox.reopen_start(self.cluster, *run, kind="stop")
-                    for run, (status, at) in sorted(stops.items())
-                    if status == DeliveryStatus.DELIVERED and at is not None
-                    and now - at > LOST_STOP_AFTER)
+        lost = [run for run, (status, at) in sorted(stops.items())
+                if status == DeliveryStatus.DELIVERED and at is not None
+                and now - at > LOST_STOP_AFTER]
+        bodies = self.outbox.stop_bodies(self.cluster, lost) if lost else {}
+        again = [run for run in lost if self.outbox.reopen_start(self.cluster, *run,
+                                                                 kind="stop")]
         if again:
             log.warning("cc-cache: cc-backend still lists %d run(s) running whose stop it "
-                        "took; their stops are sent again", again)
-        return again
+                        "took; their stops are sent again. It applied them to other jobs, "
+                        "which now show: %s (find them by state and duration in cc-backend's "
+                        "job table)", len(again), stray_stops(bodies, again))
+        return len(again)
 
     def _missing(self, runs: set[Run], now: float) -> tuple[int, int, int]:
         """Runs Slurm lists running that cc-backend does not list."""
