@@ -113,10 +113,10 @@ class LostStops:
             listed.update(self.client.listed_runs(self.cluster, (lo, hi)))
             return set()
         except CcBackendError as exc:
-            if exc.status != 500 or lo == hi:
-                if exc.status == 500:
-                    return {lo}
+            if exc.status != 500:
                 raise
+        if lo == hi:
+            return {lo}
         broken: set[int] = set()
         for start in sorted({s for _, s in stopped if lo <= s <= hi}):
             broken |= self._list(listed, start, start, stopped)

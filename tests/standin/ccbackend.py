@@ -548,6 +548,15 @@ class CcBackendStandin:
         self._lock = threading.Lock()  # storage and log
         self._log: list[LoggedRequest] = []
         self._jobs = _Table("job")
+        # the routes that take a JSON body: path -> (methods, its struct, the handler)
+        self._posted: dict[str, tuple[tuple[str, ...], Struct,
+                                      Callable[[dict[str, Any]], tuple[int, Any]]]] = {
+            START_PATH: (("POST", "PUT"), JOB, self._start_job),
+            STOP_PATH: (("POST", "PUT"), STOP_REQUEST, self._stop_job),
+            NODESTATE_PATH: (("POST", "PUT"), NODESTATE_REQUEST, self._nodestate),
+            EDIT_META_PATH: (("PATCH",), JOB_META_REQUEST, self._edit_meta),
+            DELETE_PATH: (("DELETE",), DELETE_REQUEST, self._delete_job),
+        }
         self._cache = _Table("job_cache")
         # (cluster, hostname) -> the node's latest node_state row, as cc-backend reads it
         self._nodes: dict[tuple[str, str], dict[str, Any]] = {}
@@ -751,29 +760,13 @@ class CcBackendStandin:
     def _route(self, method: str, path: str, query: str, body: Any, parse_error: str | None
                ) -> tuple[int, Any]:
         """(status, payload): payload a JSON-able object, or None for an empty body."""
-        if path in (START_PATH, STOP_PATH, NODESTATE_PATH):
-            if method not in ("POST", "PUT"):
+        posted = self._posted.get(path)
+        if posted is not None:
+            methods, struct, handle = posted
+            if method not in methods:
                 return _error(405, f"method {method} not allowed")
             try:
-                if path == START_PATH:
-                    return self._start_job(decode_body(body, parse_error, JOB))
-                if path == STOP_PATH:
-                    return self._stop_job(decode_body(body, parse_error, STOP_REQUEST))
-                return self._nodestate(decode_body(body, parse_error, NODESTATE_REQUEST))
-            except BadRequest as e:
-                return _error(400, str(e))
-        if path == EDIT_META_PATH:
-            if method != "PATCH":
-                return _error(405, f"method {method} not allowed")
-            try:
-                return self._edit_meta(decode_body(body, parse_error, JOB_META_REQUEST))
-            except BadRequest as e:
-                return _error(400, str(e))
-        if path == DELETE_PATH:
-            if method != "DELETE":
-                return _error(405, f"method {method} not allowed")
-            try:
-                return self._delete_job(decode_body(body, parse_error, DELETE_REQUEST))
+                return handle(decode_body(body, parse_error, struct))
             except BadRequest as e:
                 return _error(400, str(e))
         if path == JOBS_PATH:

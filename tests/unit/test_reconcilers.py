@@ -776,10 +776,8 @@ def test_lost_stops_says_what_a_lost_stop_made_of_the_job_it_was_applied_to(tmp_
     it can be found in cc-backend's job table. Fails on 77639ec (not said)."""
     from ccadapter.reconcilers.lost_stops import LostStops
 
-    clock = Clock(1_800_000_000.0)
-    box = Outbox(tmp_path / "o.sqlite", clock=clock)
     runs = {7: 1_799_999_000, 8: 1_799_999_100}
-    _delivered_stops(box, runs)
+    clock, box = _stops_delivered(tmp_path, runs)
 
     class Listing:
         def listed_runs(self, cluster, start_time):
@@ -826,6 +824,14 @@ def test_lost_stops_sends_again_a_run_cc_backend_no_longer_lists_at_all(tmp_path
     box.close()
 
 
+def _stops_delivered(tmp_path, runs):
+    """An outbox (and its clock) whose stops of ``runs`` (job id -> start) were delivered."""
+    clock = Clock(1_800_000_000.0)
+    box = Outbox(tmp_path / "o.sqlite", clock=clock)
+    _delivered_stops(box, runs)
+    return clock, box
+
+
 def _delivered_stops(box, runs):
     box.enqueue([NewEvent("c", j, t, "stop", {
         "stop": {"jobId": j, "stopTime": t + 60, "jobState": "completed"},
@@ -842,10 +848,8 @@ def test_lost_stops_sends_again_a_run_cc_backend_holds_with_anothers_stop(tmp_pa
     the run was only said as an error, and stayed wrong in cc-backend."""
     from ccadapter.reconcilers.lost_stops import LostStops
 
-    clock = Clock(1_800_000_000.0)
-    box = Outbox(tmp_path / "o.sqlite", clock=clock)
     runs = {7: 1_799_999_000, 8: 1_799_999_100}
-    _delivered_stops(box, runs)
+    clock, box = _stops_delivered(tmp_path, runs)
 
     class Listing:
         def listed_runs(self, cluster, start_time):
@@ -871,10 +875,8 @@ def test_lost_stops_asks_alone_each_start_of_a_range_cc_backend_cannot_list(tmp_
     from ccadapter.cc.client import CcBackendError
     from ccadapter.reconcilers.lost_stops import LostStops
 
-    clock = Clock(1_800_000_000.0)
-    box = Outbox(tmp_path / "o.sqlite", clock=clock)
     runs = {7: 1_799_999_000, 8: 1_799_999_100, 9: 1_799_999_200}
-    _delivered_stops(box, runs)
+    clock, box = _stops_delivered(tmp_path, runs)
     asked = []
 
     class Listing:
