@@ -198,9 +198,10 @@ def served_names(config: Config, runner: CommandRunner) -> list[str | None]:
 
 
 def build_app(config: Config, deps: Deps, **kwargs: Any) -> App:
-    """The app of a one-shot command, its clusters listed (``["*"]``) or exit 1."""
+    """The app of a one-shot command, its clusters listed (``["*"]``) or exit 1; it reads
+    the time from ``deps.clock``, as the command's other parts do."""
     try:
-        app = build(config, runner=deps.runner(config), **kwargs)
+        app = build(config, runner=deps.runner(config), clock=Clock(now=deps.clock), **kwargs)
         app.refresh_clusters()
     except CcAdapterError as exc:
         raise CommandExit("cannot start: ", cause=exc) from None

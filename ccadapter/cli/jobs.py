@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import click
@@ -38,7 +37,7 @@ def jobs(deps: Deps, config_path: str | None, since: str, until: str | None,
     stdout: a partial list would read as complete. The exit code is then 1.
     """
     config = load(config_path)
-    now = time.time()
+    now = deps.clock()
     try:
         start = parse_when(since, now)
         end = parse_when(until, now) if until else None

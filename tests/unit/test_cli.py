@@ -36,6 +36,13 @@ from tests.standin.ccbackend import CcBackendStandin
 TOKEN = "cli-test-token-0123456789"
 CLUSTER = "cluster24"
 SINCE = fixture_json("24.11", "testbed/workload.json")["since"]
+# the commands run at the recording's time, moving: its windows are within slurmQueryMaxSpan
+# whatever today's date (the real clock put them past it 7 days after the recording)
+SHIFT = time.time() - fixture_json("24.11", "testbed/commands-final.json")["now"]
+
+
+def recorded_time() -> float:
+    return time.time() - SHIFT
 
 
 class Slurm:
@@ -63,7 +70,7 @@ def env(tmp_path, standin):
         "slurmFetchJobScripts": False}))
     slurm = Slurm()
     sleeps: list[float] = []
-    deps = Deps(runner=lambda config: slurm.runner, sleep=sleeps.append)
+    deps = Deps(runner=lambda config: slurm.runner, sleep=sleeps.append, clock=recorded_time)
     # a daemon ran until just before the recorded workload: windows cover it
     LastRun(tmp_path / "lastrun").set(SINCE - 60)
     return cfg, deps, slurm, sleeps
