@@ -210,6 +210,23 @@ class CcClient:
             return None
         return start if isinstance(start, int) and not isinstance(start, bool) else None
 
+    def clusters(self) -> Any:
+        """cc-backend's cluster configuration (``GET /api/clusters/``: every cluster.json
+        of its job archive, topologies included), decoded; raises :class:`CcBackendError`
+        when it cannot be had."""
+        try:
+            resp = self._request("GET", "/api/clusters/", None)
+        except TransportError as exc:
+            raise CcBackendError(f"GET /api/clusters/: {exc}") from None
+        if resp.status != 200:
+            raise CcBackendError(f"GET /api/clusters/ answered HTTP {resp.status}",
+                                 resp.status)
+        try:
+            return json.loads(resp.data)
+        except ValueError:
+            raise CcBackendError("GET /api/clusters/ answered with no JSON",
+                                 resp.status) from None
+
     def delete_run(self, cluster: str, job_id: int, start_time: int) -> Answer:
         """Remove one run from cc-backend's job table (``DELETE /api/jobs/delete_job/``,
         by jobId, cluster and startTime; its archive stays). Only for a run cc-backend holds

@@ -61,11 +61,15 @@ class RestDelivery:
     not once per event: each event's own error is kept in the outbox (``queue list``)."""
 
     def __init__(self, sender: Sender, token_where: str = "ccRestJwt",
-                 clock: Callable[[], float] = time.time, adopt_before: float = 0.0) -> None:
+                 clock: Callable[[], float] = time.time, adopt_before: float = 0.0,
+                 renumber: Callable[[dict], dict] | None = None) -> None:
         """``token_where``: where the token comes from, as a refusal names it
         (:attr:`ccadapter.cc.token.TokenSource.where`). ``adopt_before``: runs that started
-        before it may be in cc-backend already (:func:`adopt_before`)."""
+        before it may be in cc-backend already (:func:`adopt_before`). ``renumber``: a
+        start body in cc-backend's numbering of its resources, as it is sent (the outbox
+        keeps Slurm's: :mod:`ccadapter.numbering.renumber`)."""
         self.sender = sender
+        self.renumber = renumber
         self.adopt_before = adopt_before
         self._adopt_cache: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
         self._adopt_lock = threading.Lock()
@@ -84,12 +88,17 @@ class RestDelivery:
             return held
         if event.kind == EventKind.STOP:
             return self._deliver_stop(event)
-        answer = self.sender.send(event.kind, event.payload)
+        answer = self._send(event.kind, event.payload)
         if event.kind == EventKind.START and (held := self._held_instead(event, answer)):
             note = f"{NOT_HELD}{_refused(event, held)}"
             self._say_not_held(note)
             return Result(event.id, DeliveryStatus.DELIVERED, note)
         return self._result(event, answer)
+
+    def _send(self, kind: EventKind, body: dict) -> Answer:
+        if kind == EventKind.START and self.renumber is not None:
+            body = self.renumber(body)
+        return self.sender.send(kind, body)
 
     def _adopted(self, event: Event) -> Result | None:
         """A run that started before this outbox was first used, where a lastRun was there
@@ -169,7 +178,7 @@ class RestDelivery:
         if not start:
             return Result(event.id, DeliveryStatus.REJECTED,
                           "stop answered 404 and no start body is known")
-        first = self.sender.send(EventKind.START, start)
+        first = self._send(EventKind.START, start)
         if held := self._held_instead(event, first):
             return self._note_on_held(event, held, start)
         if first.outcome is not Outcome.DELIVERED:

@@ -28,6 +28,9 @@ def render_table(doc: dict[str, Any]) -> str:
         lines.append(_control_line(control, doc["time"]))
     if hook := doc.get("hook"):
         lines.append(_hook_line(hook))
+    lines += [f"numbering   {n['cluster']}/{n['subcluster']}: sent in Slurm's numbering "
+              f"({n['reason']}: {n['detail']}; node {n['host']}, job {n['job']} first, "
+              f"{n['starts']} start(s))" for n in doc.get("resourceNumbering") or []]
     lines += ["", *_outbox_lines(doc["outbox"])]
     lines += _unparsed_lines(doc.get("unparsedRecords"), doc["time"])
     lines += ["", "RECONCILER      LAST CYCLE   RESULT"]

@@ -174,6 +174,12 @@ class Config(ConfigViews, BaseModel):
     # This host's name as SlurmctldHost spells it (before any "(address)"); empty: the host
     # name the system gives (socket.gethostname()), compared without domain and case.
     slurmctld_host_name: str = Field("", alias="slurmctldHostName")
+    # cc-backend's cluster.json files (its job archive's, one per cluster): the topology a
+    # job's resources are mapped through (Slurm's abstract CPU ids and GRES indices to OS
+    # processor ids and accelerator ids), read again when a file changes. Empty: cc-backend's
+    # own, asked with GET /api/clusters/ (ccRestUrl); a site that reaches cc-backend by NATS
+    # alone names the files here. See the README, "Resources in cc-backend's numbering".
+    cc_cluster_json: list[str] = Field(default_factory=list, alias="ccClusterJson")
 
     @field_validator(
         "slurm_poll_interval", "slurm_query_delay", "cc_poll_interval", "slurm_query_max_span"

@@ -23,7 +23,7 @@ def check_delivery(config: Config) -> list[str]:
         raise ConfigError("ccRestUrl", "needed to deliver jobs (it is empty); or set "
                           "ccRestSubmitJobs to false and deliver over NATS")
     for key, path in missing_files(config):
-        if key in ("ccRestCaBundle", "ccRestJwtFile") or (key.startswith("nats")
+        if key in ("ccRestCaBundle", "ccRestJwtFile", "ccClusterJson") or (key.startswith("nats")
                                                          and config.nats_server):
             raise ConfigError(key, f"file {path} does not exist")
     warnings = []
@@ -76,6 +76,7 @@ def missing_files(config: Config) -> list[tuple[str, str]]:
         ("natsTlsCaFile", config.nats_tls_ca_file),
         ("natsTlsCertFile", config.nats_tls_cert_file),
         ("natsTlsKeyFile", config.nats_tls_key_file),
+        *(("ccClusterJson", p) for p in config.cc_cluster_json),
     ):
         if path and not Path(path).is_file():
             out.append((key, path))

@@ -50,6 +50,14 @@ from ccadapter.daemon.deliverer import Deliverer, nats_first
 from ccadapter.daemon.metrics import Metrics, NoMetrics, Recorder
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.notify.nats_delivery import NatsDelivery, Subjects
+from ccadapter.numbering.renumber import (
+    STATE_KEY,
+    ClusterFiles,
+    Renumbering,
+    Topologies,
+    layouts_of,
+)
+from ccadapter.numbering.topology import parse_clusters
 from ccadapter.outbox import Event, Outbox, Result
 from ccadapter.prep.fastpath import SESSIONS
 from ccadapter.prep.tally import HookTally
@@ -102,12 +110,17 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         from ccadapter.notify.nats import NatsOptions, NatsPublisher
         publisher = NatsPublisher(NatsOptions.from_config(config), retries.nats_connect)
     subjects = Subjects(config.nats_subject, config.nats_node_state_subject)
-    nats = NatsDelivery(publisher, socket.gethostname(), subjects) if publisher else None
+    # the local cluster's collector, without --clusters: its name in the default mode, its
+    # controllers for slurmctldFailover, the nodes' layouts the starts are mapped with
+    local = Collector(base, CollectorSettings.from_config(config), clock.now)
+    numbering = _numbering(config, client, local, outbox, recorder)
+    nats = NatsDelivery(publisher, socket.gethostname(), subjects,
+                        renumber=numbering.start_body) if publisher else None
     node_states = node_state_path(config)
     last_run = last_run or last_runs(config)
     adopt = adopt_before(outbox.store, last_run(None).get() is not None, clock.now())
     rest = RestDelivery(client, client.token.where, clock=clock.now,
-                        adopt_before=adopt) if client else None
+                        adopt_before=adopt, renumber=numbering.start_body) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"
@@ -133,9 +146,6 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
         return parts.sync(name, config.multi_cluster(),
                           new_runner(name), config_text)
 
-    # the local cluster's collector, without --clusters: its name in the default mode, its
-    # controllers for slurmctldFailover
-    local = Collector(base, CollectorSettings.from_config(config), clock.now)
     if not config.multi_cluster():
         # the config just read also says whether energy is gathered: not asked twice
         name = local.cluster_name()
@@ -151,6 +161,30 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     return App(config, outbox, client, deliverer, roster, intervals, recorder, publisher,
                notifier, control, hook=hook, retries=retries, runners=owned,
                liveness=liveness, stop=stop, clock=clock)
+
+
+def _numbering(config: Config, client: CcClient | None, local: Collector, outbox: Outbox,
+               recorder: Recorder) -> Renumbering:
+    """The mapping of each start's resources into cc-backend's numbering: through
+    ``ccClusterJson`` where set, else cc-backend's own topology (``GET /api/clusters/``);
+    the nodes' layouts from the cluster the start is of."""
+    topologies: Topologies
+    if config.cc_cluster_json:
+        topologies = ClusterFiles(config.cc_cluster_json)
+    elif client is not None:
+        def topologies() -> dict:
+            return parse_clusters(client.clusters())
+    else:
+        def topologies() -> dict:
+            return {}
+    multi = config.multi_cluster()
+
+    def layouts(cluster: str) -> dict:
+        return layouts_of(local.nodes(cluster if multi else None))
+
+    return Renumbering(topologies, layouts,
+                       record=partial(outbox.store.set_state, STATE_KEY),
+                       unmapped=recorder.resources_unmapped)
 
 
 def _control(config: Config, collector: Collector, outbox: Outbox, recorder: Recorder,

@@ -174,6 +174,11 @@ class Metrics:
             "Jobs the hook announced that slurmctld did not show when the fast path asked "
             "(once per id: a repeat is dropped as unknown_job).",
             ["cluster"], registry=registry)
+        self.unmapped = _counter(
+            registry, "ccadapter_resources_unmapped",
+            "Nodes of a start sent in Slurm's numbering (abstract CPU ids, GRES indices) "
+            "because cc-backend's topology could not be used for them, by reason "
+            "(ccadapter.numbering.translate.Reason).", ["cluster", "reason"], present=[])
 
     # --- callbacks handed to the components --------------------------------------------
 
@@ -210,6 +215,9 @@ class Metrics:
 
     def hook_unknown(self, cluster: str = "") -> None:
         self.hook_unknown_jobs.labels(cluster).inc()
+
+    def resources_unmapped(self, cluster: str, reason: str) -> None:
+        self.unmapped.labels(cluster, reason).inc()
 
     def role(self, role: str) -> None:
         for name in ROLES:
@@ -273,6 +281,7 @@ class Recorder(Protocol):
     def hook_received(self, cluster: str = "") -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
     def hook_unknown(self, cluster: str = "") -> None: ...
+    def resources_unmapped(self, cluster: str, reason: str) -> None: ...
     def cluster_served(self, cluster: str, served: bool) -> None: ...
     def role(self, role: str) -> None: ...
     def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]: ...
@@ -305,6 +314,9 @@ class NoMetrics:
         pass
 
     def hook_unknown(self, cluster: str = "") -> None:
+        pass
+
+    def resources_unmapped(self, cluster: str, reason: str) -> None:
         pass
 
     def cluster_served(self, cluster: str, served: bool) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ccadapter.model import EventKind
@@ -47,8 +48,13 @@ def event_message(event: Event, hostname: str, subjects: Subjects) -> Message:
 
 
 class NatsDelivery:
-    def __init__(self, publisher: Publisher, hostname: str, subjects: Subjects) -> None:
+    """``renumber``: a start body in cc-backend's numbering of its resources, as it is
+    published (:mod:`ccadapter.numbering.renumber`)."""
+
+    def __init__(self, publisher: Publisher, hostname: str, subjects: Subjects,
+                 renumber: Callable[[dict], dict] | None = None) -> None:
         self.publisher = publisher
+        self.renumber = renumber
         self.hostname = hostname
         self.subjects = subjects
         self._gate = LogGate()
@@ -58,6 +64,8 @@ class NatsDelivery:
                 if event.kind == EventKind.NODESTATE
                 else f"{event.kind} of job {event.job_id} ({event.cluster}, start "
                      f"{event.start_time})")
+        if event.kind == EventKind.START and self.renumber is not None:
+            event = replace(event, payload=self.renumber(event.payload))
         try:
             msg = event_message(event, self.hostname, self.subjects)
         except (LineProtocolError, KeyError, TypeError, ValueError) as exc:

@@ -30,6 +30,8 @@ from ccadapter.daemon.control import STATE_KEY as CONTROL_KEY
 from ccadapter.daemon.loop import Routine
 from ccadapter.errors import OutboxError
 from ccadapter.model import ALL_CLUSTERS, last_run_path, scoped_key, unscoped_key
+from ccadapter.numbering.renumber import STATE_KEY as NUMBERING_KEY
+from ccadapter.numbering.renumber import said_view
 from ccadapter.outbox import Outbox, admin, unparsed
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.runtime.pidlock import PidLock, pid_alive
@@ -134,7 +136,7 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
                             "counts": {}, "rejectedEvents": []}
     if not view["exists"]:
         return {"outbox": view, "cycles": {}, "served": None, "control": None, "hook": None,
-                "unparsed": {}}
+                "unparsed": {}, "resourceNumbering": []}
     outbox = Outbox.reader(path, clock=lambda: now)
     try:
         stats = admin.stats(outbox.store)
@@ -148,11 +150,13 @@ def _outbox_views(path: Path, now: float, rejected_limit: int) -> dict[str, Any]
         served = outbox.store.get_state(SERVED_KEY)
         control = outbox.store.get_state(CONTROL_KEY)
         hook = outbox.store.get_state(HOOK_KEY)
+        numbering = said_view(outbox.store.get_state(NUMBERING_KEY))
         records = unparsed.views(outbox.store)
     finally:
         outbox.close()
     return {"outbox": view, "cycles": _cycles(cycles, now), "served": _names(served),
-            "control": _control(control, now), "hook": _record(hook), "unparsed": records}
+            "control": _control(control, now), "hook": _record(hook), "unparsed": records,
+            "resourceNumbering": numbering}
 
 
 def _names(raw: str | None) -> list[str] | None:

@@ -152,7 +152,7 @@ def test_status_json_with_the_daemon_running_and_stopped(env):
     assert box["counts"] == {"start": {"delivered": 1, "pending": 1, "rejected": 1}}
     assert box["rejectedEvents"][0]["error"] == "HTTP 400: bad token <redacted>"
     assert set(stopped) == {"version", "time", "daemon", "lastRun", "outbox", "reconcilers",
-                            "control", "hook", "unparsedRecords"}
+                            "control", "hook", "unparsedRecords", "resourceNumbering"}
     assert stopped["unparsedRecords"] is None  # no record the daemon could not read
     assert stopped["hook"] is None  # no daemon has recorded the hook's counts
 

@@ -387,3 +387,17 @@ def test_ipv6_nats_servers_and_ports_in_urls_are_still_taken():
     assert parse_config({"natsServer": "nats://host:4333"}).nats_url() == "nats://host:4333"
     assert parse_config({"prepSockListenPath": "tcp:[::1]:65535"})
 
+
+
+def test_cluster_json_files_must_exist_for_the_daemon(tmp_path):
+    """Issue 45: ccClusterJson names cc-backend's cluster.json files; a missing one stops a
+    delivering command with the key, as ccRestJwtFile does."""
+    from ccadapter.config.rules import check_delivery
+
+    there = tmp_path / "cluster.json"
+    there.write_text("{}")
+    config = parse_config({"ccRestUrl": "http://cc", "ccRestJwt": "x",
+                           "ccClusterJson": [str(there), str(tmp_path / "gone.json")]})
+    assert missing_files(config) == [("ccClusterJson", str(tmp_path / "gone.json"))]
+    with pytest.raises(ConfigError, match="ccClusterJson"):
+        check_delivery(config)

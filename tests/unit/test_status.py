@@ -274,3 +274,25 @@ def test_status_and_queue_list_only_read_the_outbox(config, outbox_file, read_on
                           ).fetchone() == (0,)
     finally:
         db.close()
+
+
+def test_what_the_daemon_sent_in_slurms_numbering_is_shown(config, outbox_file):
+    """Issue 45: the subclusters whose resources went as Slurm numbers them, as the daemon's
+    Renumbering recorded them."""
+    from ccadapter.numbering.renumber import STATE_KEY, Renumbering
+    from ccadapter.numbering.translate import SlurmLayout
+
+    box = Outbox(outbox_file)
+    r = Renumbering(lambda: {}, lambda cluster: {"n1": SlurmLayout(2, 4, 2, 16)},
+                    record=lambda text: box.store.set_state(STATE_KEY, text))
+    r.start_body({"jobId": 9, "cluster": "c", "resources": [{"hostname": "n1",
+                                                             "hwthreads": [0]}]})
+    box.close()
+    doc = collect(config, outbox_file)
+    assert doc["resourceNumbering"] == [{
+        "cluster": "c", "subcluster": "(none)", "reason": "no-topology",
+        "detail": "cc-backend holds no cluster configuration of c", "host": "n1", "job": 9,
+        "starts": 1}]
+    assert ("numbering   c/(none): sent in Slurm's numbering (no-topology: cc-backend holds "
+            "no cluster configuration of c; node n1, job 9 first, 1 start(s))"
+            ) in render_table(doc)

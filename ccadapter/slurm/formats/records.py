@@ -107,3 +107,9 @@ class NodeState:
     cpus_allocated: int
     memory_allocated: int  # MB
     gpus_allocated: int
+    # the node's layout as slurmctld holds it (slurm.conf's, with config_overrides), which
+    # Slurm's abstract CPU ids count in (ccadapter.numbering); 0 where a line lacks it
+    sockets: int = 0
+    cores_per_socket: int = 0
+    threads_per_core: int = 0
+    cpus: int = 0  # CPUTot

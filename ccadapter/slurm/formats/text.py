@@ -41,7 +41,8 @@ def version_from_text(out: str, command: str) -> SlurmVersion:
 # --- scontrol -o show node, scontrol show config (text, same on every generation) ------
 
 
-_NODE_KEYS = ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES")
+_NODE_KEYS = ("NodeName", "CPUAlloc", "AllocMem", "State", "AllocTRES", "Sockets",
+              "CoresPerSocket", "ThreadsPerCore", "CPUTot")
 
 
 def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]]:
@@ -67,6 +68,10 @@ def parse_nodes(out: str, ctx: ParseContext) -> tuple[list[NodeState], list[str]
                 cpus_allocated=int(vals["CPUAlloc"] or 0),
                 memory_allocated=int(vals["AllocMem"] or 0),
                 gpus_allocated=int(tres.get("gres/gpu", "0") or 0),
+                sockets=int(vals["Sockets"] or 0),
+                cores_per_socket=int(vals["CoresPerSocket"] or 0),
+                threads_per_core=int(vals["ThreadsPerCore"] or 0),
+                cpus=int(vals["CPUTot"] or 0),
             ))
         except ValueError as exc:
             errors.append(str(ctx.error(f"node {vals['NodeName']}: {exc}")))

@@ -1,5 +1,6 @@
 """Delivery through the real client to the strict cc-backend stand-in on 127.0.0.1."""
 
+import json
 import logging
 import socket
 
@@ -517,3 +518,31 @@ def test_a_full_disk_backs_off_and_never_sends_an_event_twice(tmp_path, caplog):
     assert stuck <= 5, tries  # backing off: 1 s, 2 s, ... not one try a second per batch
     assert len([r for r in caplog.records if "delivery paused" in r.getMessage()]) <= 2
     box.close()
+
+
+def test_starts_leave_renumbered_and_the_outbox_keeps_slurms_numbers(tmp_path, standin):
+    """Issue 45: the start (also the one a stop's 404 sends first) goes in cc-backend's
+    numbering; the outbox, and so the next mapping, keeps Slurm's."""
+    def renumber(body):
+        return {**body, "resources": [{**r, "hwthreads": [t + 100 for t in r["hwthreads"]]}
+                                      for r in body["resources"]]}
+
+    def with_threads(body):
+        return {**body, "resources": [{"hostname": "n1", "hwthreads": [0, 1]}]}
+
+    box = Outbox(tmp_path / "o.sqlite")
+    client = CcClient(standin.url, TOKEN, retry=RetryPolicy(attempts=1), read_timeout=2)
+    d = Deliverer(box.queue, RestDelivery(client, renumber=renumber), workers=1)
+    try:
+        box.enqueue([NewEvent("c", 1, 5, "start", with_threads(start_body(1, 5)))])
+        box.enqueue([NewEvent("c", 2, 5, "stop", {"stop": stop_body(2, 5),
+                                                  "start": with_threads(start_body(2, 5))})])
+        assert d.run_once().delivered == 2
+        assert [b["resources"][0]["hwthreads"] for b in standin.started()] == [[100, 101]] * 2
+        with box.store.read() as db:
+            kept = [json.loads(b) for (b,) in db.execute("SELECT body FROM bodies")]
+        assert [k["resources"][0]["hwthreads"] for k in kept] == [[0, 1]]
+    finally:
+        d.close()
+        client.close()
+        box.close()

@@ -143,3 +143,28 @@ def test_event_message_puts_each_kind_on_its_subject():
         event_message(nodestate, "ctl", Subjects("cc.job.event"))
     with pytest.raises(ValueError, match="no NATS form"):
         event_message(Event(4, "c", 7, 1, "bogus", {}, 0, 0.0), "ctl", SUBJECTS)
+
+
+def test_a_start_is_published_in_cc_backends_numbering():
+    """Issue 45: NATS-only sites get the same mapping as REST (ccClusterJson)."""
+    from ccadapter.notify.message import Published
+    from ccadapter.notify.nats_delivery import NatsDelivery
+
+    sent = []
+
+    class Capture:
+        def publish(self, msg):
+            sent.append(msg)
+            return Published(ok=True)
+
+    def renumber(body):
+        return {**body, "resources": [{"hostname": "n1", "hwthreads": [0, 8]}]}
+
+    start = Event(1, "c 1", 7, 1_700_000_000, "start", start_body(), 0, 0.0)
+    stop = Event(2, "c 1", 7, 1_700_000_000, "stop", {"stop": stop_body()}, 0, 0.0)
+    delivery = NatsDelivery(Capture(), "ctl", SUBJECTS, renumber=renumber)
+    assert delivery(start).status == "delivered" and delivery(stop).status == "delivered"
+    line = parse_line(sent[0].data.decode())
+    assert json.loads(line.fields["event"])["resources"] == [{"hostname": "n1",
+                                                              "hwthreads": [0, 8]}]
+    assert start.payload["resources"][0]["hwthreads"] == [0, 1]

@@ -130,3 +130,6 @@ def test_nodes(recorded):
     _, _, collector = recorded
     nodes = collector.nodes()
     assert len(nodes) == 2 and all(n.states for n in nodes)
+    # the layout the starts' CPU ids are mapped with (ccadapter.numbering): slurm.conf's
+    assert {(n.sockets, n.cores_per_socket, n.threads_per_core, n.cpus) for n in nodes} == {
+        (2, 2, 1, 4)}
