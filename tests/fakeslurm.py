@@ -34,6 +34,7 @@ import copy
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
@@ -42,6 +43,7 @@ from zoneinfo import ZoneInfo
 
 from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.slurm.runner import Completed
+from tests.conftest import fixture_json
 
 RELEASE = {"22.05": "22.05.8", "23.02": "23.02.8", "23.11": "23.11.11", "24.05": "24.05.8",
            "24.11": "24.11.5", "25.05": "25.05.8", "25.11": "25.11.7", "26.05": "26.05.5"}
@@ -51,6 +53,16 @@ _NO_VAL = 0xFFFFFFFE
 _ENDED = {"BOOT_FAIL": "BF", "CANCELLED": "CA", "COMPLETED": "CD", "DEADLINE": "DL",
           "FAILED": "F", "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM", "PREEMPTED": "PR",
           "REQUEUED": "RQ", "RESIZING": "RS", "REVOKED": "RV", "TIMEOUT": "TO"}
+
+
+def recorded_clock(version: str) -> Callable[[], float]:
+    """A wall clock that runs from the moment the recording of ``version`` ended.
+
+    The recordings are dated: a command replaying them at today's time finds its windows
+    more than slurmQueryMaxSpan after them once the recording is a week old (a time bomb
+    that failed CI 7 days after the 24.11 recording). Run at the recording's time, moving."""
+    shift = time.time() - fixture_json(version, "testbed/commands-final.json")["now"]
+    return lambda: time.time() - shift
 
 
 def _num(value: Any) -> int:

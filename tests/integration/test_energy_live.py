@@ -25,16 +25,19 @@ from ccadapter.config.keys import Config
 from ccadapter.daemon.build import build
 from ccadapter.daemon.loop import Daemon
 from ccadapter.outbox import NewEvent, admin
+from ccadapter.runtime.clock import Clock
 from ccadapter.runtime.lastrun import LastRun
 from tests.ccbackend import EDIT_META, CcBackend, Nodes
 from tests.conftest import fixture_json, fixture_text
 from tests.energy import with_energy
-from tests.fakeslurm import RecordedSlurm
+from tests.fakeslurm import RecordedSlurm, recorded_clock
 
 pytestmark = pytest.mark.integration
 
 CLUSTER = "cluster24"  # the recorded cluster: nodes m1 (two GPUs) and m2
 RECORDING = "24.11"
+# the recorded windows stay within slurmQueryMaxSpan whatever today's date
+NOW = recorded_clock(RECORDING)
 
 
 def test_energy_reaches_the_stopped_jobs_metadata(tmp_path):
@@ -53,7 +56,7 @@ def test_energy_reaches_the_stopped_jobs_metadata(tmp_path):
             "lastRunPath": str(tmp_path / "lastrun"), "stateDirectory": str(tmp_path / "state"),
             "slurmFetchJobScripts": False}))
         LastRun(tmp_path / "lastrun").set(workload["since"] - 60)
-        deps = Deps(runner=lambda config: slurm, sleep=lambda s: None)
+        deps = Deps(runner=lambda config: slurm, sleep=lambda s: None, clock=NOW)
         runs = []
         until = time.time() + 120
         while True:  # what waits (an edit cc-backend could not apply yet) goes next run
@@ -102,12 +105,12 @@ def test_energy_edits_keep_their_own_backoff_while_cc_backend_archives_slowly(tm
                         stateDirectory=str(tmp_path / "state"),
                         lastRunPath=str(tmp_path / "lastrun"), slurmFetchJobScripts=False)
         LastRun(tmp_path / "lastrun").set(workload["since"] - 60)
-        app = build(config, runner=slurm, workers=4)
+        app = build(config, runner=slurm, workers=4, clock=Clock(now=NOW))
         cc.fail_path(EDIT_META, 500, {"status": "Internal Server Error", "error":
                                       "open ./var/job-archive/meta.json: no such file"})
         daemon = Daemon(app.deliverer, idle_delivery_wait=0.5)
         daemon.add_routine(lambda: app.outbox.enqueue([NewEvent(
-            CLUSTER, 0, int(time.time()), "nodestate", {"cluster": CLUSTER, "nodes": [node]})]),
+            CLUSTER, 0, int(NOW()), "nodestate", {"cluster": CLUSTER, "nodes": [node]})]),
             2.0, "nodestate")
         runner = threading.Thread(target=daemon.run, name="daemon")
         try:

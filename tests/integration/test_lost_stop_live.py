@@ -31,7 +31,7 @@ from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.collector import Collector
 from tests.ccbackend import STOP, CcBackend, Nodes
 from tests.conftest import collector_settings, fixture_json, fixture_text
-from tests.fakeslurm import RecordedSlurm
+from tests.fakeslurm import RecordedSlurm, recorded_clock
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +41,10 @@ COMMIT = 10.0  # ccCommitJobInterval of the daemon; cc-backend commits every 2 s
 
 
 class Clock:
+    """Set by hand, from the recording's end (its windows within slurmQueryMaxSpan)."""
+
     def __init__(self) -> None:
-        self.now = time.time()
+        self.now = recorded_clock(RECORDING)()
 
     def __call__(self) -> float:
         return self.now

@@ -30,7 +30,7 @@ from ccadapter.slurm.collector import Collector
 from ccadapter.slurm.runner import SlurmRunner
 from tests.conftest import FIXTURES, collector_settings, fixture_json, fixture_text
 from tests.energy import with_energy
-from tests.fakeslurm import RecordedSlurm
+from tests.fakeslurm import RecordedSlurm, recorded_clock
 from tests.standin.ccbackend import CcBackendStandin
 
 TOKEN = "cli-test-token-0123456789"
@@ -38,11 +38,7 @@ CLUSTER = "cluster24"
 SINCE = fixture_json("24.11", "testbed/workload.json")["since"]
 # the commands run at the recording's time, moving: its windows are within slurmQueryMaxSpan
 # whatever today's date (the real clock put them past it 7 days after the recording)
-SHIFT = time.time() - fixture_json("24.11", "testbed/commands-final.json")["now"]
-
-
-def recorded_time() -> float:
-    return time.time() - SHIFT
+recorded_time = recorded_clock("24.11")
 
 
 class Slurm:
