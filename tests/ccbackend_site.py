@@ -18,25 +18,54 @@ from typing import Any
 @dataclass(frozen=True)
 class Nodes:
     """A cluster as cc-backend's cluster.json names it: its nodes and which have GPUs.
-    ``cpus``: per node, as 2 sockets of cpus/2 cores (the test bed's nodes have 4 or 8)."""
+    ``cpus``: per node, as 2 sockets of cpus/2 cores (the test bed's nodes have 4 or 8).
+    ``smt``: the test bed's nodes 3 and 4 (of ``names`` too), SMT nodes of :data:`SMT` whose
+    topologies number OS ids as Linux does: the first one socket after the other, with two
+    GPUs named by PCI address, the second with interleaved sockets (:func:`linux_topology`)."""
 
     names: tuple[str, ...]
     gpu: tuple[str, ...] = ()
     cpus: int = 4
     gpus_per_node: int = 2
+    smt: tuple[str, ...] = ()
+
+
+SMT = (2, 4, 2)  # sockets, cores per socket, threads per core of the test bed's nodes 3 and 4
+PCI_GPUS = ("00000000:3B:00.0", "00000000:AF:00.0")  # as cc-backend's own test archive names them
 
 
 def nodes_of(cluster: Any, cpus: int = 4) -> Nodes:
-    """A test-bed cluster (tests.integration.workload.Cluster: ``nodes``, ``gpu_node``)."""
+    """A test-bed cluster (tests.integration.workload.Cluster: ``nodes``, ``gpu_node``,
+    ``smt_nodes``)."""
     gpu = (cluster.gpu_node,) if getattr(cluster, "gpu_node", "") else ()
-    return Nodes(tuple(cluster.nodes), gpu, cpus)
+    return Nodes(tuple(cluster.nodes), gpu, cpus, smt=tuple(getattr(cluster, "smt_nodes", ())))
+
+
+def linux_topology(sockets: int, cores: int, threads: int, interleaved: bool) -> dict[str, Any]:
+    """A node's topology in OS ids, as the Linux kernel numbers an x86 SMT server: the first
+    thread of every core first, then the second threads (the sibling of core i is
+    i + sockets * cores); cores one socket after the other, or, ``interleaved``, alternating
+    between the sockets (socket 0 even ids), as many dual-socket BIOSes enumerate them.
+    ``core`` lists each socket's cores in turn, each core's threads in order."""
+    per_node = sockets * cores
+
+    def first_thread(socket: int, core: int) -> int:
+        return core * sockets + socket if interleaved else socket * cores + core
+
+    core_ids = [[first_thread(s, c) + t * per_node for t in range(threads)]
+                for s in range(sockets) for c in range(cores)]
+    socket_ids = [sorted(i for core in core_ids[s * cores:(s + 1) * cores] for i in core)
+                  for s in range(sockets)]
+    return {"node": list(range(per_node * threads)), "socket": socket_ids,
+            "memoryDomain": socket_ids, "core": core_ids}
 
 
 def subclusters(nodes: Nodes) -> dict[str, tuple[str, ...]]:
     """The cluster's subclusters, in cluster.json's order: ``gpu`` for the nodes with GPUs,
     ``main`` for the others (a stand-in given these places hosts as cc-backend does)."""
-    plain = tuple(h for h in nodes.names if h not in nodes.gpu)
-    return {sub: hosts for sub, hosts in (("gpu", nodes.gpu), ("main", plain)) if hosts}
+    plain = tuple(h for h in nodes.names if h not in nodes.gpu and h not in nodes.smt)
+    smt = (("smt", nodes.smt[:1]), ("interleaved", nodes.smt[1:2]))
+    return {sub: hosts for sub, hosts in (("gpu", nodes.gpu), ("main", plain), *smt) if hosts}
 
 
 def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
@@ -60,7 +89,17 @@ def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
                 "memoryBandwidth": {"unit": {"base": "B/s", "prefix": "G"}, "value": 20},
                 "topology": topology}
 
-    subs = [subcluster(sub, hosts, nodes.gpus_per_node if sub == "gpu" else 0)
+    def smt_subcluster(sub: str, hosts: Sequence[str]) -> dict[str, Any]:
+        sockets, cores, threads = SMT
+        topology = linux_topology(sockets, cores, threads, interleaved=sub == "interleaved")
+        if sub == "smt":
+            topology["accelerators"] = [{"id": pci, "type": "Nvidia GPU", "model": "tesla"}
+                                        for pci in PCI_GPUS]
+        return {**subcluster(sub, hosts, 0), "socketsPerNode": sockets,
+                "coresPerSocket": cores, "threadsPerCore": threads, "topology": topology}
+
+    subs = [smt_subcluster(sub, hosts) if sub in ("smt", "interleaved")
+            else subcluster(sub, hosts, nodes.gpus_per_node if sub == "gpu" else 0)
             for sub, hosts in subclusters(nodes).items()]
     return {"name": name, "subClusters": subs, "metricConfig": [
         {"name": "cpu_load", "unit": {"base": ""}, "scope": "node", "aggregation": "avg",

@@ -55,6 +55,7 @@ class Cluster:
     slurm_conf: str = ""  # the host path of its slurm.conf
     hook_also: str = ""  # where a second Prolog/Epilog program runs beside the hook
     hook_stamps: str = ""  # where the hook wrapper notes when slurmctld ran it
+    smt_nodes: tuple[str, ...] = ()  # nodes 3 and 4 (of ``nodes``), SMT, partition "topo"
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60) -> str:
         proc = subprocess.run([*self.prefix, *argv], capture_output=True, timeout=timeout,
@@ -77,7 +78,8 @@ def testbed_clusters() -> list[Cluster]:
         return []
     return [Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
                     c["gpu_node"], c.get("hook_socket", ""), c.get("slurm_conf", ""),
-                    c.get("hook_also", ""), c.get("hook_stamps", ""))
+                    c.get("hook_also", ""), c.get("hook_stamps", ""),
+                    tuple(c.get("smt_nodes", ())))
             for c in json.loads(out.stdout)]
 
 
