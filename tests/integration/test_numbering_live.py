@@ -29,6 +29,7 @@ from tests.integration.conftest import each_at_once, hook_configured
 from tests.integration.sync_scenario import DaemonProc, wait_for
 from tests.integration.test_hook_live import start_daemon
 from tests.integration.workload import Cluster, Submitted, capture_running, het_ids
+from tests.metricstore import TIMESTEP, job_series, line, write
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,9 @@ class NumberingRun:
     cc: CcBackend
     sub: Submitted
     held: dict[int, dict] = field(default_factory=dict)  # job id -> cc-backend's own record
-    metrics: dict[int, dict] = field(default_factory=dict)  # job id -> scope -> id -> values
+    # job id -> scope -> (hostname, id) -> values, as GET /api/jobs/metrics/{id} answers
+    metrics: dict[int, dict[str, dict]] = field(default_factory=dict)
+    written: int = 0  # the time of the last samples written (a buffer takes them in order)
     log: str = ""
     exit_code: int = -1
 
@@ -109,27 +112,62 @@ def run_until_held(run: NumberingRun, jobs: dict[str, list[str]]) -> list[int]:
     wanted = [ids[0] if name == "het" else i for name, ids in sub.ids.items()
               if name in jobs for i in (ids if name != "het" else ids[:1])]
     wait_for(lambda: {b["jobId"] for b in cc.started(cluster.name)} >= set(wanted), 30,
-             f"{cluster.name}: starts not held within 30 s")
+             f"{cluster.name}: starts not held (committed) within 30 s")
     listed = {b["jobId"]: b for b in cc.started(cluster.name)}
     for job_id in wanted:
         run.held[job_id] = listed[job_id]
     return wanted
 
 
+def sample_value(kind: str, type_id: str) -> float:
+    """What every sample of a hwthread or accelerator says: which one it is."""
+    return float(type_id) if kind == "hwthread" else 50.0 + PCI_GPUS.index(type_id)
+
+
+def measure(run: NumberingRun, job_ids: list[int]) -> None:
+    """Samples of every hwthread of nodes 3 and 4 and of node 3's GPUs over the jobs' time
+    (two timesteps at least), written as a collector writes them; then each job's series
+    read as its page reads them."""
+    cluster, cc = run.cluster, run.cc
+    smt, interleaved = cluster.smt_nodes
+    listed = {j["jobId"]: j for j in cc.jobs(cluster.name, state="running")}
+    starts = [listed[j]["startTime"] for j in job_ids]
+    time.sleep(max(0.0, max(starts) + 2 * TIMESTEP + 1 - time.time()))
+    lines = []
+    for at in range(max(min(starts) - TIMESTEP, run.written + TIMESTEP), int(time.time()),
+                    TIMESTEP):
+        for host in (smt, interleaved):
+            lines += [line("cpu_user", host, "hwthread", str(i), sample_value("hwthread", str(i)),
+                           at) for i in range(SMT[0] * SMT[1] * SMT[2])]
+        lines += [line("acc_utilization", smt, "accelerator", pci,
+                       sample_value("accelerator", pci), at) for pci in PCI_GPUS]
+        run.written = at
+    write(cc, cluster.name, lines)
+    for job_id in job_ids:
+        db_id = listed[job_id]["id"]
+        run.metrics[job_id] = {"hwthread": job_series(cc, db_id, "cpu_user", "hwthread")}
+        if listed[job_id].get("numAcc"):
+            run.metrics[job_id]["accelerator"] = job_series(cc, db_id, "acc_utilization",
+                                                            "accelerator")
+
+
 def numbering_run(cluster: Cluster, tmp: Path) -> NumberingRun:
-    cc = CcBackend(tmp / "cc-backend", [cluster]).start()
+    # jobs are read from cc-backend's job table (the metric API reads no other): its commit
+    # worker runs, and every start is committed before any stop (a stop that meets a commit
+    # while its job is in the cache stops another job, tests/ccbackend.py)
+    cc = CcBackend(tmp / "cc-backend", [cluster], commit_interval="3s").start()
     run = NumberingRun(cluster, cc, Submitted(cluster))
     smt, interleaved = cluster.smt_nodes
     daemon: DaemonProc | None = None
     try:
         daemon = start_daemon(cluster, cc, tmp)
         run.sub.submitted_at = time.time()
-        run_until_held(run, shared_jobs(smt, interleaved))
+        measure(run, run_until_held(run, shared_jobs(smt, interleaved)))
         cluster.run("scancel", *map(str, run.sub.all_ids()), check=False)
         wait_for(lambda: not cluster.run("squeue", "-h", "-p", "topo", "-o", "%A",
                                          check=False).strip(), 60,
                  f"{cluster.name}: the shared jobs did not end")
-        run_until_held(run, node_job(interleaved))
+        measure(run, run_until_held(run, node_job(interleaved)))
     except BaseException:
         cc.stop()
         raise
@@ -205,3 +243,25 @@ def test_each_job_is_held_with_the_os_ids_of_its_allocation(numbering_runs, vers
                 assert not ids_a & ids_b, (host, a, b)
     assert "sent in Slurm's numbering" not in run.log  # every node was mapped
     assert "Traceback" not in run.log and run.cc.token not in run.log
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", HEAVY_VERSIONS)
+def test_the_metric_store_answers_each_job_with_exactly_its_own_series(numbering_runs, version):
+    run = numbering_runs[version]
+    if isinstance(run, BaseException):
+        raise run
+    assert set(run.metrics) == set(run.held)
+    for job_id, scopes in run.metrics.items():
+        cpus, gpus = expected(run, job_id)
+        want = {"hwthread": {(h, str(i)) for h, ids in cpus.items() for i in ids},
+                "accelerator": {(h, g) for h, ids in gpus.items() for g in ids}}
+        for scope, series in scopes.items():
+            assert set(series) == want[scope], (job_id, scope)
+            for (host, type_id), values in series.items():
+                seen = [v for v in values if v is not None]
+                assert seen and set(seen) == {sample_value(scope, type_id)}, \
+                    (job_id, host, type_id, values)
+        assert ("accelerator" in scopes) == bool(want["accelerator"]), job_id
+    print(f"\n{run.cluster.name}: {len(run.metrics)} jobs, each answered with its own "
+          f"{sum(len(s) for m in run.metrics.values() for s in m.values())} series in all")
