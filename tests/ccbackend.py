@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.ccbackend_site import Nodes, nodes_of, token_in, write_archive, write_env
+from tests.ccbackend_site import PLOTTED, Nodes, nodes_of, token_in, write_archive, write_env
 from tests.conftest import unavailable
 from tests.faultproxy import Exchange, FaultProxy
 from tests.natsserver import free_port
@@ -242,6 +242,10 @@ class CcBackend:
                      if self.commit_interval else {}),
             "archive": {"kind": "file", "path": "./var/job-archive"},
             "metric-store": {"retention-in-memory": "1h", "memory-cap": 1},
+            # a job page plots these (cc-backend's defaults name metrics the test bed has not)
+            "ui": {"metric-config": {"job-list-metrics": list(PLOTTED),
+                                     "job-view-plot-metrics": list(PLOTTED),
+                                     "job-view-table-metrics": list(PLOTTED)}},
         }
         if self.nats:
             config["nats"] = self.nats
@@ -255,9 +259,18 @@ class CcBackend:
                                f"{(out.stdout + out.stderr)[-2000:]}")
         return out.stdout + out.stderr
 
+    def login(self) -> tuple[str, str]:
+        """The reader's user name and password: a browser's login to the web interface."""
+        return "reader", (self.directory / "reader.password").read_text()
+
     def _user(self, name: str, roles: str) -> str:
-        """The user made and its JWT printed by the binary (``-add-user``, ``-jwt``)."""
+        """The user made and its JWT printed by the binary (``-add-user``, ``-jwt``); the
+        password of ``reader`` kept for :meth:`login`."""
         password = base64.b32encode(os.urandom(10)).decode()
+        if name == "reader":
+            fd = os.open(self.directory / "reader.password", os.O_WRONLY | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(password)
         return token_in(self._cli("-add-user", f"{name}:{roles}:{password}", "-jwt", name), name)
 
     def _serve(self) -> None:

@@ -30,6 +30,7 @@ class Nodes:
     smt: tuple[str, ...] = ()
 
 
+PLOTTED = ("cpu_user", "acc_utilization", "cpu_load")  # the metrics of cluster_json()
 SMT = (2, 4, 2)  # sockets, cores per socket, threads per core of the test bed's nodes 3 and 4
 PCI_GPUS = ("00000000:3B:00.0", "00000000:AF:00.0")  # as cc-backend's own test archive names them
 

@@ -48,6 +48,7 @@ from tests.bench.render_defects import (
     sum_outbox_size,
 )
 from tests.bench.render_life import sec_life, sec_soak, sum_life, sum_soak
+from tests.bench.render_numbering import sec_numbering, sum_numbering
 from tests.bench.render_regression import sec_regression, sum_regression
 from tests.bench.render_scale import sec_history, sec_scale, sum_history, sum_scale
 from tests.bench.render_side_by_side import sec_side_by_side, sum_side_by_side
@@ -734,6 +735,9 @@ SECTIONS: list[Section] = [
     Section("side-by-side", "Side by side with cc-slurm-adapter (issue 38)",
             "flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.side_by_side "
             "--sizes 0,2000,50000", sec_side_by_side, sum_side_by_side),
+    Section("numbering-side-by-side", "Side by side on SMT nodes: resources and metrics "
+            "(issue 45)", "flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
+            "tests.bench.numbering_side_by_side", sec_numbering, sum_numbering),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),
