@@ -67,4 +67,7 @@ def sec_numbering(doc: Doc) -> str:
                    f"{_mark(j[OURS]['series_right'])} | "
                    f"{_side(j[THEIRS])} {_mark(j[THEIRS]['held_right'])} | "
                    f"{_mark(j[THEIRS]['series_right'])} |")
-    return "\n".join(out)
+    out += ["", "❌ under *held*: cc-backend holds other ids than the OS ids of the job's "
+            "allocation; under *series*: its page plots other hwthreads' or GPUs' series than "
+            "the job's own, or fewer."]
+    return "\n".join(out) + "\n"

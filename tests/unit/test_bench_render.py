@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.bench import all as bench_all
-from tests.bench import ci_time, render, results
+from tests.bench import ci_time, render, render_numbering, results
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "ram_gb": 23.5, "os": "Debian GNU/Linux 12",
            "kernel": "6.1.0", "python": "3.11.7", "commit": "c0ffee1", "dirty": False}
@@ -212,11 +212,30 @@ def synthetic() -> dict[str, dict]:
                              "faults": ["503"], "commit_interval": "default"}, soak_data()),
         "side-by-side": doc("side-by-side", {"cluster": "cluster2505", "version": "25.05.8",
                                              "sizes": "0", "poll_s": 10}, side_by_side_data()),
+        "numbering-side-by-side": doc("numbering-side-by-side", {
+            "cluster": "cluster2505", "version": "25.05.8", "poll_s": 10}, numbering_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
                    "tests": 573, "returncode": 0, "source": "timed"}),
     }
+
+
+def numbering_data() -> dict:
+    def side(hw: list[int], right: bool) -> dict:
+        return {"hwthreads": {"t4": hw}, "accelerators": {}, "held_right": right,
+                "series": [f"t4:{i}" for i in hw], "gpu_series": [], "series_right": right}
+    return {"jobs": [{"name": "thread", "job": 7, "slurm": {"t4": [0, 1]},
+                      "expected": {"t4": [0, 8]}, "expected_gpus": {},
+                      "ccadapter": side([0, 8], True), "cc-slurm-adapter": side([0], False)}]}
+
+
+def test_the_numbering_side_by_side_counts_each_products_right_jobs():
+    rows = {r[0]: r for r in render_numbering.sum_numbering(synthetic()["numbering-side-by-side"])}
+    held = rows["SMT nodes: jobs held with the OS ids and GPU ids of their allocation"]
+    assert held[1:] == ["1 of 1", "all", "0 of 1", "✅"]
+    text = render_numbering.sec_numbering(synthetic()["numbering-side-by-side"])
+    assert "| thread (7) | t4: 0,1 | t4: 0,8 | t4: 0,8 ✅ | ✅ | t4: 0 ❌ | ❌ |" in text
 
 
 def side_by_side_data() -> dict:
