@@ -102,11 +102,15 @@ def cluster_json(name: str, nodes: Nodes) -> dict[str, Any]:
     subs = [smt_subcluster(sub, hosts) if sub in ("smt", "interleaved")
             else subcluster(sub, hosts, nodes.gpus_per_node if sub == "gpu" else 0)
             for sub, hosts in subclusters(nodes).items()]
-    # cpu_user and acc_utilization as cc-metric-collector sends them (per hwthread, per
-    # accelerator): what a job page plots of the job's own resources (tests/metricstore.py)
+    # as cc-metric-collector sends them (tests/testbed/collector_site.py): cpu_load and
+    # mem_used per node, cpu_user per hwthread, acc_utilization per accelerator (what a job
+    # page plots of the job's own resources: tests/metricstore.py), every 10 s
     return {"name": name, "subClusters": subs, "metricConfig": [
         {"name": "cpu_load", "unit": {"base": ""}, "scope": "node", "aggregation": "avg",
-         "timestep": 60, "peak": 4, "normal": 2, "caution": 1, "alert": 0.5},
+         "timestep": 10, "peak": 4, "normal": 2, "caution": 1, "alert": 0.5},
+        {"name": "mem_used", "unit": {"base": "B", "prefix": "G"}, "scope": "node",
+         "aggregation": "sum", "timestep": 10, "peak": 16, "normal": 8, "caution": 14,
+         "alert": 15, "lowerIsBetter": True},
         {"name": "cpu_user", "unit": {"base": ""}, "scope": "hwthread", "aggregation": "avg",
          "timestep": 10, "peak": 100, "normal": 50, "caution": 20, "alert": 10},
         {"name": "acc_utilization", "unit": {"base": ""}, "scope": "accelerator",

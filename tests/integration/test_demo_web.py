@@ -2,7 +2,9 @@
 command, then cc-backend's own web interface read by a real browser, Debian's Chromium,
 headless, driven by Selenium through Debian's chromedriver. It logs in with the login the demo
 printed, opens the job list of the demo's cluster and finds every run of the demo's jobs there
-with the state Slurm gives it; the running GPU job's page names its node. Screenshots of both
+with the state Slurm gives it; the running GPU job's page names its node and plots what
+cc-metric-collector sent of it (issue 45): its node's cpu_load and mem_used, and cpu_user of
+exactly the hwthreads the job is held with, in the page's statistics table. Screenshots of both
 pages are kept in :data:`SHOTS`. ``tests/testbed/demo down`` ends it, as the demo says.
 
 The browser reaches 127.0.0.1 only: every other host name resolves to nothing.
@@ -12,18 +14,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import unavailable
 from tests.integration.sync_scenario import wait_for
+from tests.testbed.collector_site import METRICS
 from tests.testbed.demo_site import HOME, PORT, REPO, USER, port_free
 
 pytestmark = pytest.mark.integration
@@ -79,6 +84,47 @@ def row_of(b: Any, job_id: int) -> Any:
     return rows[0] if rows else None
 
 
+NUMBER = r"-?\d+(\.\d+)?"
+
+
+def read_cmdline(proc: Path) -> bytes:
+    try:
+        return proc.joinpath("cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return b""
+
+
+def ids_of(spans: str) -> list[int]:
+    """The ids of the demo table's ``0-2,8`` spans."""
+    out: list[int] = []
+    for span in spans.split(","):
+        first, _, last = span.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return sorted(out)
+
+
+def plotted_stats(b: Any, node: str) -> tuple[list[str], list[int]] | None:
+    """The job page's statistics table once every metric of :data:`METRICS` is plotted
+    with data: the node's row of figures (cpu_load's and mem_used's min, avg, max) and the
+    hwthread ids cpu_user's part lists; None while a panel has no data yet."""
+    from selenium.webdriver.common.by import By
+
+    if len(b.find_elements(By.CSS_SELECTOR, ".uplot canvas")) < len(METRICS):
+        return None
+    text = b.find_element(By.TAG_NAME, "body").text
+    if any(f"No dataset(s) returned for {m}" in text for m in METRICS):
+        return None
+    if "Node min avg max" not in text:
+        return None
+    lines = text.split("Node min avg max", 1)[1].splitlines()
+    row = next((ln.split()[1:] for ln in lines if ln.split()[:1] == [node]), [])
+    ids = [int(ln.split()[0]) for ln in lines
+           if re.fullmatch(rf"\d+( {NUMBER}){{3}}", ln.strip())]
+    if len(row) != 6 or not all(re.fullmatch(NUMBER, v) for v in row) or not ids:
+        return None
+    return row, ids
+
+
 def run_demo(timeout: float) -> subprocess.CompletedProcess[str]:
     """``tests/testbed/demo`` in a session of its own: a demo cut by the timeout is killed
     whole (its build, its Slurm start), not left holding cluster22."""
@@ -106,11 +152,16 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
             assert f"login: {doc['login']} / {doc['password']}" in out.stdout
             assert "tests/testbed/demo down" in out.stdout
             runs = slurm_states(doc["jobs"])
-            assert len(runs) == 6, runs  # GPU, two nodes, a failure, an array of three
+            assert len(runs) == 7, runs  # GPU, two nodes, a failure, an array of three, SMT
             for label, state in runs.values():
                 assert any(ln.split()[:3] == [label, ln.split()[1], state]
                            for ln in out.stdout.splitlines() if ln.strip().startswith(label)), (
                     f"{label} {state} not in the demo's table:\n{out.stdout}")
+            # one core of an SMT node (2x4x2): Linux numbers its threads k and k + 8
+            smt = next(r for r in doc["runs"] if r["name"] == "demo-smt-core")
+            host, _, spans = smt["os_ids"].partition(":")
+            first, second = ids_of(spans)
+            assert (host, second) == (smt["nodes"], first + 8), smt
             SHOTS.mkdir(parents=True, exist_ok=True)
             from selenium.webdriver.common.by import By
 
@@ -148,6 +199,22 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
             wait_for(lambda: b.find_elements(By.XPATH, named), 60,
                      f"its node {node} named on its page")
             assert "running" in [e.text.strip() for e in b.find_elements(By.CSS_SELECTOR, ".badge")]
+            # the collectors' samples: plotted, and cpu_user of the job's own hwthreads only
+            held = re.fullmatch(rf"{node}:(\S+)( .*)?", gpu["os_ids"])
+            assert held, gpu
+            own = ids_of(held.group(1))
+            stats: list[Any] = []
+
+            def plotted() -> bool:
+                stats[:] = [plotted_stats(b, node)]
+                if stats[0] is None:  # fetched once per load: a panel without data yet
+                    time.sleep(3)
+                    b.refresh()
+                return stats[0] is not None
+
+            wait_for(plotted, 90, f"{', '.join(METRICS)} plotted with data on the job's page")
+            row, ids = stats[0]
+            assert ids == own, f"cpu_user of hwthreads {ids}, the job is held with {own}"
             b.save_screenshot(str(SHOTS / "job-page.png"))
             print(f"demo ready {took:.0f} s after it was started; screenshots: "
                   f"{SHOTS / 'job-list.png'}, {SHOTS / 'job-page.png'}")
@@ -158,6 +225,9 @@ def test_demo_ends_with_its_jobs_in_cc_backends_web_interface() -> None:
     # nothing of the demo listens any more: cc-backend's port and cluster22's hook port are free
     hook_port = int(doc["hook_socket"].rsplit(":", 1)[1])
     assert port_free(PORT) and port_free(hook_port), "left running by tests/testbed/demo down"
+    collectors = [p.name for p in Path("/proc").glob("[0-9]*")
+                  if str(HOME / "collector").encode() in read_cmdline(p)]
+    assert not collectors, f"cc-metric-collector left running by demo down: pids {collectors}"
     left = subprocess.run(["squeue", "-h", "-u", USER, "-o", "%i %j"], capture_output=True,
                           text=True, timeout=60, stdin=subprocess.DEVNULL).stdout
     assert not [ln for ln in left.splitlines() if " demo-" in ln], left

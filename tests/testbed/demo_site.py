@@ -1,7 +1,10 @@
-"""The demo's site (tests/testbed/demo): the real cc-backend 1.5.4 with its web interface,
-ccadapter's daemon fed by the Prolog/Epilog hook of the test bed's cluster22, and a few jobs,
-shown as cc-backend holds them. Everything stays running until ``tests/testbed/demo down``,
-so a newcomer can submit jobs of their own and watch them arrive in the web interface.
+"""The demo's site (tests/testbed/demo): the real cc-backend 1.5.4 with its web interface and
+its metric store, ClusterCockpit's cc-metric-collector on each of cluster22's nodes feeding
+that store, ccadapter's daemon fed by the Prolog/Epilog hook of the test bed's cluster22, and
+a few jobs, shown as cc-backend holds them (the OS ids of each run's hwthreads included): a
+job's page plots its node's load, memory and its own hwthreads' user time. Everything stays
+running until ``tests/testbed/demo down``, so a newcomer can submit jobs of their own and
+watch them arrive in the web interface.
 
 Runs in the checkout's .venv without pytest (the demo installs ccadapter alone). Everything
 lives in ``$TESTBED_DIR/demo``, made anew at each ``up``; ``demo.json`` there says what the
@@ -31,6 +34,7 @@ from typing import Any
 
 from tests.bench.scale_probe import read_stamps
 from tests.ccbackend_site import Nodes, token_in, write_archive, write_env
+from tests.testbed import collector_site
 
 REPO = Path(__file__).resolve().parents[2]
 HOME = Path(os.environ.get("TESTBED_DIR", "/var/lib/ccadapter-testbed")) / "demo"
@@ -46,6 +50,8 @@ JOBS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("demo-array", ("--array=1-3", "-t", "5", "--wrap", "sleep 4"), "completed"),
     ("demo-two-nodes", ("-N2", "-n4", "-t", "5", "--wrap", "sleep 6"), "completed"),
     ("demo-fails", ("-t", "5", "--wrap", "sleep 2; exit 3"), "failed"),
+    # one core of an SMT node: Slurm's CPUs 2k, 2k+1 are the Linux ids k and k + 8 there
+    ("demo-smt-core", ("-p", "topo", "-c", "2", "-t", "5", "--wrap", "sleep 5"), "completed"),
 )
 
 
@@ -59,6 +65,7 @@ class Run:
     expect: str
     nodes: str = ""
     state: str = ""  # as cc-backend holds it
+    os_ids: str = ""  # the hwthreads (and GPUs) cc-backend holds it with: "n1:0-1 n2:3"
     db_id: int = 0  # cc-backend's id: its job page is /monitoring/job/<db_id>
     held_s: float | None = None  # from its PrologSlurmctld to cc-backend holding it
     listed_s: float | None = None  # ... to cc-backend's job list showing it
@@ -108,6 +115,12 @@ def alive(pid_file: Path, marker: Path) -> int:
 
 DAEMON = (HOME / "ccadapter" / "daemon.pid", HOME / "ccadapter" / "config.json")
 SERVER = (HOME / "cc-backend.pid", HOME / "cc-backend")
+COLLECTORS = HOME / "collector"  # a directory per node: its config, log and pid
+
+
+def collector_of(node_dir: Path) -> tuple[Path, Path]:
+    """(pid file, marker) of the collector of one node (its config names the node's directory)."""
+    return node_dir / "collector.pid", node_dir / "config.json"
 
 
 def stop(pid_file: Path, marker: Path, what: str) -> None:
@@ -132,6 +145,8 @@ def down() -> None:
     """The daemon first (it would report cc-backend missing), then cc-backend, then the
     jobs the demo submitted, by id (none of a user's own), if it submitted any since."""
     stop(*DAEMON, "ccadapter daemon")
+    for node_dir in sorted(COLLECTORS.glob("*/")):
+        stop(*collector_of(node_dir), f"cc-metric-collector of {node_dir.name}")
     stop(*SERVER, "cc-backend")
     try:
         ids = SUBMITTED.read_text().split()
@@ -158,13 +173,15 @@ def port_free(port: int) -> bool:
     return True
 
 
-def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
+def start_ccbackend(info: dict[str, Any]) -> tuple[str, str, str]:
     """A cc-backend site in HOME/cc-backend, set up as its documentation says, started
-    detached. Returns the login's password and the daemon's JWT."""
+    detached; its job pages plot what the collectors send. Returns the login's password,
+    the daemon's JWT and the collectors' (each of the ``api`` role, a user of its own)."""
     binary = run([str(REPO / "tests/testbed/ccbackend"), "path"]).strip()
     site = HOME / "cc-backend"
-    write_archive(site / "var" / "job-archive",
-                  {CLUSTER: Nodes(tuple(info["nodes"]), (info["gpu_node"],))})
+    nodes = Nodes(tuple(info["nodes"]), (info["gpu_node"],), smt=tuple(info["smt_nodes"]))
+    write_archive(site / "var" / "job-archive", {CLUSTER: nodes})
+    plotted = list(collector_site.METRICS)
     write_env(site)
     (site / "config.json").write_text(json.dumps({
         "main": {"addr": f"127.0.0.1:{PORT}", "db": "./var/job.db",
@@ -172,13 +189,18 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
         "auth": {"jwts": {"max-age": "2000h"}},
         "cron": {"commit-job-worker": COMMIT},
         "archive": {"kind": "file", "path": "./var/job-archive"},
-        "metric-store": {"retention-in-memory": "1h", "memory-cap": 1}}, indent=1))
+        "metric-store": {"retention-in-memory": "2h", "memory-cap": 1},
+        "ui": {"metric-config": {"job-list-metrics": plotted, "job-view-plot-metrics": plotted,
+                                 "job-view-table-metrics": plotted}}}, indent=1))
     password = secrets.token_urlsafe(9)
     run([binary, "-migrate-db"], cwd=site)
     run([binary, "-add-user", f"{LOGIN}:admin:{password}"], cwd=site)
     out = run([binary, "-add-user", f"ccadapter:api:{secrets.token_urlsafe(12)}",
                "-jwt", "ccadapter"], cwd=site)
     token = token_in(out, "ccadapter")
+    out = run([binary, "-add-user", f"collector:api:{secrets.token_urlsafe(12)}",
+               "-jwt", "collector"], cwd=site)
+    collector_token = token_in(out, "collector")
     if not port_free(PORT):
         sys.exit(f"127.0.0.1:{PORT} is taken by another program (ss -ltnp sport = {PORT}): "
                  f"the demo's cc-backend listens there")
@@ -191,7 +213,7 @@ def start_ccbackend(info: dict[str, Any]) -> tuple[str, str]:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{PORT}/login", timeout=5).close()
             if proc.poll() is None:
-                return password, token
+                return password, token, collector_token
         except OSError:
             pass
         if proc.poll() is not None or time.time() > until:
@@ -224,6 +246,24 @@ def start_daemon(info: dict[str, Any], token: str) -> None:
         time.sleep(0.2)
 
 
+def start_collectors(info: dict[str, Any], token: str) -> None:
+    """A cc-metric-collector for each of the cluster's nodes, started detached, sending to
+    the demo's cc-backend (tests/testbed/collector_site.py); waits for each to have sent."""
+    binary = run([str(REPO / "tests/testbed/ccbackend"), "collector-path"]).strip()
+    procs = {}
+    for node in info["nodes"]:
+        node_dir = COLLECTORS / node
+        config = collector_site.write_config(node_dir, node, f"http://127.0.0.1:{PORT}",
+                                             CLUSTER, token)
+        procs[node] = collector_site.start(binary, config)
+        collector_of(node_dir)[0].write_text(f"{procs[node].pid}\n")
+    time.sleep(2)  # a wrong config ends it at once
+    dead = [n for n, p in procs.items() if p.poll() is not None]
+    if dead:
+        sys.exit(f"cc-metric-collector of {', '.join(dead)} ended: see "
+                 f"{COLLECTORS / dead[0] / 'collector.log'}")
+
+
 def submit() -> list[tuple[str, int, str]]:
     """(name, Slurm job id, state its runs end the demo in) of each job submitted."""
     out = []
@@ -250,18 +290,36 @@ def slurm_runs(jobs: Sequence[tuple[str, int, str]]) -> list[Run]:
     return runs
 
 
-def held(min_job: int) -> dict[int, tuple[str, int]]:
-    """job id -> (state, cc-backend id) of what cc-backend holds, committed or in its job
-    cache (which no API lists), read from its database beside the running server."""
+def os_ids(resources: str) -> str:
+    """cc-backend's resources of a job, short: each host's hwthreads as ranges, then its
+    accelerators (``n1:0-1,4 gpu:0``)."""
+    out = []
+    for res in json.loads(resources or "[]"):
+        ids = sorted(res.get("hwthreads") or ())
+        spans: list[str] = []
+        for i in ids:
+            if spans and i == int(spans[-1].split("-")[-1]) + 1:
+                spans[-1] = f"{spans[-1].split('-')[0]}-{i}"
+            else:
+                spans.append(str(i))
+        gpus = " ".join(f"gpu:{a}" for a in res.get("accelerators") or ())
+        out.append(f"{res['hostname']}:{','.join(spans) or '-'}" + (f" {gpus}" if gpus else ""))
+    return " ".join(out)
+
+
+def held(min_job: int) -> dict[int, tuple[str, int, str]]:
+    """job id -> (state, cc-backend id, :func:`os_ids` of its resources) of what cc-backend
+    holds, committed or in its job cache (which no API lists), read from its database beside
+    the running server."""
     path = HOME / "cc-backend" / "var" / "job.db"
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         out = {}
         for table in ("job_cache", "job"):
-            for job_id, state, db_id in db.execute(
-                    f"SELECT job_id, job_state, id FROM {table} WHERE cluster = ? AND job_id >= ?",
-                    (CLUSTER, min_job)):
-                out[job_id] = (state, db_id if table == "job" else 0)
+            for job_id, state, db_id, resources in db.execute(
+                    f"SELECT job_id, job_state, id, resources FROM {table} "
+                    "WHERE cluster = ? AND job_id >= ?", (CLUSTER, min_job)):
+                out[job_id] = (state, db_id if table == "job" else 0, os_ids(resources))
         return out
     finally:
         db.close()
@@ -281,7 +339,7 @@ def watch(jobs: Sequence[tuple[str, int, str]], stamps_file: Path,
     while True:
         holds = held(first)
         now = time.time()  # after the read: a figure is late by at most one round (0.1 s)
-        for job_id, (_, db_id) in holds.items():
+        for job_id, (_, db_id, _) in holds.items():
             got.setdefault(job_id, now)
             if db_id:
                 listed.setdefault(job_id, (now, db_id))
@@ -295,7 +353,7 @@ def watch(jobs: Sequence[tuple[str, int, str]], stamps_file: Path,
             stamp = stamps.get(job_id)
             if job_id not in holds or stamp is None:
                 continue
-            r.state, r.held_s = holds[job_id][0], got[job_id] - stamp
+            r.state, r.held_s, r.os_ids = holds[job_id][0], got[job_id] - stamp, holds[job_id][2]
             if job_id in listed:
                 r.listed_s, r.db_id = listed[job_id][0] - stamp, listed[job_id][1]
         expected = sum(3 if "--array=1-3" in args else 1 for _, args, _ in JOBS)
@@ -317,19 +375,23 @@ def report(runs: Sequence[Run], password: str) -> None:
           f"every 0.1 s); listed, in its job list, which\nshows a started job at its next "
           f"job-cache commit (every {COMMIT} here, 2 min by default) or at its stop.\n")
     print(f"  {'job':<9} {'name':<15} {'state':<10} {'nodes':<8} {'held after Prolog':>18} "
-          f"{'listed after Prolog':>20}")
+          f"{'listed after Prolog':>20}  OS ids (hwthreads, GPUs)")
     for r in runs:
         print(f"  {r.label:<9} {r.name:<15} {r.state:<10} {r.nodes:<8} {secs(r.held_s):>18} "
-              f"{secs(r.listed_s):>20}")
+              f"{secs(r.listed_s):>20}  {r.os_ids}")
     url = f"http://127.0.0.1:{PORT}"
     gpu = next(r for r in runs if r.expect == "running")
     print(f"""
 Web interface: {url}/monitoring/jobs/?cluster={CLUSTER}
   login: {LOGIN} / {password}   (running job: {url}/monitoring/job/{gpu.db_id})
+  a job's page plots its nodes' cpu_load and mem_used and its own hwthreads' cpu_user, sent
+  every {collector_site.INTERVAL_S} s by cc-metric-collector on each node (the samples are
+  this host's: the nodes share it)
   from another machine: ssh -L {PORT}:127.0.0.1:{PORT} root@{os.uname().nodename}, then the same URL
 Submit your own (cluster {CLUSTER} is the host's Slurm; no environment needed), e.g.:
   runuser -u {USER} -- sbatch -N1 -D /tmp -o /dev/null --wrap 'sleep 60'
-Logs: {HOME / 'ccadapter' / 'daemon.log'}, {HOME / 'cc-backend' / 'server.log'}
+Logs: {HOME / 'ccadapter' / 'daemon.log'}, {HOME / 'cc-backend' / 'server.log'},
+  {COLLECTORS / '<node>' / 'collector.log'}
 Stop everything: tests/testbed/demo down
 """)
 
@@ -339,10 +401,12 @@ def up() -> None:
     down()
     if HOME.exists():
         subprocess.run(["rm", "-rf", "--one-file-system", str(HOME / "cc-backend"),
-                        str(HOME / "ccadapter")], check=True)
+                        str(HOME / "ccadapter"), str(COLLECTORS)], check=True)
     HOME.mkdir(parents=True, exist_ok=True)
-    password, token = start_ccbackend(info)
+    password, token, collector_token = start_ccbackend(info)
     say(f"cc-backend 1.5.4 with its web interface on http://127.0.0.1:{PORT}")
+    start_collectors(info, collector_token)
+    say(f"cc-metric-collector on {', '.join(info['nodes'])}, into cc-backend's metric store")
     start_daemon(info, token)
     say(f"ccadapter daemon running, its hook socket {info['hook_socket']}")
     jobs = submit()
