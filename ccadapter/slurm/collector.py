@@ -50,6 +50,7 @@ from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVers
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.installation import SlurmInstallation
 from ccadapter.slurm.join import GpuPatterns, build_job
+from ccadapter.slurm.resize import fold_resized
 from ccadapter.slurm.runner import CommandRunner
 from ccadapter.slurm.timefmt import local_zone, readings, sacct_bound
 
@@ -181,7 +182,7 @@ class Collector(SlurmInstallation):
             raise anonymous[0]
         self._say_skipped(errors)
         self._say_unknown_states(s.state for s in stamps)
-        return Listing(merge_stamps(stamps), [str(e) for e in errors],
+        return Listing(merge_stamps(fold_resized(stamps)), [str(e) for e in errors],
                        [e.job_id for e in errors if e.job_id is not None])
 
     # --- details of named runs ------------------------------------------------------------
@@ -229,8 +230,8 @@ class Collector(SlurmInstallation):
                  known: KnownRuns | None) -> QueryResult:
         scripts_wanted = self.settings.fetch_job_scripts and bool(starts)
         read = self._reader.read(ids, scripts_wanted, clusters_arg(cluster or self.cluster))
-        records, version, unparsed, errors = read.records, read.version, read.unparsed, \
-            read.errors
+        records, version, unparsed, errors = fold_resized(read.records), read.version, \
+            read.unparsed, read.errors
         # A het job's components follow their leader: it alone is compared with the outbox
         # and asked of slurmctld (whose answer carries every component).
         leading = [r for r in records if not r.het_offset]

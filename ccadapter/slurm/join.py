@@ -32,6 +32,13 @@ def placeholder_record(rec: SacctRecord) -> bool:
     return bool(rec.start_time) and not rec.partition
 
 
+def _shrunk_since(rec: SacctRecord, ctl: ControllerJob) -> bool:
+    """A resized job whose allocation slurmctld now holds is not the one it started with:
+    the run keeps its first allocation, the one its start is sent with when the hook sent it
+    at its start (:mod:`ccadapter.slurm.resize`), by hostname only when sent later."""
+    return rec.resized and {n.hostname for n in ctl.nodes} != set(rec.nodes)
+
+
 def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
               gpu_patterns: GpuPatterns) -> Job:
     """Join what slurmdbd and slurmctld know of one run. Pure. Where slurmdbd holds only a
@@ -41,7 +48,7 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         rec = dataclasses.replace(rec, name=ctl.name, partition=ctl.partition,
                                   account=ctl.account or rec.account,
                                   time_limit=ctl.time_limit)
-    if ctl is not None and ctl.nodes:
+    if ctl is not None and ctl.nodes and not _shrunk_since(rec, ctl):
         resources = tuple(
             Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
             for n in ctl.nodes

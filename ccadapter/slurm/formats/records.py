@@ -45,6 +45,7 @@ class SacctRecord(Ownership):
     het_job_id: int = 0  # the leader's id for a component of a het job, else 0
     het_offset: int | None = None  # the component's offset in its het job
     energy: int | None = None  # joules consumed; None when Slurm accounted none
+    resized: bool = False  # folded from the records of a resize (ccadapter.slurm.resize)
 
 
 @dataclass(frozen=True)

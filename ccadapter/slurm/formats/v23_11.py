@@ -7,7 +7,8 @@ Differences from 23.02 and how they are handled (``tests/fixtures/23.11/`` again
 - ``state.current`` became a list of strings (base state first, then flags). A run that ended
   by a requeue is ``["PENDING", "REQUEUED"]`` (22.05 and 23.02 wrote ``REQUEUED``): read as
   ``REQUEUED``, as sacct's text prints it, so the run is stopped, not taken for one that
-  never ran (``tests/fixtures/*/sacct-requeued.json``);
+  never ran (``tests/fixtures/*/sacct-requeued.json``); a record closed by a resize,
+  ``["PENDING", "RESIZING"]``, is read as ``RESIZING`` alike;
 - ``exit_code.return_code`` became a ``{"set", "infinite", "number"}`` object,
   ``exit_code.status`` a list; ``signal`` was added (not used);
 - everything else we read is laid out as on 23.02: number objects for ``time.limit``,
@@ -48,6 +49,10 @@ from ccadapter.slurm.formats.values import (
 
 # The flag a run that ended by a requeue carries after its base state (PENDING): its state.
 REQUEUED = "REQUEUED"
+# ... and the record a resize closed (``["PENDING", "RESIZING"]``; 22.05 and 23.02 write
+# ``RESIZING``), as sacct's text prints it: :mod:`ccadapter.slurm.resize` joins it with the
+# record that follows (``tests/fixtures/*/sacct-resized.json``).
+RESIZING = "RESIZING"
 # sacct --json -B -j IDS fills "script" (with AccountingStoreFlags=job_script).
 SACCT_HAS_SCRIPTS = True
 # sacctmgr's arguments for the cluster list that parse_cluster_list reads.
@@ -74,7 +79,7 @@ def parse_record(record: Mapping[str, Any], ctx: ParseContext,
     return build_sacct_record(
         record,
         ctx,
-        state=REQUEUED if REQUEUED in state[1:] else state[0],
+        state=next((flag for flag in (REQUEUED, RESIZING) if flag in state[1:]), state[0]),
         array_task_id=number(field(record, "array.task_id", ctx), "array.task_id", ctx),
         exit_code=number(exit_code.get("return_code"), "exit_code.return_code", ctx),
         shared=shared,
