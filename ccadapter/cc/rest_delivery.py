@@ -62,13 +62,17 @@ class RestDelivery:
 
     def __init__(self, sender: Sender, token_where: str = "ccRestJwt",
                  clock: Callable[[], float] = time.time, adopt_before: float = 0.0,
-                 renumber: Callable[[dict], dict] | None = None) -> None:
+                 renumber: Callable[[dict], dict] | None = None,
+                 held_instead: Callable[[str, int, int], int | None] | None = None) -> None:
         """``token_where``: where the token comes from, as a refusal names it
         (:attr:`ccadapter.cc.token.TokenSource.where`). ``adopt_before``: runs that started
         before it may be in cc-backend already (:func:`adopt_before`). ``renumber``: a
         start body in cc-backend's numbering of its resources, as it is sent (the outbox
-        keeps Slurm's: :mod:`ccadapter.numbering.renumber`)."""
+        keeps Slurm's: :mod:`ccadapter.numbering.renumber`). ``held_instead``: the run
+        cc-backend holds in place of one whose start it refused, as the outbox knows it
+        (:meth:`ccadapter.outbox.Outbox.held_instead`)."""
         self.sender = sender
+        self.held_instead = held_instead
         self.renumber = renumber
         self.adopt_before = adopt_before
         self._adopt_cache: dict[tuple[str, int], dict[tuple[int, int], str]] = {}
@@ -164,6 +168,11 @@ class RestDelivery:
         return start if start is not None and start != event.start_time else None
 
     def _deliver_stop(self, event: Event) -> Result:
+        start = event.payload.get("start")
+        if start and self.held_instead is not None and (held := self.held_instead(
+                event.cluster, event.job_id, event.start_time)) is not None:
+            # its start was refused for that run: no stop (404) and no start again (422)
+            return self._note_on_held(event, held, start)
         answer = self.sender.send(EventKind.STOP, event.payload["stop"])
         if answer.status == 422 and (wrong := self._held_otherwise(event, answer)):
             return self._replace(event, wrong)

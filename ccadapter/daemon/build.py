@@ -120,7 +120,8 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     last_run = last_run or last_runs(config)
     adopt = adopt_before(outbox.store, last_run(None).get() is not None, clock.now())
     rest = RestDelivery(client, client.token.where, clock=clock.now,
-                        adopt_before=adopt, renumber=numbering.start_body) if client else None
+                        adopt_before=adopt, renumber=numbering.start_body,
+                        held_instead=outbox.held_instead) if client else None
     notifier = None
     if config.cc_rest_submit_jobs:
         assert rest is not None, "ccRestUrl is checked before build()"

@@ -60,7 +60,8 @@ class Rig:
     client: CcClient
 
     def deliverer(self, box: Outbox) -> Deliverer:
-        return Deliverer(box.queue, RestDelivery(self.client), workers=2)
+        return Deliverer(box.queue, RestDelivery(self.client, held_instead=box.held_instead),
+                         workers=2)
 
     def drain(self, box: Outbox) -> DeliveryStats:
         deliverer = self.deliverer(box)
@@ -168,6 +169,11 @@ def test_a_run_refused_for_another_of_its_job_id_goes_into_that_ones_metadata(ri
     assert (job["startTime"], job["jobState"]) == (T, "running")
     assert job["metaData"][f"requeuedRun.{T + 3600}"].endswith(", completed, on n1")
     assert box.not_held("c", [(1, T + 3600), (1, T)]) == {(1, T + 3600)}
+    # issue 46: the refused run costs one start (422) and the edit, no stop (404) and no
+    # second start
+    assert rig.standin.count("/api/jobs/start_job/", 422) == 1
+    assert rig.standin.count("/api/jobs/stop_job/") == 0
+    assert box.held_instead("c", 1, T + 3600) == T and box.held_instead("c", 1, T) is None
     box.close()
 
 
