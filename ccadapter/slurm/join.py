@@ -33,10 +33,12 @@ def placeholder_record(rec: SacctRecord) -> bool:
 
 
 def _shrunk_since(rec: SacctRecord, ctl: ControllerJob) -> bool:
-    """A resized job whose allocation slurmctld now holds is not the one it started with:
-    the run keeps its first allocation, the one its start is sent with when the hook sent it
-    at its start (:mod:`ccadapter.slurm.resize`), by hostname only when sent later."""
-    return rec.resized and {n.hostname for n in ctl.nodes} != set(rec.nodes)
+    """A job resized since it started holds another allocation in slurmctld than slurmdbd's
+    record of its start names (a resize folded into the run, :mod:`ccadapter.slurm.resize`,
+    or one between the two reads: seen on 22.05 within a poll of the resize). The run keeps
+    its first allocation, the one the hook sends at its start; by hostname only when its
+    start is sent later."""
+    return bool(rec.nodes) and {n.hostname for n in ctl.nodes} != set(rec.nodes)
 
 
 def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,

@@ -82,8 +82,12 @@ def test_slurmctld_keeps_the_start_and_the_run_keeps_its_first_allocation(versio
     assert len(ctl.nodes) == 1  # shrunk
     job = build_job(run, ctl, "", [])
     assert sorted(r.hostname for r in job.resources) == sorted(run.nodes)
-    plain = build_job(dataclasses.replace(run, resized=False), ctl, "", [])
-    assert [r.hostname for r in plain.resources] == [ctl.nodes[0].hostname]
+    # read before the resize, slurmctld's answer after it: the record's allocation too
+    unfolded = build_job(dataclasses.replace(run, resized=False), ctl, "", [])
+    assert sorted(r.hostname for r in unfolded.resources) == sorted(run.nodes)
+    same = build_job(dataclasses.replace(run, nodes=(ctl.nodes[0].hostname,)), ctl, "", [])
+    assert [(r.hostname, r.hwthreads) for r in same.resources] == [
+        (ctl.nodes[0].hostname, ctl.nodes[0].cpu_ids)]  # slurmctld's CPU ids where they agree
 
 
 def test_other_records_keep_their_place_and_a_requeue_after_a_resize_is_a_run_of_its_own():
