@@ -68,9 +68,8 @@ class RestDelivery:
         (:attr:`ccadapter.cc.token.TokenSource.where`). ``adopt_before``: runs that started
         before it may be in cc-backend already (:func:`adopt_before`). ``renumber``: a
         start body in cc-backend's numbering of its resources, as it is sent (the outbox
-        keeps Slurm's: :mod:`ccadapter.numbering.renumber`). ``held_instead``: the run
-        cc-backend holds in place of one whose start it refused, as the outbox knows it
-        (:meth:`ccadapter.outbox.Outbox.held_instead`)."""
+        keeps Slurm's: :mod:`ccadapter.numbering.renumber`). ``held_instead``: see
+        :func:`ccadapter.outbox.events.run_held_instead`."""
         self.sender = sender
         self.held_instead = held_instead
         self.renumber = renumber
@@ -80,8 +79,7 @@ class RestDelivery:
         self.token_where = token_where
         self.clock = clock
         self._gate = LogGate(clock=clock)
-        # requeued runs cc-backend holds no job of: the first said, then one line an hour
-        # with how many followed (a site that requeues hundreds a day: hundreds of lines)
+        # requeued runs cc-backend holds no job of: the first said, then hourly with a count
         self._held_gate = LogGate(3600.0, clock)
         self._held_quiet = 0
         self._held_lock = threading.Lock()
@@ -141,16 +139,14 @@ class RestDelivery:
             return self._adopt_cache[(cluster, lo)]
 
     def _say_not_held(self, note: str) -> None:
-        """The first requeued run not held, then at most one line an hour naming the
-        latest and how many came since (each is kept with its event: ``queue list``, and
-        counted by ``status``)."""
+        """The first requeued run not held, then hourly the latest and how many came since
+        (each kept with its event: ``queue list``; counted by ``status``)."""
         with self._held_lock:
             if not self._held_gate.allow("not held"):
                 self._held_quiet += 1
                 return
             since, self._held_quiet = self._held_quiet, 0
-        more = f" ({since} more such run(s) in the last hour: `ccadapter status`)" if since \
-            else ""
+        more = f" ({since} more such run(s) in the last hour: `ccadapter status`)" * bool(since)
         log.warning("%s; its times, nodes and state go into that job's metaData once it "
                     "ends%s", note, more)
 
@@ -168,11 +164,9 @@ class RestDelivery:
         return start if start is not None and start != event.start_time else None
 
     def _deliver_stop(self, event: Event) -> Result:
-        start = event.payload.get("start")
-        if start and self.held_instead is not None and (held := self.held_instead(
-                event.cluster, event.job_id, event.start_time)) is not None:
-            # its start was refused for that run: no stop (404) and no start again (422)
-            return self._note_on_held(event, held, start)
+        start, known = event.payload.get("start"), self.held_instead  # its start refused:
+        if start and known and (held := known(event.cluster, event.job_id, event.start_time)):
+            return self._note_on_held(event, held, start)  # no stop (404), no start (422)
         answer = self.sender.send(EventKind.STOP, event.payload["stop"])
         if answer.status == 422 and (wrong := self._held_otherwise(event, answer)):
             return self._replace(event, wrong)

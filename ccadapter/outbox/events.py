@@ -274,23 +274,8 @@ class Outbox:
         return found & wanted
 
     def held_instead(self, cluster: str, job_id: int, start_time: int) -> int | None:
-        """Where cc-backend refused this run's start (queue.NOT_HELD): the start time of the
-        run of its job id it holds instead, the latest one before it whose start this outbox
-        delivered and cc-backend took; None where the start was not refused, or that run is
-        not known here. The run's stop then goes into that run's metaData directly: a stop
-        would be answered 404, and the start it would send first 422 again."""
-        with self.store.read() as db:
-            refused = db.execute(
-                f"SELECT 1 FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
-                f"AND {NOT_HELD_ROWS}", (cluster, job_id, start_time)).fetchone()
-            if refused is None:
-                return None
-            row = db.execute(
-                "SELECT max(start_time) FROM events WHERE cluster = ? AND job_id = ? AND "
-                "kind = 'start' AND status = 'delivered' AND start_time < ? AND "
-                "coalesce(last_error, '') NOT LIKE 'not held: %'",
-                (cluster, job_id, start_time)).fetchone()
-        return row[0] if row and row[0] is not None else None
+        """:func:`run_held_instead` in this outbox."""
+        return run_held_instead(self.store, cluster, job_id, start_time)
 
     def stops_delivered(self, cluster: str, since: float, until: float
                         ) -> dict[tuple[int, int], dict[str, Any]]:
@@ -344,3 +329,24 @@ def keep_script(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
 def start_hosts(start_body: dict[str, Any]) -> str:
     """The hosts of a start body, comma-separated (the outbox's ``runs`` table)."""
     return ",".join(r.get("hostname", "") for r in start_body.get("resources") or ())
+
+
+def run_held_instead(store: Store, cluster: str, job_id: int, start_time: int
+                     ) -> int | None:
+    """Where cc-backend refused this run's start (queue.NOT_HELD): the start time of the
+    run of its job id it holds instead, the latest one before it whose start this outbox
+    delivered and cc-backend took; None where the start was not refused, or that run is
+    not known here. The run's stop then goes into that run's metaData directly: a stop
+    would be answered 404, and the start it would send first 422 again."""
+    with store.read() as db:
+        refused = db.execute(
+            f"SELECT 1 FROM events WHERE cluster = ? AND job_id = ? AND start_time = ? "
+            f"AND {NOT_HELD_ROWS}", (cluster, job_id, start_time)).fetchone()
+        if refused is None:
+            return None
+        row = db.execute(
+            "SELECT max(start_time) FROM events WHERE cluster = ? AND job_id = ? AND "
+            "kind = 'start' AND status = 'delivered' AND start_time < ? AND "
+            "coalesce(last_error, '') NOT LIKE 'not held: %'",
+            (cluster, job_id, start_time)).fetchone()
+    return row[0] if row and row[0] is not None else None
