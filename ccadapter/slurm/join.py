@@ -32,7 +32,7 @@ def placeholder_record(rec: SacctRecord) -> bool:
     return bool(rec.start_time) and not rec.partition
 
 
-def _shrunk_since(rec: SacctRecord, ctl: ControllerJob) -> bool:
+def _allocation_changed(rec: SacctRecord, ctl: ControllerJob) -> bool:
     """A job resized since it started holds another allocation in slurmctld than slurmdbd's
     record of its start names (a resize folded into the run, :mod:`ccadapter.slurm.resize`,
     or one between the two reads: seen on 22.05 within a poll of the resize). The run keeps
@@ -50,7 +50,7 @@ def build_job(rec: SacctRecord, ctl: ControllerJob | None, script: str,
         rec = dataclasses.replace(rec, name=ctl.name, partition=ctl.partition,
                                   account=ctl.account or rec.account,
                                   time_limit=ctl.time_limit)
-    if ctl is not None and ctl.nodes and not _shrunk_since(rec, ctl):
+    if ctl is not None and ctl.nodes and not _allocation_changed(rec, ctl):
         resources = tuple(
             Resource(n.hostname, n.cpu_ids, _accelerators(n.hostname, n.gpu_indices, gpu_patterns))
             for n in ctl.nodes

@@ -7,14 +7,17 @@ read here with commands and formats the product does not use (``sacct -P`` text,
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import hostlist
 
@@ -81,6 +84,18 @@ def testbed_clusters() -> list[Cluster]:
                     c.get("hook_also", ""), c.get("hook_stamps", ""),
                     tuple(c.get("smt_nodes", ())))
             for c in json.loads(out.stdout)]
+
+
+def record_on_each(description: str, record: Callable[[Cluster], Any]) -> None:
+    """A recording script's command line (``--versions 22.05,...``, default: every cluster
+    up): ``record`` on each chosen cluster at once, what each returns printed."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--versions", default="")
+    wanted = set(filter(None, parser.parse_args().versions.split(",")))
+    clusters = [c for c in testbed_clusters() if not wanted or c.short in wanted]
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        for out in pool.map(record, clusters):
+            print(*(out if isinstance(out, list) else [out]))
 
 
 @dataclass

@@ -16,13 +16,11 @@ StartTime and adds ResizeTime.
 
 from __future__ import annotations
 
-import argparse
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ccadapter.slurm.formats.listing import FIELDS
-from tests.integration.workload import Cluster, testbed_clusters
+from tests.integration.workload import Cluster, record_on_each
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -63,14 +61,7 @@ def record(cluster: Cluster, timeout: float = 180) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--versions", default="")
-    args = parser.parse_args()
-    wanted = set(filter(None, args.versions.split(",")))
-    clusters = [c for c in testbed_clusters() if not wanted or c.short in wanted]
-    with ThreadPoolExecutor(len(clusters)) as pool:
-        for paths in pool.map(record, clusters):
-            print(*paths)
+    record_on_each(__doc__.split("\n\n")[0], record)
 
 
 if __name__ == "__main__":
