@@ -13,13 +13,26 @@ one's end, and have been sent one start (201) and one stop (200) for it, nothing
   resize): before issue 46, a second run refused by cc-backend and a first never stopped.
   Held with the two nodes it started with.
 - ``suspend``: ``scontrol suspend``, 5 s later ``resume``. Its duration in cc-backend is the
-  wall time from start to end, suspension included (Slurm's Elapsed is the same; README).
+  wall time from start to end, suspension included (Slurm's Elapsed leaves the suspension
+  out, sacct's Suspended says how long; README).
 - ``hold``: submitted held (``--hold``), released 3 s later: one run, from its release on.
 - ``timelimit``: its time limit raised while it runs (``scontrol update TimeLimit=``).
 - ``kill``: ``scancel --signal=KILL --full`` while it runs, the batch shell too (it ends as
   Slurm says: cancelled or failed).
 - ``never``: a dependency that can never be met (``afterok`` on a job that failed), then
   ``scancel``: it never ran, so cc-backend holds nothing of it and was sent nothing.
+- ``partition``: submitted held to "debug", moved to "gpu" (``scontrol update Partition=``),
+  released: held in partition gpu.
+- ``deadline``: waits for GPUs another job holds until its ``--deadline`` leaves no room for
+  its time limit: slurmctld ends it DEADLINE without a run; nothing held, nothing sent.
+- ``array``: ``--array=0-3%2``; ``scancel`` of task 1 while it runs and of tasks 2-3 while
+  they wait: tasks 0 and 1 held (completed, cancelled), nothing of the rest.
+- ``preempt-*`` and ``urgent``: partition-priority preemption (the test bed's slurm.conf):
+  "urgent" asks for all of node 4 and preempts a job of each low partition, by its mode:
+  REQUEUE (its first run held preempted, the second refused by cc-backend's one-run-a-day
+  rule: one start, no stop; restarted at once with ``scontrol update StartTime=now`` instead
+  of Slurm's two-minute requeue delay), CANCEL (held preempted), SUSPEND (resumed when
+  "urgent" ends; held completed, suspension in its duration).
 """
 
 from __future__ import annotations
@@ -44,31 +57,80 @@ pytestmark = pytest.mark.integration
 
 PATHS = ("hook", "poll")
 CC_STATE = {"COMPLETED": "completed", "FAILED": "failed", "CANCELLED": "cancelled",
-            "TIMEOUT": "timeout"}
+            "TIMEOUT": "timeout", "PREEMPTED": "preempted", "REQUEUED": "preempted",
+            "REQUEUE_HOLD": "preempted", "NODE_FAIL": "node_fail", "DEADLINE": "deadline"}
 
 
-def records(cluster: Cluster, job: int) -> list[tuple[int, int, str, str]]:
-    """(start, end, state, nodes) of each of slurmdbd's records of the job, epoch times (0:
-    unset), in order."""
+@dataclass(frozen=True)
+class Record:
+    """One of slurmdbd's records of a job (``sacct -X --duplicates``), epoch times (0: unset)."""
+
+    job: int  # JobIDRaw: an array task's own id
+    start: int
+    end: int
+    state: str
+    nodes: str
+    suspended: int  # seconds
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.start) and self.nodes not in ("", "None assigned")
+
+
+def seconds(text: str) -> int:
+    """sacct's ``[D-]HH:MM:SS`` -> seconds."""
+    days, _, clock = text.rpartition("-")
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total + int(days or 0) * 86400
+
+
+def records(cluster: Cluster, job: int) -> dict[int, list[Record]]:
+    """slurmdbd's records of the job, by its own id (each task of an array has one), in
+    order."""
     out = cluster.run("env", "SLURM_TIME_FORMAT=%s", "sacct", "-X", "-n", "-P", "--duplicates",
-                      "-j", str(job), "-o", "Start,End,State,NodeList")
-    rows = []
+                      "-j", str(job), "-o", "JobIDRaw,Start,End,State,NodeList,Suspended")
+    by_id: dict[int, list[Record]] = {}
     for line in out.splitlines():
-        start, end, state, nodes = line.split("|")
-        rows.append((int(start) if start.isdigit() else 0, int(end) if end.isdigit() else 0,
-                     state.split()[0], nodes))
-    return sorted(rows)
+        raw, start, end, state, nodes, suspended = line.split("|")
+        by_id.setdefault(int(raw), []).append(Record(
+            int(raw), int(start) if start.isdigit() else 0, int(end) if end.isdigit() else 0,
+            state.split()[0], nodes, seconds(suspended)))
+    return {raw: sorted(recs, key=lambda r: (r.start or r.end, r.end))
+            for raw, recs in sorted(by_id.items())}
+
+
+def runs(recs: list[Record]) -> list[list[Record]]:
+    """The job's runs, as cc-backend should hold them: a RESIZING record and the record of the
+    resize are one run (issue 46); every other record that ran is a run of its own."""
+    out: list[list[Record]] = []
+    group: list[Record] = []
+    for rec in recs:
+        if not rec.ran:
+            continue
+        group.append(rec)
+        if rec.state != "RESIZING":
+            out.append(group)
+            group = []
+    if group:
+        out.append(group)
+    return out
+
+
+def squeue(cluster: Cluster, job: int, fields: str = "%T") -> str:
+    return cluster.run("squeue", "-h", "-j", str(job), "-o", fields, check=False).strip()
 
 
 def squeue_state(cluster: Cluster, job: int) -> str:
-    return cluster.run("squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip()
+    return squeue(cluster, job)
 
 
 def running(cluster: Cluster, job: int) -> None:
     try:
         wait_for(lambda: squeue_state(cluster, job) == "RUNNING", 90, f"job {job} runs")
     except TimeoutError:
-        queue = cluster.run("squeue", "-h", "-o", "%i %j %T %r %N", check=False)
+        queue = cluster.run("squeue", "-h", "-o", "%i %j %P %T %r %N", check=False)
         raise TimeoutError(f"{cluster.name}: job {job} does not run:\n{queue}") from None
 
 
@@ -77,21 +139,27 @@ def submit(cluster: Cluster, name: str, *args: str) -> int:
                            *args).strip().split(";")[0])
 
 
+Jobs = dict[str, int]  # row name (or a helper job's) -> job id
+
+
 @dataclass(frozen=True)
 class Row:
     name: str
     args: tuple[str, ...]
-    act: Callable[[Cluster, int], None]  # what the test does to the job, once submitted
-    started: bool = True  # whether the job ever runs
+    act: Callable[[Cluster, Jobs, int], None]  # what the test does to the job, once submitted
+    # the runs slurmdbd records of each of the job's own ids (an array's tasks: each its own),
+    # in id order: 0 it never ran, 2 a later run (which cc-backend refuses: one start, no stop)
+    runs: tuple[int, ...] = (1,)
+    check: Callable[[dict, list[Record]], None] | None = None  # more of what cc-backend holds
 
 
-def act_resize(cluster: Cluster, job: int) -> None:
+def act_resize(cluster: Cluster, jobs: Jobs, job: int) -> None:
     running(cluster, job)
     time.sleep(4)  # both daemons hold its start
     cluster.run("scontrol", "update", f"JobId={job}", "NumNodes=1")
 
 
-def act_suspend(cluster: Cluster, job: int) -> None:
+def act_suspend(cluster: Cluster, jobs: Jobs, job: int) -> None:
     running(cluster, job)
     time.sleep(3)
     cluster.run("scontrol", "suspend", str(job))
@@ -99,36 +167,113 @@ def act_suspend(cluster: Cluster, job: int) -> None:
     cluster.run("scontrol", "resume", str(job))
 
 
-def act_hold(cluster: Cluster, job: int) -> None:
+def act_release(cluster: Cluster, jobs: Jobs, job: int) -> None:
     time.sleep(3)
     cluster.run("scontrol", "release", str(job))
 
 
-def act_timelimit(cluster: Cluster, job: int) -> None:
+def act_timelimit(cluster: Cluster, jobs: Jobs, job: int) -> None:
     running(cluster, job)
     cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=20")
 
 
-def act_kill(cluster: Cluster, job: int) -> None:
+def act_kill(cluster: Cluster, jobs: Jobs, job: int) -> None:
     running(cluster, job)
     time.sleep(3)
     cluster.run("scancel", "--signal=KILL", "--full", str(job))
 
 
-def act_never(cluster: Cluster, job: int) -> None:
+def act_never(cluster: Cluster, jobs: Jobs, job: int) -> None:
     time.sleep(8)  # its dependency failed meanwhile: it waits for ever
     assert squeue_state(cluster, job) == "PENDING"
     cluster.run("scancel", str(job))
 
 
+def act_partition(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    time.sleep(2)
+    cluster.run("scontrol", "update", f"JobId={job}", "Partition=gpu")
+    cluster.run("scontrol", "release", str(job))
+
+
+def act_deadline(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """It waits for both GPUs of the gpu node, which "lc-gpus" holds, until slurmctld removes
+    it: its deadline leaves no room for its time limit (``--deadline``: "start > (deadline -
+    time[-min])")."""
+    wait_for(lambda: squeue_state(cluster, job) == "", 120, f"job {job} removed at its deadline")
+
+
+def act_array(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """Tasks 0 and 1 run (the throttle lets two run), 1 is cancelled while it runs, 2 and 3
+    while they wait."""
+    wait_for(lambda: {"0 RUNNING", "1 RUNNING"} <= set(squeue(cluster, job, "%K %T").splitlines()),
+             90, f"array {job}: tasks 0 and 1 run")
+    time.sleep(3)
+    cluster.run("scancel", f"{job}_1", f"{job}_[2-3]")
+
+
+def act_preempted(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    running(cluster, job)  # "urgent" preempts it, once the three preemptable jobs run
+
+
+def act_preempted_requeue(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    running(cluster, job)
+    wait_for(lambda: squeue_state(cluster, job) == "PENDING", 90, f"job {job} preempted")
+    # Slurm holds a requeued job back two minutes (BeginTime); an administrator may not wait
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def act_urgent(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """Released once the three preemptable jobs run on node 4 and the daemons hold them: it
+    asks for all of node 4's cores."""
+    for low in ("preempt-requeue", "preempt-cancel", "preempt-suspend"):
+        running(cluster, jobs[low])
+    time.sleep(4)
+    cluster.run("scontrol", "release", str(job))
+
+
+def resized_on_two(held: dict, recs: list[Record]) -> None:
+    assert recs[0].state == "RESIZING" and len(recs) == 2, recs
+    assert held["numNodes"] == 2  # the allocation it started with (README)
+
+
+def suspended_in_wall_time(held: dict, recs: list[Record]) -> None:
+    (rec,) = recs
+    assert rec.suspended >= 3, recs  # Slurm's Elapsed leaves it out; cc-backend's duration not
+    assert held["duration"] == rec.end - rec.start
+
+
+def in_gpu_partition(held: dict, recs: list[Record]) -> None:
+    assert held["partition"] == "gpu", held["partition"]
+
+
 ROWS = (
-    Row("resize", ("-N2", "-t", "5", "--wrap", "sleep 20"), act_resize),
-    Row("suspend", ("-t", "5", "--wrap", "sleep 15"), act_suspend),
-    Row("hold", ("--hold", "-t", "5", "--wrap", "sleep 4"), act_hold),
+    Row("resize", ("-N2", "-t", "5", "--wrap", "sleep 20"), act_resize, check=resized_on_two),
+    Row("suspend", ("-t", "5", "--wrap", "sleep 15"), act_suspend,
+        check=suspended_in_wall_time),
+    Row("hold", ("--hold", "-t", "5", "--wrap", "sleep 4"), act_release),
     Row("timelimit", ("-t", "5", "--wrap", "sleep 8"), act_timelimit),
     Row("kill", ("-t", "5", "--wrap", "sleep 60"), act_kill),
-    Row("never", ("-t", "5", "--wrap", "sleep 1"), act_never, started=False),
+    Row("never", ("-t", "5", "--wrap", "sleep 1"), act_never, runs=(0,)),
+    Row("partition", ("--hold", "-t", "5", "--wrap", "sleep 4"), act_partition,
+        check=in_gpu_partition),
+    Row("deadline", ("-p", "gpu", "--gres=gpu:tesla:2", "-t", "1", "--deadline=now+80",
+                     "--wrap", "sleep 1"), act_deadline, runs=(0,)),
+    Row("array", ("--array=0-3%2", "-t", "5", "--wrap", "sleep 10"), act_array,
+        runs=(0, 1, 1)),
+    Row("preempt-requeue", ("-p", "lowrequeue", "-t", "5", "--wrap", "sleep 30"),
+        act_preempted_requeue, runs=(2,)),
+    Row("preempt-cancel", ("-p", "lowcancel", "-t", "5", "--wrap", "sleep 60"), act_preempted),
+    Row("preempt-suspend", ("-p", "lowsuspend", "-t", "5", "--wrap", "sleep 20"),
+        act_preempted, check=suspended_in_wall_time),
+    Row("urgent", ("-p", "urgent", "-c", "16", "--hold", "-t", "5", "--wrap", "sleep 6"),
+        act_urgent),
 )
+
+def unlike(cc: CcBackend, cluster: Cluster, expected: dict[int, str]) -> dict[int, list]:
+    """The jobs cc-backend does not hold once in the state expected: job -> its states there."""
+    held = cc.jobs(cluster.name)
+    got = {job: [j["jobState"] for j in held if j["jobId"] == job] for job in expected}
+    return {job: states for job, states in got.items() if states != [expected[job]]}
 
 
 def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
@@ -145,42 +290,49 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
         daemons["poll"].wait_listening()
         ccs = {"hook": hook_cc, "poll": poll_cc}
         try:
-            failed = submit(cluster, "lc-fails", "-t", "5", "--wrap", "exit 1")
-            jobs = {}
+            jobs: Jobs = {
+                "lc-fails": submit(cluster, "lc-fails", "-t", "5", "--wrap", "exit 1"),
+                "lc-gpus": submit(cluster, "lc-gpus", "-p", "gpu", "--gres=gpu:tesla:2", "-t",
+                                  "5", "--wrap", "sleep 50")}
+            running(cluster, jobs["lc-gpus"])  # before "deadline" asks for its GPUs
             for row in ROWS:
-                extra = (f"--dependency=afterok:{failed}",) if row.name == "never" else ()
+                extra = (f"--dependency=afterok:{jobs['lc-fails']}",) if row.name == "never" else ()
                 jobs[row.name] = submit(cluster, f"lc-{row.name}", *extra, *row.args)
             with ThreadPoolExecutor(len(ROWS)) as pool:  # each row's acts at once
-                for done in [pool.submit(row.act, cluster, jobs[row.name]) for row in ROWS]:
+                for done in [pool.submit(row.act, cluster, jobs, jobs[row.name])
+                             for row in ROWS]:
                     done.result()
-            ids = [*jobs.values(), failed]
-            wait_for(lambda: all(squeue_state(cluster, j) == "" for j in ids), 180,
+            wait_for(lambda: all(squeue_state(cluster, j) == "" for j in jobs.values()), 240,
                      "every row's job ended")
-            wait_for(lambda: all(r[1] for j in ids for r in records(cluster, j)), 60,
+            wait_for(lambda: all(r.end for j in jobs.values()
+                                 for recs in records(cluster, j).values() for r in recs), 60,
                      "slurmdbd holds every row's end")
-            truth = {name: records(cluster, job) for name, job in jobs.items()}
-            ran = {name: job for name, job in jobs.items()
-                   if next(r for r in ROWS if r.name == name).started}
-            for path, cc in ccs.items():
-                wait_for(lambda cc=cc: all(
-                    [j["jobState"] for j in cc.jobs(cluster.name) if j["jobId"] == job]
-                    == [CC_STATE[truth[name][-1][2]]] for name, job in ran.items()), 90,
-                    f"{path}: cc-backend holds every row's job ended")
+            truth = {row.name: records(cluster, jobs[row.name]) for row in ROWS}
+            expected = {job: CC_STATE[ran[0][-1].state] for tasks in truth.values()
+                        for job, recs in tasks.items() if (ran := runs(recs))}
+            row_of = {job: row for row, tasks in truth.items() for job in tasks}
+            awaited = {path: {job: state for job, state in expected.items()
+                              if (row_of[job], path) not in KNOWN_WRONG} for path in ccs}
+            until = time.time() + 90  # then each row's test says what is wrong
+            while time.time() < until and any(unlike(cc, cluster, awaited[path])
+                                              for path, cc in ccs.items()):
+                time.sleep(0.5)
             time.sleep(12)  # two more poll cycles: nothing else is sent
             out: dict = {"jobs": jobs, "truth": truth}
             for path, cc in ccs.items():
                 held = cc.jobs(cluster.name)
-                out[path] = {name: {
+                out[path] = {job: {
                     "held": [j for j in held if j["jobId"] == job],
                     "starts": [r.status for r in cc.requests(START)
                                if r.body and r.body.get("jobId") == job],
                     "stops": [r.status for r in cc.requests(STOP)
                               if r.body and r.body.get("jobId") == job]}
-                    for name, job in jobs.items()}
+                    for tasks in truth.values() for job in tasks}
                 out[path]["log"] = daemons[path].log.read_text()
         finally:
             for daemon in daemons.values():
                 daemon.terminate()
+            cluster.run("scancel", *map(str, jobs.values()), check=False)
     return out
 
 
@@ -190,29 +342,51 @@ def lifecycles(testbed, tmp_path_factory) -> dict:
     return each_at_once(lifecycle_run, clusters, tmp_path_factory, "lifecycle")
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("row", [r.name for r in ROWS])
-@pytest.mark.parametrize("version", HEAVY_VERSIONS)
+# Found by the matrix, not fixed yet (issue 46): at the EpilogSlurmctld of a run preempted
+# and requeued, slurmctld already shows the next run (COMPLETING, Restarts=1, StartTime the
+# requeue's moment); the fast path sends that as a start of its own, cc-backend holds it
+# running beside the real runs (it checks its one-run-a-day rule against ended jobs only),
+# and the first run waits for the poll. The poll alone is right.
+KNOWN_WRONG = {("preempt-requeue", "hook")}
+
+
+def cases():
+    for version in HEAVY_VERSIONS:
+        for row in ROWS:
+            for path in PATHS:
+                marks = [pytest.mark.xfail(strict=True, reason="issue 46: the fast path "
+                                           "takes a requeued run's epilog for a new start")
+                         ] if (row.name, path) in KNOWN_WRONG else []
+                yield pytest.param(version, row.name, path, marks=marks,
+                                   id=f"{version}-{row.name}-{path}")
+
+
+@pytest.mark.parametrize(("version", "row", "path"), list(cases()))
 def test_each_lifecycle_is_held_as_slurm_ran_it(lifecycles, version, row, path):
     run = lifecycles[version]
     if isinstance(run, Exception):
         raise run
     spec = next(r for r in ROWS if r.name == row)
-    truth, got = run["truth"][row], run[path][row]
+    truth = run["truth"][row]
     assert "Traceback" not in run[path]["log"]
-    if not spec.started:
-        assert all(r[0] == 0 or not r[3] or r[3] == "None assigned" for r in truth), truth
-        assert got == {"held": [], "starts": [], "stops": []}, got
-        return
-    first, last = truth[0], truth[-1]
-    (held,) = got["held"]
-    assert held["jobState"] == CC_STATE[last[2]], (held["jobState"], truth)
-    assert held["startTime"] == first[0], (held["startTime"], truth)
-    assert held["duration"] == last[1] - first[0], (held["duration"], truth)
-    assert got["starts"] == [201] and got["stops"] == [200], got
-    if row == "resize":
-        assert first[2] == "RESIZING" and len(truth) == 2, truth
-        assert held["numNodes"] == 2  # the allocation it started with (README)
-    print(f"\n{version} {row} {path}: job {run['jobs'][row]} records {truth}: held "
-          f"{held['jobState']} from {held['startTime']} for {held['duration']} s on "
-          f"{held['numNodes']} node(s); starts {got['starts']} stops {got['stops']}")
+    assert tuple(len(runs(recs)) for recs in truth.values()) == spec.runs, truth
+    for job, recs in truth.items():
+        got = run[path][job]
+        ran = runs(recs)
+        if not ran:  # never ran: nothing held, nothing sent
+            assert got == {"held": [], "starts": [], "stops": []}, (job, got)
+            continue
+        first = ran[0]  # what cc-backend holds; a later run is refused by its 24 h rule
+        (held,) = got["held"]
+        assert held["jobState"] == CC_STATE[first[-1].state], (held["jobState"], recs)
+        assert held["startTime"] == first[0].start, (held["startTime"], recs)
+        assert held["duration"] == first[-1].end - first[0].start, (held["duration"], recs)
+        assert got["starts"] == [201] + [422] * (len(ran) - 1), (job, got)
+        assert got["stops"] == [200], (job, got)
+        if spec.check:
+            spec.check(held, recs)
+        print(f"\n{version} {row} {path}: job {job} records "
+              f"{[(r.state, r.start, r.end, r.nodes) for r in recs]}: held {held['jobState']} "
+              f"from {held['startTime']} for {held['duration']} s on {held['numNodes']} "
+              f"node(s), partition {held['partition']}; starts {got['starts']} stops "
+              f"{got['stops']}")
