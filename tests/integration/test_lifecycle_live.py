@@ -46,6 +46,7 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from ccadapter.slurm.formats.values import slurm_duration
 from tests.ccbackend import START, STOP, CcBackend
 from tests.conftest import HEAVY_VERSIONS
 from tests.integration.conftest import each_at_once
@@ -77,15 +78,6 @@ class Record:
         return bool(self.start) and self.nodes not in ("", "None assigned")
 
 
-def seconds(text: str) -> int:
-    """sacct's ``[D-]HH:MM:SS`` -> seconds."""
-    days, _, clock = text.rpartition("-")
-    total = 0
-    for part in clock.split(":"):
-        total = total * 60 + int(part)
-    return total + int(days or 0) * 86400
-
-
 def records(cluster: Cluster, job: int) -> dict[int, list[Record]]:
     """slurmdbd's records of the job, by its own id (each task of an array has one), in
     order."""
@@ -96,7 +88,7 @@ def records(cluster: Cluster, job: int) -> dict[int, list[Record]]:
         raw, start, end, state, nodes, suspended = line.split("|")
         by_id.setdefault(int(raw), []).append(Record(
             int(raw), int(start) if start.isdigit() else 0, int(end) if end.isdigit() else 0,
-            state.split()[0], nodes, seconds(suspended)))
+            state.split()[0], nodes, slurm_duration(suspended)))
     return {raw: sorted(recs, key=lambda r: (r.start or r.end, r.end))
             for raw, recs in sorted(by_id.items())}
 
@@ -122,13 +114,9 @@ def squeue(cluster: Cluster, job: int, fields: str = "%T") -> str:
     return cluster.run("squeue", "-h", "-j", str(job), "-o", fields, check=False).strip()
 
 
-def squeue_state(cluster: Cluster, job: int) -> str:
-    return squeue(cluster, job)
-
-
 def running(cluster: Cluster, job: int) -> None:
     try:
-        wait_for(lambda: squeue_state(cluster, job) == "RUNNING", 90, f"job {job} runs")
+        wait_for(lambda: squeue(cluster, job) == "RUNNING", 90, f"job {job} runs")
     except TimeoutError:
         queue = cluster.run("squeue", "-h", "-o", "%i %j %P %T %r %N", check=False)
         raise TimeoutError(f"{cluster.name}: job {job} does not run:\n{queue}") from None
@@ -185,7 +173,7 @@ def act_kill(cluster: Cluster, jobs: Jobs, job: int) -> None:
 
 def act_never(cluster: Cluster, jobs: Jobs, job: int) -> None:
     time.sleep(8)  # its dependency failed meanwhile: it waits for ever
-    assert squeue_state(cluster, job) == "PENDING"
+    assert squeue(cluster, job) == "PENDING"
     cluster.run("scancel", str(job))
 
 
@@ -199,7 +187,7 @@ def act_deadline(cluster: Cluster, jobs: Jobs, job: int) -> None:
     """It waits for both GPUs of the gpu node, which "lc-gpus" holds, until slurmctld removes
     it: its deadline leaves no room for its time limit (``--deadline``: "start > (deadline -
     time[-min])")."""
-    wait_for(lambda: squeue_state(cluster, job) == "", 120, f"job {job} removed at its deadline")
+    wait_for(lambda: squeue(cluster, job) == "", 120, f"job {job} removed at its deadline")
 
 
 def act_array(cluster: Cluster, jobs: Jobs, job: int) -> None:
@@ -217,7 +205,7 @@ def act_preempted(cluster: Cluster, jobs: Jobs, job: int) -> None:
 
 def act_preempted_requeue(cluster: Cluster, jobs: Jobs, job: int) -> None:
     running(cluster, job)
-    wait_for(lambda: squeue_state(cluster, job) == "PENDING", 90, f"job {job} preempted")
+    wait_for(lambda: squeue(cluster, job) == "PENDING", 90, f"job {job} preempted")
     # Slurm holds a requeued job back two minutes (BeginTime); an administrator may not wait
     cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
@@ -302,7 +290,7 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
                 for done in [pool.submit(row.act, cluster, jobs, jobs[row.name])
                              for row in ROWS]:
                     done.result()
-            wait_for(lambda: all(squeue_state(cluster, j) == "" for j in jobs.values()), 240,
+            wait_for(lambda: all(squeue(cluster, j) == "" for j in jobs.values()), 240,
                      "every row's job ended")
             wait_for(lambda: all(r.end for j in jobs.values()
                                  for recs in records(cluster, j).values() for r in recs), 60,
