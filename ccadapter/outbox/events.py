@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from ccadapter.model import EventKind
-from ccadapter.outbox.queue import EVENTS, NOT_HELD_ROWS, NOTIFY, DeliveryQueue, DeliveryStatus
+from ccadapter.outbox.queue import (
+    EVENTS,
+    NOT_HELD,
+    NOT_HELD_ROWS,
+    NOTIFY,
+    DeliveryQueue,
+    DeliveryStatus,
+)
 from ccadapter.outbox.retention import compact
 from ccadapter.outbox.store import (
     Store,
@@ -84,9 +91,12 @@ class Outbox:
         return DeliveryQueue(self.store, NOTIFY, self.backoff)
 
     def _owe_notification(self, db: sqlite3.Connection, event_id: int) -> None:
+        """NATS hears what cc-backend took: not a run it refused (its start noted
+        ``NOT_HELD``, and its stop, which went into the held run's metaData)."""
         if self.notify:
             db.execute("INSERT OR IGNORE INTO notify (event_id) SELECT id FROM events "
-                       "WHERE id = ? AND kind IN ('start', 'stop')", (event_id,))
+                       "WHERE id = ? AND kind IN ('start', 'stop') "
+                       "AND coalesce(last_error, '') NOT LIKE ?", (event_id, f"{NOT_HELD}%"))
 
     # --- writers -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import ccadapter.outbox as outbox_package
-from ccadapter.outbox import DeliveryStatus, NewEvent, Outbox, Result, admin
+from ccadapter.outbox import NOT_HELD, DeliveryStatus, NewEvent, Outbox, Result, admin
 
 
 class Clock:
@@ -187,6 +187,23 @@ def test_notifications_are_owed_only_for_delivered_starts_and_stops(tmp_path, cl
     clock.now += 10_000
     assert len(queue.due()) == 1
     assert admin.stats(box.store)["notify"] == {"delivered": 1, "pending": 1}
+    box.close()
+
+
+def test_a_run_cc_backend_refused_is_not_announced(tmp_path, clock):
+    """NATS carries what cc-backend took: a later run it refused (start noted not held, stop
+    put into the held run's metaData) is no message; the run it holds is."""
+    box = Outbox(tmp_path / "n.sqlite", clock=clock, notify=True)
+    box.enqueue([start(1, t=100), stop(1, t=100), start(1, t=200), stop(1, t=200)])
+    while due := box.queue.due():  # one event of a job id at a time
+        box.queue.record([Result(e.id, DeliveryStatus.DELIVERED,
+                                 f"{NOT_HELD}cc-backend holds the run of 100" if
+                                 e.start_time == 200 else "") for e in due])
+    announced = []
+    while due := box.notifications().due():
+        announced += [(e.start_time, e.kind) for e in due]
+        box.notifications().record([Result(e.id, DeliveryStatus.DELIVERED) for e in due])
+    assert announced == [(100, "start"), (100, "stop")]
     box.close()
 
 
