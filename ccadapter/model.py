@@ -175,6 +175,9 @@ class Job(Ownership):
     allocation_known: bool = False  # True when hwthreads came from slurmctld
     het_components: tuple[HetComponent, ...] = ()  # by offset; empty: not a het job
     energy: int | None = None  # joules consumed, from slurmdbd; None when not accounted
+    # slurmctld's Restarts= (slurmdbd keeps no count): a record of a requeued job whose
+    # epilog runs shows the next run's numbers, not the run that ended (prep.fastpath)
+    restarts: int = 0
 
     @property
     def started(self) -> bool:

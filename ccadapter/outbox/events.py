@@ -91,8 +91,7 @@ class Outbox:
         return DeliveryQueue(self.store, NOTIFY, self.backoff)
 
     def _owe_notification(self, db: sqlite3.Connection, event_id: int) -> None:
-        """NATS hears what cc-backend took: not a run it refused (its start noted
-        ``NOT_HELD``, and its stop, which went into the held run's metaData)."""
+        """NATS hears what cc-backend took: no run it refused (start and stop NOT_HELD)."""
         if self.notify:
             db.execute("INSERT OR IGNORE INTO notify (event_id) SELECT id FROM events "
                        "WHERE id = ? AND kind IN ('start', 'stop') "

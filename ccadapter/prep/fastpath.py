@@ -52,6 +52,7 @@ from ccadapter.outbox import Outbox
 from ccadapter.prep.admission import LANE, Admission, StrangerLane
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
+from ccadapter.prep.requeued import ended_runs, requeued_record
 from ccadapter.prep.shares import Shares
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
@@ -84,15 +85,10 @@ class FastPath:
         (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does.
         ``slots``: how many parts are asked of slurmctld at once (:meth:`_take`).
         ``shares``: what senders may cost slurmctld, shared by every cluster's fast path."""
-        self.collector = collector
-        self.outbox = outbox
-        self.wake = wake
-        self.ignore = ignore
+        self.collector, self.outbox, self.wake, self.ignore = collector, outbox, wake, ignore
         self.retry = retry or RetryPolicies().fast_path
-        self.max_pending = max_pending
-        self.coalesce = coalesce
-        self.start_settle = start_settle
-        self.burst = burst
+        self.max_pending, self.coalesce = max_pending, coalesce
+        self.start_settle, self.burst = start_settle, burst
         self.slots = max(1, slots)
         self.guard = guard or JobIdGuard()
         self.admission = Admission(outbox, self.guard, shares or Shares())
@@ -101,9 +97,8 @@ class FastPath:
         self._later: list[tuple[float, int, HookEvent, int]] = []  # (due, id, event, attempts)
         self._asked: set[int] = set()  # the ids of the parts being asked
         self._free = self.slots  # slots not asking
-        self._abandoned = False  # a stop gave up waiting: late answers are not stored
+        self._abandoned = self._stopping = False  # abandoned: late answers are not stored
         self._cond = threading.Condition()
-        self._stopping = False
         # logs (and the thread) name the cluster where one daemon serves several
         cluster = getattr(collector, "cluster", None)
         self.name = f"fast path[{cluster}]" if cluster else "fast path"
@@ -115,9 +110,7 @@ class FastPath:
         self._asking = ThreadPoolExecutor(self.slots, f"{self._thread.name}-ask")
         # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
         self._scripts = ThreadPoolExecutor(self.slots, f"{self._thread.name}-scripts")
-        self.on_received = on_received
-        self.on_drop = on_drop
-        self.on_unknown = on_unknown
+        self.on_received, self.on_drop, self.on_unknown = on_received, on_drop, on_unknown
 
     def start(self) -> FastPath:
         self._lane.start()
@@ -259,11 +252,15 @@ class FastPath:
         log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
         events, retried = [], set()
+        requeued: list[tuple[Job, int]] = []
         for job in jobs:
             told = [part[i] for i in job.slurm_ids if i in part]  # components: several
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
+            if HookEvent.END in wanted and requeued_record(job, self.outbox):
+                requeued.append((job, attempts))
+                continue
             again = None
             if HookEvent.END in wanted and not job.finished:
                 again = HookEvent.END
@@ -275,6 +272,12 @@ class FastPath:
             if again is not None and self._retry(job.job_id, ids, again, attempts):
                 retried.add(job.job_id)
             events.extend(events_for(job, self.ignore))
+        if requeued:
+            found, unended = ended_runs(self.collector, [job for job, _ in requeued])
+            events.extend(e for run in found for e in events_for(run, self.ignore))
+            retried.update(job.job_id for job, n in requeued if job.job_id in unended and
+                           self._retry(job.job_id, [i for i in job.slurm_ids if i in part],
+                                       HookEvent.END, n))  # its end not in slurmdbd yet
         self.guard.answered((i for job in jobs for i in job.slurm_ids), missing)
         if missing and self.on_unknown:
             self.on_unknown(missing)

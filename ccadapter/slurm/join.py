@@ -118,6 +118,7 @@ def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
         array_task_id=ctl.array_task_id, exit_code=ctl.exit_code, slurm_info=ctl.text,
         allocation_known=bool(ctl.nodes),
         het_components=_component(ctl.job_id, ctl.het_job_id, ctl.het_offset),
+        restarts=ctl.restarts,
     )
 
 

@@ -298,12 +298,9 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
             truth = {row.name: records(cluster, jobs[row.name]) for row in ROWS}
             expected = {job: CC_STATE[ran[0][-1].state] for tasks in truth.values()
                         for job, recs in tasks.items() if (ran := runs(recs))}
-            row_of = {job: row for row, tasks in truth.items() for job in tasks}
-            awaited = {path: {job: state for job, state in expected.items()
-                              if (row_of[job], path) not in KNOWN_WRONG} for path in ccs}
             until = time.time() + 90  # then each row's test says what is wrong
-            while time.time() < until and any(unlike(cc, cluster, awaited[path])
-                                              for path, cc in ccs.items()):
+            while time.time() < until and any(unlike(cc, cluster, expected)
+                                              for cc in ccs.values()):
                 time.sleep(0.5)
             time.sleep(12)  # two more poll cycles: nothing else is sent
             out: dict = {"jobs": jobs, "truth": truth}
@@ -330,23 +327,11 @@ def lifecycles(testbed, tmp_path_factory) -> dict:
     return each_at_once(lifecycle_run, clusters, tmp_path_factory, "lifecycle")
 
 
-# Found by the matrix, not fixed yet (issue 46): at the EpilogSlurmctld of a run preempted
-# and requeued, slurmctld already shows the next run (COMPLETING, Restarts=1, StartTime the
-# requeue's moment); the fast path sends that as a start of its own, cc-backend holds it
-# running beside the real runs (it checks its one-run-a-day rule against ended jobs only),
-# and the first run waits for the poll. The poll alone is right.
-KNOWN_WRONG = {("preempt-requeue", "hook")}
-
-
 def cases():
     for version in HEAVY_VERSIONS:
         for row in ROWS:
             for path in PATHS:
-                marks = [pytest.mark.xfail(strict=True, reason="issue 46: the fast path "
-                                           "takes a requeued run's epilog for a new start")
-                         ] if (row.name, path) in KNOWN_WRONG else []
-                yield pytest.param(version, row.name, path, marks=marks,
-                                   id=f"{version}-{row.name}-{path}")
+                yield pytest.param(version, row.name, path, id=f"{version}-{row.name}-{path}")
 
 
 @pytest.mark.parametrize(("version", "row", "path"), list(cases()))

@@ -1,5 +1,6 @@
 """Record a requeued job's runs as ``sacct --json`` prints them, into
-tests/fixtures/<version>/sacct-requeued.json.
+tests/fixtures/<version>/sacct-requeued.json, and slurmctld's record of it just after the
+requeue, into tests/fixtures/<version>/scontrol-requeued.txt.
 
 Run as root with the test bed up:  .venv/bin/python -m tests.testbed.record_requeue
 [--versions 22.05,...]
@@ -8,7 +9,8 @@ Each cluster runs ``sleep 20``, requeues it (``scontrol requeue``) while it runs
 second run to end (Slurm holds a requeued job back a couple of minutes: BeginTime), then
 records ``sacct --json -X --allusers --duplicates -j ID``: the first run ended as requeued
 (22.05 and 23.02 write the state ``REQUEUED``; 23.11 on ``["PENDING", "REQUEUED"]``, the base
-state first), the second completed.
+state first), the second completed. slurmctld's record, read right after the requeue, is
+already the next run's: pending (COMPLETING while the epilog runs), ``Restarts=1``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def record(cluster: Cluster, timeout: float = 420) -> Path:
     job = out.strip().split(";")[0]
     time.sleep(6)
     cluster.run("scontrol", "requeue", job)
+    held = cluster.run("scontrol", "show", "job", "-d", job)
     until = time.monotonic() + timeout
     while True:
         states = cluster.run("sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o",
@@ -41,6 +44,7 @@ def record(cluster: Cluster, timeout: float = 420) -> Path:
                                  "-j", job))
     path = FIXTURES / cluster.short / "sacct-requeued.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
+    (FIXTURES / cluster.short / "scontrol-requeued.txt").write_text(held)
     return path
 
 

@@ -83,6 +83,7 @@ class ControllerJob:
     het_job_id: int = 0  # HetJobId= of a het job's component, else 0
     het_offset: int | None = None  # HetJobOffset=
     reboot: bool = False  # Reboot=1: its nodes are rebooted for it (sbatch --reboot)
+    restarts: int = 0  # Restarts=: how often slurmctld requeued it
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,7 @@ def controller_job_from_text(job_id: int, record: str, ctx: ParseContext) -> Con
         het_job_id=het_job_id if het_offset is not None else 0,
         het_offset=het_offset if het_job_id else None,
         reboot=fields.get("Reboot", "0") not in ("0", ""),
+        restarts=decimal(fields.get("Restarts", "")) or 0,
     )
 
 

@@ -1,0 +1,53 @@
+"""The end of a run that Slurm requeued, as the Prolog/Epilog fast path reads it.
+
+When a run is requeued (preempted with ``PreemptMode=REQUEUE``, ``scontrol requeue``, a
+failed PrologSlurmctld, a node that failed), slurmctld counts it in ``Restarts=`` and turns
+the job's record into the next run's at once: while the ended run's EpilogSlurmctld runs,
+``scontrol show job`` shows ``JobState=COMPLETING`` (PENDING with the COMPLETING flag) and
+a StartTime that is the requeue moment, then PENDING. Built into a Job, that record looks
+like a run that started then: sent as a start, cc-backend 1.5.4 holds it running beside the
+real runs (its one-run-a-day check reads ended jobs only), and the run that ended waits for
+the next poll to be stopped. slurmctld no longer knows that run; slurmdbd does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from ccadapter.errors import CcAdapterError
+from ccadapter.model import Job
+from ccadapter.outbox import Outbox
+from ccadapter.slurm.collector import Collector
+
+log = logging.getLogger(__name__)
+
+
+def requeued_record(job: Job, outbox: Outbox) -> bool:
+    """Whether slurmctld's record of a job whose end was announced is a requeued job's,
+    not the run that ended: requeued at least once, not ended, and no start of its run
+    stored (the prolog announced the run that ended, with its own StartTime). A later run
+    that ends normally shows its own StartTime, whose start its prolog stored."""
+    return job.restarts > 0 and not job.finished and not outbox.known_starts(
+        [(job.job_id, job.start_time)], job.cluster)
+
+
+def ended_runs(collector: Collector, jobs: list[Job]) -> tuple[list[Job], set[int]]:
+    """The runs slurmdbd holds of these requeued jobs, and the ids of those it does not
+    show every ended run of yet (slurmctld sends it the end a moment later: ask again).
+    Every requeue ended a run, so ``Restarts=`` says how many to expect. No allocation
+    details are asked of slurmctld: its record holds the next run's now; a run whose start
+    its prolog stored keeps that start (the outbox keeps the first). slurmdbd unreachable:
+    nothing, and every job is asked again (then left to the poll)."""
+    ids = sorted({i for job in jobs for i in job.slurm_ids})
+    try:
+        found = collector.jobs_by_id(ids, starts=())
+    except CcAdapterError as exc:
+        log.warning("fast path: %s; requeued job(s) %s asked again", exc,
+                    ", ".join(map(str, ids[:5])))
+        return [], {job.job_id for job in jobs}
+    ended = Counter(run.job_id for run in found.jobs if run.finished)
+    for job in jobs:
+        log.debug("fast path: job %d requeued (Restarts=%d): %d ended run(s) in slurmdbd",
+                  job.job_id, job.restarts, ended[job.job_id])
+    return found.jobs, {job.job_id for job in jobs if ended[job.job_id] < job.restarts}
