@@ -48,7 +48,7 @@ import pytest
 from ccadapter.runtime.lastrun import LastRun
 from ccadapter.slurm.formats.values import slurm_duration
 from tests.ccbackend import START, STOP, CcBackend
-from tests.conftest import HEAVY_VERSIONS
+from tests.conftest import VERSIONS
 from tests.integration.conftest import each_at_once
 from tests.integration.sync_scenario import DaemonProc, wait_for, write_config
 from tests.integration.test_hook_live import start_daemon
@@ -323,12 +323,12 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def lifecycles(testbed, tmp_path_factory) -> dict:
-    clusters = {v: testbed[v] for v in HEAVY_VERSIONS}
+    clusters = {v: testbed[v] for v in VERSIONS}
     return each_at_once(lifecycle_run, clusters, tmp_path_factory, "lifecycle")
 
 
 def cases():
-    for version in HEAVY_VERSIONS:
+    for version in VERSIONS:
         for row in ROWS:
             for path in PATHS:
                 yield pytest.param(version, row.name, path, id=f"{version}-{row.name}-{path}")
