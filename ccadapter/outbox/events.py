@@ -34,7 +34,7 @@ from typing import Any
 from ccadapter.model import EventKind
 from ccadapter.outbox.queue import (
     EVENTS,
-    NOT_HELD,
+    HELD_ROWS,
     NOT_HELD_ROWS,
     NOTIFY,
     DeliveryQueue,
@@ -94,8 +94,8 @@ class Outbox:
         """NATS hears what cc-backend took: no run it refused (start and stop NOT_HELD)."""
         if self.notify:
             db.execute("INSERT OR IGNORE INTO notify (event_id) SELECT id FROM events "
-                       "WHERE id = ? AND kind IN ('start', 'stop') "
-                       "AND coalesce(last_error, '') NOT LIKE ?", (event_id, f"{NOT_HELD}%"))
+                       f"WHERE id = ? AND kind IN ('start', 'stop') AND {HELD_ROWS}",
+                       (event_id,))
 
     # --- writers -------------------------------------------------------------------------
 
@@ -295,8 +295,8 @@ class Outbox:
             rows = db.execute(
                 "SELECT job_id, start_time, payload FROM events INDEXED BY events_delivered "
                 "WHERE status = 'delivered' AND delivered_at >= ? AND delivered_at < ? AND "
-                "kind = 'stop' AND cluster = ? AND coalesce(last_error, '') NOT LIKE "
-                "'not held: %'", (since, until, cluster)).fetchall()
+                f"kind = 'stop' AND cluster = ? AND {HELD_ROWS}", (since, until, cluster)
+            ).fetchall()
         return {(j, s): (json.loads(p).get("stop") or {}) if p else {} for j, s, p in rows}
 
     def reopen_start(self, cluster: str, job_id: int, start_time: int, kind: str = "start"
@@ -355,7 +355,6 @@ def run_held_instead(store: Store, cluster: str, job_id: int, start_time: int
             return None
         row = db.execute(
             "SELECT max(start_time) FROM events WHERE cluster = ? AND job_id = ? AND "
-            "kind = 'start' AND status = 'delivered' AND start_time < ? AND "
-            "coalesce(last_error, '') NOT LIKE 'not held: %'",
+            f"kind = 'start' AND status = 'delivered' AND start_time < ? AND {HELD_ROWS}",
             (cluster, job_id, start_time)).fetchone()
     return row[0] if row and row[0] is not None else None

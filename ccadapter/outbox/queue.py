@@ -27,6 +27,8 @@ from ccadapter.retry import RetryPolicy
 NOT_HELD = "not held: "
 # Those starts, as a WHERE clause the partial index events_not_held (store.py) answers.
 NOT_HELD_ROWS = "kind = 'start' AND last_error LIKE 'not held: %'"
+# Rows of any kind but those: what cc-backend took (a refused run's stop is noted so too).
+HELD_ROWS = "coalesce(last_error, '') NOT LIKE 'not held: %'"
 
 
 class DeliveryStatus(StrEnum):
