@@ -33,6 +33,14 @@ one's end, and have been sent one start (201) and one stop (200) for it, nothing
   rule: one start, no stop; restarted at once with ``scontrol update StartTime=now`` instead
   of Slurm's two-minute requeue delay), CANCEL (held preempted), SUSPEND (resumed when
   "urgent" ends; held completed, suspension in its duration).
+- ``node-fail``: its node (node 3, which no other row uses) set DOWN under it: ended NODE_FAIL,
+  requeued (``--requeue``), the node resumed and the job restarted at once: its first run
+  held node_fail, the second refused as a requeue's.
+- ``prolog-fails``: its first PrologSlurmctld fails (a site check the test bed's hook wrapper
+  runs after ccadapter's hook): slurmctld requeues it (not held: ``job_requeue`` with no
+  flags, src/slurmctld/prep_slurmctld.c) before its script ran; slurmdbd records a run of a
+  second or less, REQUEUED, then the real one: held as any requeue (first run preempted, the
+  second refused).
 """
 
 from __future__ import annotations
@@ -139,6 +147,8 @@ class Row:
     # in id order: 0 it never ran, 2 a later run (which cc-backend refuses: one start, no stop)
     runs: tuple[int, ...] = (1,)
     check: Callable[[dict, list[Record]], None] | None = None  # more of what cc-backend holds
+    # sbatch arguments that name the cluster's nodes or another row's job
+    extra: Callable[[Cluster, Jobs], tuple[str, ...]] | None = None
 
 
 def act_resize(cluster: Cluster, jobs: Jobs, job: int) -> None:
@@ -196,7 +206,10 @@ def act_array(cluster: Cluster, jobs: Jobs, job: int) -> None:
     wait_for(lambda: {"0 RUNNING", "1 RUNNING"} <= set(squeue(cluster, job, "%K %T").splitlines()),
              90, f"array {job}: tasks 0 and 1 run")
     time.sleep(3)
-    cluster.run("scancel", f"{job}_1", f"{job}_[2-3]")
+    # the waiting tasks first: task 1's end frees the throttle's slot, which one of them would
+    # take in the moment before its own cancel reached slurmctld (seen on 24.05)
+    cluster.run("scancel", f"{job}_[2-3]")
+    cluster.run("scancel", f"{job}_1")
 
 
 def act_preempted(cluster: Cluster, jobs: Jobs, job: int) -> None:
@@ -217,6 +230,34 @@ def act_urgent(cluster: Cluster, jobs: Jobs, job: int) -> None:
         running(cluster, jobs[low])
     time.sleep(4)
     cluster.run("scontrol", "release", str(job))
+
+
+def act_node_fail(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """Its node (node 3, which no other row uses) set DOWN under it: slurmctld ends the run
+    NODE_FAIL and requeues it; the node back, the job restarted at once."""
+    running(cluster, job)
+    time.sleep(4)
+    node = cluster.smt_nodes[0]
+    cluster.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=lc-node-fail")
+    wait_for(lambda: squeue(cluster, job) == "PENDING", 60, f"job {job} requeued")
+    # ReturnToService=2 returns it as soon as its slurmd answers: RESUME may find it idle
+    cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def restarts(cluster: Cluster, job: int) -> int:
+    out = cluster.run("scontrol", "show", "job", str(job), check=False)
+    return next((int(w.split("=")[1]) for w in out.split() if w.startswith("Restarts=")), 0)
+
+
+def act_prolog_fails(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """Its first PrologSlurmctld fails (the site's check after ccadapter's hook, see
+    ``failing_prolog``): slurmctld requeues it (``job_requeue``, not held) before its script
+    ran; restarted at once."""
+    wait_for(lambda: restarts(cluster, job) == 1 and squeue(cluster, job) == "PENDING", 90,
+             f"job {job} requeued by its failed prolog")
+    time.sleep(2)  # the next run's start is not the requeue's second (see TESTING.md)
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
 def resized_on_two(held: dict, recs: list[Record]) -> None:
@@ -241,7 +282,8 @@ ROWS = (
     Row("hold", ("--hold", "-t", "5", "--wrap", "sleep 4"), act_release),
     Row("timelimit", ("-t", "5", "--wrap", "sleep 8"), act_timelimit),
     Row("kill", ("-t", "5", "--wrap", "sleep 60"), act_kill),
-    Row("never", ("-t", "5", "--wrap", "sleep 1"), act_never, runs=(0,)),
+    Row("never", ("-t", "5", "--wrap", "sleep 1"), act_never, runs=(0,),
+        extra=lambda cluster, jobs: (f"--dependency=afterok:{jobs['lc-fails']}",)),
     Row("partition", ("--hold", "-t", "5", "--wrap", "sleep 4"), act_partition,
         check=in_gpu_partition),
     Row("deadline", ("-p", "gpu", "--gres=gpu:tesla:2", "-t", "1", "--deadline=now+80",
@@ -255,7 +297,32 @@ ROWS = (
         act_preempted, check=suspended_in_wall_time),
     Row("urgent", ("-p", "urgent", "-c", "16", "--hold", "-t", "5", "--wrap", "sleep 6"),
         act_urgent),
+    Row("node-fail", ("-p", "topo", "--requeue", "-t", "5", "--wrap", "sleep 20"),
+        act_node_fail, runs=(2,), extra=lambda cluster, jobs: ("-w", cluster.smt_nodes[0])),
+    Row("prolog-fails", ("-t", "5", "--wrap", "sleep 5"), act_prolog_fails, runs=(2,)),
 )
+
+FAILING_PROLOG = """#!/bin/sh
+# the test bed's hook wrapper runs this after ccadapter's hook; its exit status is the prolog's:
+# a job named lc-prolog-fails fails its first PrologSlurmctld
+[ "$SLURM_SCRIPT_CONTEXT" = prolog_slurmctld ] && [ "$SLURM_JOB_NAME" = lc-prolog-fails ] \\
+    || exit 0
+mark="/tmp/${0##*/}.$SLURM_JOB_ID"  # this cluster's check: a mark per cluster
+[ -e "$mark" ] && exit 0
+: >"$mark"
+exit 1
+"""
+
+
+def failing_prolog(cluster: Cluster) -> Path:
+    """Installs the site check that fails "prolog-fails"'s first prolog; returns its path."""
+    check = Path(cluster.hook_also).with_suffix(".check")
+    tmp = check.with_suffix(".new")
+    tmp.write_text(FAILING_PROLOG)
+    tmp.chmod(0o755)
+    tmp.replace(check)
+    return check
+
 
 def unlike(cc: CcBackend, cluster: Cluster, expected: dict[int, str]) -> dict[int, list]:
     """The jobs cc-backend does not hold once in the state expected: job -> its states there."""
@@ -264,7 +331,21 @@ def unlike(cc: CcBackend, cluster: Cluster, expected: dict[int, str]) -> dict[in
     return {job: states for job, states in got.items() if states != [expected[job]]}
 
 
-def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
+def record_rows(cluster: Cluster, jobs: Jobs, to: Path) -> None:
+    """Each row's job as slurmdbd and slurmctld tell it once it ended, into ``to``
+    (tests/testbed/record_lifecycle.py): ``<row>.json`` (``sacct --json -X --allusers
+    --duplicates -j ID``) and ``<row>-scontrol.txt`` (``scontrol -d show job ID``)."""
+    to.mkdir(parents=True, exist_ok=True)
+    for row in ROWS:
+        job = str(jobs[row.name])
+        for name, argv in ((f"{row.name}.json", ("sacct", "--json", "-X", "--allusers",
+                                                 "--duplicates", "-j", job)),
+                           (f"{row.name}-scontrol.txt", ("scontrol", "-d", "show", "job", job))):
+            text = cluster.run(*argv)
+            (to / name).write_text(text if text.endswith("\n") else text + "\n")
+
+
+def lifecycle_run(cluster: Cluster, tmp: Path, record_to: Path | None = None) -> dict:
     with CcBackend(tmp / "cc-hook", [cluster]) as hook_cc, \
             CcBackend(tmp / "cc-poll", [cluster]) as poll_cc:
         (tmp / "hook").mkdir()
@@ -277,14 +358,15 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
         daemons["poll"].start()
         daemons["poll"].wait_listening()
         ccs = {"hook": hook_cc, "poll": poll_cc}
+        check = failing_prolog(cluster)
+        jobs: Jobs = {}
         try:
-            jobs: Jobs = {
-                "lc-fails": submit(cluster, "lc-fails", "-t", "5", "--wrap", "exit 1"),
-                "lc-gpus": submit(cluster, "lc-gpus", "-p", "gpu", "--gres=gpu:tesla:2", "-t",
-                                  "5", "--wrap", "sleep 50")}
+            jobs["lc-fails"] = submit(cluster, "lc-fails", "-t", "5", "--wrap", "exit 1")
+            jobs["lc-gpus"] = submit(cluster, "lc-gpus", "-p", "gpu", "--gres=gpu:tesla:2", "-t",
+                                     "5", "--wrap", "sleep 50")
             running(cluster, jobs["lc-gpus"])  # before "deadline" asks for its GPUs
             for row in ROWS:
-                extra = (f"--dependency=afterok:{jobs['lc-fails']}",) if row.name == "never" else ()
+                extra = row.extra(cluster, jobs) if row.extra else ()
                 jobs[row.name] = submit(cluster, f"lc-{row.name}", *extra, *row.args)
             with ThreadPoolExecutor(len(ROWS)) as pool:  # each row's acts at once
                 for done in [pool.submit(row.act, cluster, jobs, jobs[row.name])
@@ -296,6 +378,8 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
                                  for recs in records(cluster, j).values() for r in recs), 60,
                      "slurmdbd holds every row's end")
             truth = {row.name: records(cluster, jobs[row.name]) for row in ROWS}
+            if record_to is not None:
+                record_rows(cluster, jobs, record_to)
             expected = {job: CC_STATE[ran[0][-1].state] for tasks in truth.values()
                         for job, recs in tasks.items() if (ran := runs(recs))}
             until = time.time() + 90  # then each row's test says what is wrong
@@ -315,6 +399,7 @@ def lifecycle_run(cluster: Cluster, tmp: Path) -> dict:
                     for tasks in truth.values() for job in tasks}
                 out[path]["log"] = daemons[path].log.read_text()
         finally:
+            check.unlink(missing_ok=True)
             for daemon in daemons.values():
                 daemon.terminate()
             cluster.run("scancel", *map(str, jobs.values()), check=False)
