@@ -178,6 +178,9 @@ class Job(Ownership):
     # slurmctld's Restarts= (slurmdbd keeps no count): a record of a requeued job whose
     # epilog runs shows the next run's numbers, not the run that ended (prep.fastpath)
     restarts: int = 0
+    # slurmctld shows it ended without a node after a resize: it gave them all to the job it
+    # expanded (``--dependency=expand:``), and its EndTime is its time limit's, not its end
+    gave_its_nodes: bool = False
 
     @property
     def started(self) -> bool:

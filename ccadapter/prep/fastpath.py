@@ -52,7 +52,7 @@ from ccadapter.outbox import Outbox
 from ccadapter.prep.admission import LANE, Admission, StrangerLane
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
-from ccadapter.prep.requeued import ended_runs, requeued_record
+from ccadapter.prep.requeued import ended_runs, read_from_slurmdbd
 from ccadapter.prep.shares import Shares
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.retry import RetryPolicies, RetryPolicy
@@ -258,7 +258,7 @@ class FastPath:
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
-            if HookEvent.END in wanted and requeued_record(job, self.outbox):
+            if HookEvent.END in wanted and read_from_slurmdbd(job, self.outbox):
                 requeued.append((job, attempts))
                 continue
             again = None

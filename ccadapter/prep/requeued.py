@@ -8,6 +8,10 @@ a StartTime that is the requeue moment, then PENDING. Built into a Job, that rec
 like a run that started then: sent as a start, cc-backend 1.5.4 holds it running beside the
 real runs (its one-run-a-day check reads ended jobs only), and the run that ended waits for
 the next poll to be stopped. slurmctld no longer knows that run; slurmdbd does.
+
+So is a job that gave all its nodes to the job it expanded (``--dependency=expand:``, then
+``NumNodes=0``): at its epilog slurmctld shows it COMPLETED with no node, its EndTime its time
+limit's; slurmdbd holds its run, ended at the resize (:mod:`ccadapter.slurm.resize`).
 """
 
 from __future__ import annotations
@@ -32,10 +36,16 @@ def requeued_record(job: Job, outbox: Outbox) -> bool:
         [(job.job_id, job.start_time)], job.cluster)
 
 
+def read_from_slurmdbd(job: Job, outbox: Outbox) -> bool:
+    """Whether the end of a job whose end was announced is slurmdbd's to tell."""
+    return job.gave_its_nodes or requeued_record(job, outbox)
+
+
 def ended_runs(collector: Collector, jobs: list[Job]) -> tuple[list[Job], set[int]]:
-    """The runs slurmdbd holds of these requeued jobs, and the ids of those it does not
-    show every ended run of yet (slurmctld sends it the end a moment later: ask again).
-    Every requeue ended a run, so ``Restarts=`` says how many to expect. No allocation
+    """The runs slurmdbd holds of these jobs (``read_from_slurmdbd``), and the ids of those
+    it does not show every ended run of yet (slurmctld sends it the end a moment later: ask
+    again). Every requeue ended a run, so ``Restarts=`` says how many to expect, one more for
+    a job that ended itself. No allocation
     details are asked of slurmctld: its record holds the next run's now; a run whose start
     its prolog stored keeps that start (the outbox keeps the first). slurmdbd unreachable:
     nothing, and every job is asked again (then left to the poll)."""
@@ -48,6 +58,7 @@ def ended_runs(collector: Collector, jobs: list[Job]) -> tuple[list[Job], set[in
         return [], {job.job_id for job in jobs}
     ended = Counter(run.job_id for run in found.jobs if run.finished)
     for job in jobs:
-        log.debug("fast path: job %d requeued (Restarts=%d): %d ended run(s) in slurmdbd",
-                  job.job_id, job.restarts, ended[job.job_id])
-    return found.jobs, {job.job_id for job in jobs if ended[job.job_id] < job.restarts}
+        log.debug("fast path: job %d (Restarts=%d, ended: %s): %d ended run(s) in slurmdbd",
+                  job.job_id, job.restarts, job.finished, ended[job.job_id])
+    return found.jobs, {job.job_id for job in jobs
+                        if ended[job.job_id] < job.restarts + int(job.finished)}

@@ -119,6 +119,7 @@ def controller_job(ctl: ControllerJob, cluster: str, tz: tzinfo,
         allocation_known=bool(ctl.nodes),
         het_components=_component(ctl.job_id, ctl.het_job_id, ctl.het_offset),
         restarts=ctl.restarts,
+        gave_its_nodes=ctl.resized and not ctl.nodes and not running,
     )
 
 

@@ -15,6 +15,12 @@ code and time limit; energy is the sum of the records'. A RESIZING record whose 
 slurmdbd has not stored yet (the window between the two) is a run that has not ended. The
 listing (:class:`~ccadapter.slurm.formats.listing.RunStamp`) is folded alike.
 
+A job that gave all its nodes to the job it expands (``scontrol update JobId=.. NumNodes=0``
+on a job submitted with ``--dependency=expand:``) has its record closed RESIZING alike, and
+then one more that holds no node and never ends (COMPLETED, End Unknown, for good:
+``tests/fixtures/*/sacct-expanded.*``). Its run ends at the resize: read as it is, it would
+be a run that never ends, held running in cc-backend for ever.
+
 A listing that holds the second record without the first (a window that begins after the
 resize) cannot tell it is one: it names an unknown run, whose detailed read (``sacct -j ID
 --duplicates``: every record of the job) folds it into the run the outbox holds.
@@ -42,6 +48,8 @@ class _Run(Protocol):
     def start_time(self) -> int: ...
     @property
     def end_time(self) -> int: ...
+    @property
+    def nodes(self) -> str | tuple[str, ...]: ...
 
 
 R = TypeVar("R", SacctRecord, RunStamp)
@@ -91,6 +99,8 @@ def _joined(run: Sequence[R]) -> R:
     if len(run) == 1 and not resized(first):
         return first
     end = 0 if resized(last) else last.end_time  # its successor is not recorded yet
+    if not end and not last.nodes and len(run) > 1:  # gave its nodes away: ended at the resize
+        end = run[-2].end_time
     if isinstance(first, SacctRecord):
         assert isinstance(last, SacctRecord)
         energies = [r.energy for r in run if isinstance(r, SacctRecord) and r.energy is not None]

@@ -84,6 +84,7 @@ class ControllerJob:
     het_offset: int | None = None  # HetJobOffset=
     reboot: bool = False  # Reboot=1: its nodes are rebooted for it (sbatch --reboot)
     restarts: int = 0  # Restarts=: how often slurmctld requeued it
+    resized: bool = False  # ResizeTime= set: its allocation changed while it ran
 
 
 @dataclass(frozen=True)

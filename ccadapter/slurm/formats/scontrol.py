@@ -196,6 +196,7 @@ def controller_job_from_text(job_id: int, record: str, ctx: ParseContext) -> Con
         het_offset=het_offset if het_job_id else None,
         reboot=fields.get("Reboot", "0") not in ("0", ""),
         restarts=decimal(fields.get("Restarts", "")) or 0,
+        resized=fields.get("ResizeTime", "None") not in ("None", "Unknown", ""),
     )
 
 

@@ -23,10 +23,13 @@ from ccadapter.slurm.timefmt import local_zone, readings
 from tests.conftest import fixture_json, fixture_text
 
 RESIZED = ("22.05", "24.11", "26.05")
+# a job grown by another (``--dependency=expand:``, tests/testbed/record_expand.py); 25.11.7's
+# slurmctld crashes on the merge
+EXPANDED = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "26.05")
 
 
-def records(version: str):
-    doc = fixture_json(version, "sacct-resized.json")
+def records(version: str, name: str = "sacct-resized.json"):
+    doc = fixture_json(version, name)
     ver = version_from_meta(doc, "sacct --json")
     parser = format_for(ver, "sacct --json")
     return [parser.parse_sacct_job(r, ParseContext(str(ver), "sacct --json"))
@@ -106,3 +109,48 @@ def test_other_records_keep_their_place_and_a_requeue_after_a_resize_is_a_run_of
         base.start_time, base.start_time + 9, "REQUEUED")
     assert out[2] is again
     assert fold_resized([other]) == [other]
+
+
+def expanded(version: str):
+    """The base job's records and the expander's, each in order."""
+    by_id: dict[int, list] = {}
+    for rec in records(version, "sacct-expanded.json"):
+        by_id.setdefault(rec.job_id, []).append(rec)
+    base, expander = (sorted(recs, key=lambda r: (r.start_time, r.end_time or float("inf")))
+                      for _, recs in sorted(by_id.items()))
+    return base, expander
+
+
+@pytest.mark.parametrize("version", EXPANDED)
+def test_the_records_of_an_expansion_leave_the_expander_a_record_that_never_ends(version):
+    base, expander = expanded(version)
+    assert [r.state for r in base] == ["RESIZING", "COMPLETED"]
+    assert len(base[0].nodes) == 1 and len(base[1].nodes) == 2 and base[1].end_time
+    assert [r.state for r in expander] == ["RESIZING", "COMPLETED"]
+    assert len(expander[0].nodes) == 1 and expander[0].end_time
+    assert expander[1].nodes == () and expander[1].end_time == 0  # for good
+
+
+@pytest.mark.parametrize("version", EXPANDED)
+def test_the_job_that_gave_its_node_ended_at_the_merge_and_the_base_job_is_one_run(version):
+    base, expander = expanded(version)
+    grown, gave = fold_resized([*base, *expander])
+    assert (grown.job_id, grown.start_time, grown.end_time) == (
+        base[0].job_id, base[0].start_time, base[1].end_time)
+    assert grown.nodes == base[0].nodes and cc_state(grown.state) is JobState.COMPLETED
+    assert (gave.job_id, gave.start_time, gave.end_time) == (
+        expander[0].job_id, expander[0].start_time, expander[0].end_time)
+    assert gave.nodes == expander[0].nodes and cc_state(gave.state) is JobState.COMPLETED
+
+
+@pytest.mark.parametrize("version", EXPANDED)
+def test_the_listing_of_an_expansion_is_two_runs_that_end(version):
+    stamps, errors = parse_listing(fixture_text(version, "sacct-expanded.txt"),
+                                   ParseContext(version, "sacct -P"))
+    assert not errors and len(stamps) == 4
+    grown, gave = fold_resized(stamps)
+    merge = min(s.end_time for s in stamps if s.end_time)
+    assert grown.finished and gave.finished and gave.end_time == merge
+    for run in (grown, gave):  # the allocation it started with: its RESIZING record's
+        assert run.nodes == next(s.nodes for s in stamps
+                                 if s.job_id == run.job_id and s.state == "RESIZING")
