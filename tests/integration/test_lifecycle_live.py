@@ -36,6 +36,8 @@ one's end, and have been sent one start (201) and one stop (200) for it, nothing
 - ``node-fail``: its node (node 3, which no other row uses) set DOWN under it: ended NODE_FAIL,
   requeued (``--requeue``), the node resumed and the job restarted at once: its first run
   held node_fail, the second refused as a requeue's.
+- ``requeue-hold``: ``scontrol requeuehold`` while it runs, ``release`` 2 s later (and
+  restarted at once): its first run held preempted, the second refused as a requeue's.
 - ``prolog-fails``: its first PrologSlurmctld fails (a site check the test bed's hook wrapper
   runs after ccadapter's hook): slurmctld requeues it (not held: ``job_requeue`` with no
   flags, src/slurmctld/prep_slurmctld.c) before its script ran; slurmdbd records a run of a
@@ -245,6 +247,17 @@ def act_node_fail(cluster: Cluster, jobs: Jobs, job: int) -> None:
     cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
+def act_requeue_hold(cluster: Cluster, jobs: Jobs, job: int) -> None:
+    """Requeued held while it runs (``scontrol requeuehold``), released 2 s after."""
+    running(cluster, job)
+    time.sleep(4)
+    cluster.run("scontrol", "requeuehold", str(job))
+    wait_for(lambda: squeue(cluster, job) == "PENDING", 60, f"job {job} requeued held")
+    time.sleep(2)
+    cluster.run("scontrol", "release", str(job))
+    cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
 def restarts(cluster: Cluster, job: int) -> int:
     out = cluster.run("scontrol", "show", "job", str(job), check=False)
     return next((int(w.split("=")[1]) for w in out.split() if w.startswith("Restarts=")), 0)
@@ -300,6 +313,7 @@ ROWS = (
     Row("node-fail", ("-p", "topo", "--requeue", "-t", "5", "--wrap", "sleep 20"),
         act_node_fail, runs=(2,), extra=lambda cluster, jobs: ("-w", cluster.smt_nodes[0])),
     Row("prolog-fails", ("-t", "5", "--wrap", "sleep 5"), act_prolog_fails, runs=(2,)),
+    Row("requeue-hold", ("-t", "5", "--wrap", "sleep 15"), act_requeue_hold, runs=(2,)),
 )
 
 FAILING_PROLOG = """#!/bin/sh

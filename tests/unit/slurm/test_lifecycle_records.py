@@ -37,6 +37,7 @@ RUNS = {
     "urgent": [["completed"]],
     "node-fail": [["node_fail", "completed"]],
     "prolog-fails": [["preempted", "completed"]],  # REQUEUED: no script ran
+    "requeue-hold": [["preempted", "completed"]],
 }
 
 
