@@ -50,6 +50,7 @@ from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.admission import LANE, Admission, StrangerLane
+from ccadapter.prep.arrays import ArrayScripts
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
 from ccadapter.prep.requeued import ended_runs, read_from_slurmdbd
@@ -110,6 +111,7 @@ class FastPath:
         self._asking = ThreadPoolExecutor(self.slots, f"{self._thread.name}-ask")
         # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
         self._scripts = ThreadPoolExecutor(self.slots, f"{self._thread.name}-scripts")
+        self.arrays = ArrayScripts()  # one batch script asked per array job
         self.on_received, self.on_drop, self.on_unknown = on_received, on_drop, on_unknown
 
     def start(self) -> FastPath:
@@ -118,9 +120,8 @@ class FastPath:
         return self
 
     def stop(self, drain: float = DRAIN) -> None:
-        """Take no more parts, and wait up to ``drain`` seconds for the parts being asked to
-        be stored: the daemon closes the outbox next, and an answer stored after that would
-        fail (its jobs are then left to the poll, as the log says)."""
+        """Take no more parts; wait up to ``drain`` s for the parts being asked to be stored
+        (the daemon closes the outbox next: a later answer's jobs are left to the poll)."""
         self._lane.stop()
         with self._cond:
             self._stopping = True
@@ -159,6 +160,7 @@ class FastPath:
                 self._drop(DropReason.SHARE, what)  # taken to be asked meanwhile
                 return
             self.admission.note(msg)
+            self.arrays.note(msg.job_id, msg.array_job_id)
             wait = self._settle() if msg.event == HookEvent.START else self.coalesce
             events, attempts, due = self._pending.get(msg.job_id, (set(), 0, float("inf")))
             self._pending[msg.job_id] = (events | {msg.event}, attempts,
@@ -229,9 +231,10 @@ class FastPath:
             with self._cond:
                 self._free += 1
                 self._asked.difference_update(part)
-                for job_id in part:
-                    if job_id not in retried and job_id not in self._pending:
-                        self.admission.done(job_id)
+                done = [i for i in part if i not in retried and i not in self._pending]
+                for job_id in done:
+                    self.admission.done(job_id)
+                self.arrays.part_done(part, done)
                 self._cond.notify_all()  # the loop, and a stop waiting for the slots
 
     def _sync_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> set[int]:
@@ -243,9 +246,10 @@ class FastPath:
         asked = time.monotonic()
         try:
             # one question to a long-lived scontrol, batch scripts of the starts included
-            jobs, missing = self.collector.controller_jobs(ids, scripts_for=starts,
-                                                           beside=self._scripts)
-            jobs = with_missed_scripts(self.collector, self.outbox, jobs, starts)
+            jobs, missing = self.collector.controller_jobs(
+                ids, scripts_for=self.arrays.to_ask(starts), beside=self._scripts)
+            jobs = with_missed_scripts(self.collector, self.outbox, self.arrays.fill(jobs),
+                                       starts)
         except CcAdapterError as exc:
             log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
             return set()
@@ -297,10 +301,7 @@ class FastPath:
         return retried
 
     def _drop(self, reason: DropReason, detail: str) -> None:
-        if self.on_drop:
-            self.on_drop(reason, detail)
-        else:
-            log.warning("hook message dropped (%s): %s", reason, detail)
+        (self.on_drop or _log_drop)(reason, detail)
 
     def _retry(self, job_id: int, ids: list[int], event: HookEvent, attempts: int) -> bool:
         """Asks the job again later, if tries are left and its sender's share pays for it
@@ -320,6 +321,10 @@ class FastPath:
             heapq.heappush(self._later, (time.monotonic() + delay, job_id, event, attempts + 1))
             self._cond.notify()
         return True
+
+
+def _log_drop(reason: DropReason, detail: str) -> None:
+    log.warning("hook message dropped (%s): %s", reason, detail)
 
 
 def with_missed_scripts(collector: Collector, outbox: Outbox, jobs: list[Job],

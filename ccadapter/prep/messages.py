@@ -58,6 +58,7 @@ class HookMessage:
     sent: float | None  # when the hook sent it (its clock), for latency figures
     cluster: str = ""  # SLURM_CLUSTER_NAME, else the socket's cluster
     peer: Peer = IN_PROCESS  # who sent it (the socket's peer credentials or address)
+    array_job_id: int = 0  # SLURM_ARRAY_JOB_ID of an array's task (prep.arrays), else 0
 
 
 def parse_message(data: bytes, cluster: str | None, peer: Peer = IN_PROCESS) -> HookMessage:
@@ -87,8 +88,9 @@ def parse_message(data: bytes, cluster: str | None, peer: Peer = IN_PROCESS) -> 
         raise BadMessage("no SLURM_CLUSTER_NAME, and this socket serves several clusters")
     if not isinstance(their, str) or not their:
         raise BadMessage(f"SLURM_CLUSTER_NAME {str(their)[:40]!r} is not a cluster name")
+    array = body.get("SLURM_ARRAY_JOB_ID")  # only spares questions: unreadable is none
     return HookMessage(int(job_id), CONTEXTS[context], _sent(body.get("CCADAPTER_HOOK_SENT")),
-                       their, peer)
+                       their, peer, int(array) if _is_job_id(array) else 0)
 
 
 def _is_job_id(value: object) -> bool:
