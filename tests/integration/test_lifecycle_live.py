@@ -56,6 +56,8 @@ from pathlib import Path
 import pytest
 
 from ccadapter.runtime.lastrun import LastRun
+from ccadapter.slurm.formats.records import ParseContext
+from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from ccadapter.slurm.formats.values import slurm_duration
 from tests.ccbackend import START, STOP, CcBackend
 from tests.conftest import VERSIONS
@@ -259,8 +261,10 @@ def act_requeue_hold(cluster: Cluster, jobs: Jobs, job: int) -> None:
 
 
 def restarts(cluster: Cluster, job: int) -> int:
+    """slurmctld's Restarts= of the job, read as the fast path reads it."""
     out = cluster.run("scontrol", "show", "job", str(job), check=False)
-    return next((int(w.split("=")[1]) for w in out.split() if w.startswith("Restarts=")), 0)
+    held, _ = parse_scontrol_jobs(out, ParseContext(cluster.version, "scontrol show job"))
+    return held[job].restarts if job in held else 0
 
 
 def act_prolog_fails(cluster: Cluster, jobs: Jobs, job: int) -> None:

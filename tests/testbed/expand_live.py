@@ -18,7 +18,6 @@ Exit status 1 when a check fails.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 import tests.integration.test_lifecycle_live as matrix
 from tests.integration.sync_scenario import wait_for
 from tests.integration.workload import Cluster, testbed_clusters
-from tests.testbed.record_expand import CRASHES, EXPANSION, HOOK, TESTBED
+from tests.testbed.record_expand import CRASHES, expansion_on, restart_testbed
 
 SBATCH = matrix.submit
 
@@ -98,16 +97,8 @@ def check(cluster: Cluster, out: dict) -> list[str]:
 
 
 def run(cluster: Cluster) -> list[str]:
-    conf = Path(cluster.slurm_conf)
-    text = conf.read_text()
-    conf.write_text(text + EXPANSION)
-    try:
-        cluster.run("scontrol", "reconfigure")
-        time.sleep(5)  # 24.05 on: slurmctld starts anew
+    with expansion_on(cluster):
         return check(cluster, matrix.lifecycle_run(cluster, Path(tempfile.mkdtemp())))
-    finally:
-        conf.write_text(text)
-        cluster.run("scontrol", "shutdown", check=False)  # gang scheduling's tables with it
 
 
 def main() -> int:
@@ -120,9 +111,7 @@ def main() -> int:
         for cluster in clusters:
             problems += run(cluster)
     finally:
-        time.sleep(5)
-        subprocess.run([str(TESTBED), "up"], check=True,
-                       env={**os.environ, "CCADAPTER_HOOK_PY": str(HOOK)})
+        restart_testbed()
     print("\n".join(problems) or f"expand: right on {', '.join(c.short for c in clusters)}")
     return 1 if problems else 0
 

@@ -32,6 +32,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ccadapter.slurm.formats.listing import FIELDS
@@ -48,21 +50,37 @@ HOOK = Path(__file__).resolve().parents[2] / "ccadapter" / "prep" / "hook.py"
 EXPANSION = "SchedulerParameters=permit_job_expansion\n"
 
 
-def record(cluster: Cluster) -> list[Path] | str:
-    if cluster.short in CRASHES:
-        return f"{cluster.short}: not recorded: {CRASHES[cluster.short]}"
+@contextmanager
+def expansion_on(cluster: Cluster) -> Iterator[None]:
+    """``permit_job_expansion`` on the cluster while the block runs; then its own slurm.conf
+    again and the cluster stopped, gang scheduling's tables with it (``restart_testbed``
+    starts it again)."""
     conf = Path(cluster.slurm_conf)
     text = conf.read_text()
     conf.write_text(text + EXPANSION)
     try:
         cluster.run("scontrol", "reconfigure")
         time.sleep(5)  # 24.05 on: slurmctld starts anew
-        return recorded(cluster)
+        yield
     finally:
         conf.write_text(text)
         # stopped by slurmctld itself: 24.11 on, reconfigure started its daemons anew under
-        # other pids than the test bed's pid files name; main() starts them again
+        # other pids than the test bed's pid files name
         cluster.run("scontrol", "shutdown", check=False)
+
+
+def restart_testbed() -> None:
+    """The clusters ``expansion_on`` stopped, started again, as tests/run brings them up."""
+    time.sleep(5)  # the daemons are gone
+    subprocess.run([str(TESTBED), "up"], check=True,
+                   env={**os.environ, "CCADAPTER_HOOK_PY": str(HOOK)})
+
+
+def record(cluster: Cluster) -> list[Path] | str:
+    if cluster.short in CRASHES:
+        return f"{cluster.short}: not recorded: {CRASHES[cluster.short]}"
+    with expansion_on(cluster):
+        return recorded(cluster)
 
 
 def recorded(cluster: Cluster, timeout: float = 180) -> list[Path]:
@@ -100,9 +118,7 @@ def main() -> None:
     try:
         record_on_each(__doc__.split("\n\n")[0], record)
     finally:
-        time.sleep(5)  # the daemons are gone
-        env = {**os.environ, "CCADAPTER_HOOK_PY": str(HOOK)}  # as tests/run brings it up
-        subprocess.run([str(TESTBED), "up"], check=True, env=env)
+        restart_testbed()
 
 
 if __name__ == "__main__":

@@ -17,24 +17,17 @@ from ccadapter.prep.requeued import ended_runs, read_from_slurmdbd
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats.records import ParseContext
-from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from ccadapter.slurm.formats.text import version_from_meta
 from ccadapter.slurm.join import build_job, controller_job
 from ccadapter.slurm.resize import fold_resized
-from tests.conftest import fixture_json, fixture_text
-from tests.unit.prep.test_requeued import Collector
+from tests.conftest import fixture_json
+from tests.unit.prep.test_requeued import Collector, held
 
 EXPANDED = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "26.05")
 
 
 def shown(version: str):
-    jobs, errors = parse_scontrol_jobs(fixture_text(version, "scontrol-expanded.txt"),
-                                       ParseContext(version, "scontrol -d show job"))
-    assert not errors
-    (ctl,) = jobs.values()
-    job = controller_job(ctl, "c", UTC, [])
-    assert job is not None
-    return ctl, job
+    return held(version, "scontrol-expanded.txt")
 
 
 def recorded_runs(version: str):

@@ -24,9 +24,10 @@ from tests.conftest import fixture_json, fixture_text
 VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 
 
-def held(version: str):
-    """slurmctld's record of the job right after ``scontrol requeue``, as a Job."""
-    jobs, errors = parse_scontrol_jobs(fixture_text(version, "scontrol-requeued.txt"),
+def held(version: str, name: str = "scontrol-requeued.txt"):
+    """slurmctld's record of the one job of a recording (by default right after ``scontrol
+    requeue``), and that record as a Job."""
+    jobs, errors = parse_scontrol_jobs(fixture_text(version, name),
                                        ParseContext(version, "scontrol -d show job"))
     assert not errors
     (ctl,) = jobs.values()
