@@ -262,7 +262,7 @@ class FastPath:
             wanted = set().union(*(kinds for kinds, _ in told))
             attempts = max((n for _, n in told), default=0)
             log.debug("%s: job %d %s (try %d)", self.name, job.job_id, job.state, attempts + 1)
-            if HookEvent.END in wanted and read_from_slurmdbd(job, self.outbox):
+            if read_from_slurmdbd(job, self.outbox, wanted):
                 requeued.append((job, attempts))
                 continue
             again = None

@@ -9,6 +9,12 @@ like a run that started then: sent as a start, cc-backend 1.5.4 holds it running
 real runs (its one-run-a-day check reads ended jobs only), and the run that ended waits for
 the next poll to be stopped. slurmctld no longer knows that run; slurmdbd does.
 
+A prolog's start can meet the same record: a PrologSlurmctld that fails (the site's check
+after ccadapter's hook) has slurmctld requeue the job before the fast path asks, and the
+record it is shown is the next run's, COMPLETING with the requeue moment as StartTime. Built
+into a start, cc-backend holds a run that never was, running for ever beside the real one
+(seen on 24.11). The run the prolog announced is slurmdbd's to tell then too.
+
 So is a job that gave all its nodes to the job it expanded (``--dependency=expand:``, then
 ``NumNodes=0``): at its epilog slurmctld shows it COMPLETED with no node, its EndTime its time
 limit's; slurmdbd holds its run, ended at the resize (:mod:`ccadapter.slurm.resize`).
@@ -20,11 +26,15 @@ import logging
 from collections import Counter
 
 from ccadapter.errors import CcAdapterError
-from ccadapter.model import Job
+from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
+from ccadapter.prep.messages import HookEvent
 from ccadapter.slurm.collector import Collector
 
 log = logging.getLogger(__name__)
+
+# slurmctld's record of a job requeued meanwhile: the ended run's epilog running, then waiting
+_REQUEUED_STATES = frozenset({"COMPLETING", "PENDING", "REQUEUE_HOLD"})
 
 
 def requeued_record(job: Job, outbox: Outbox) -> bool:
@@ -36,9 +46,20 @@ def requeued_record(job: Job, outbox: Outbox) -> bool:
         [(job.job_id, job.start_time)], job.cluster)
 
 
-def read_from_slurmdbd(job: Job, outbox: Outbox) -> bool:
-    """Whether the end of a job whose end was announced is slurmdbd's to tell."""
-    return job.gave_its_nodes or requeued_record(job, outbox)
+def requeued_before_asked(job: Job) -> bool:
+    """Whether a job whose start was announced was requeued before slurmctld was asked: the
+    run its prolog announced ended (a failed PrologSlurmctld), the record is the next run's."""
+    return (job.restarts > 0 and not job.finished
+            and base_state(job.state) in _REQUEUED_STATES)
+
+
+def read_from_slurmdbd(job: Job, outbox: Outbox,
+                       wanted: frozenset[HookEvent] | set[HookEvent] = frozenset(
+                           {HookEvent.END})) -> bool:
+    """Whether the runs of a job whose start or end was announced are slurmdbd's to tell."""
+    if HookEvent.END in wanted:
+        return job.gave_its_nodes or requeued_record(job, outbox)
+    return HookEvent.START in wanted and requeued_before_asked(job)
 
 
 def ended_runs(collector: Collector, jobs: list[Job]) -> tuple[list[Job], set[int]]:

@@ -6,20 +6,31 @@ runs). Built into a Job that record is no run of the job; the ended one is slurm
 from __future__ import annotations
 
 import dataclasses
+import threading
 from datetime import UTC
 
 import pytest
 
 from ccadapter.errors import SlurmCommandError
 from ccadapter.outbox import NewEvent, Outbox
-from ccadapter.prep.requeued import ended_runs, requeued_record
+from ccadapter.prep.fastpath import FastPath
+from ccadapter.prep.messages import HookEvent, HookMessage
+from ccadapter.prep.requeued import (
+    ended_runs,
+    read_from_slurmdbd,
+    requeued_before_asked,
+    requeued_record,
+)
+from ccadapter.retry import RetryPolicy
+from ccadapter.slurm.collector import Collector as Collector_
 from ccadapter.slurm.collector import QueryResult
 from ccadapter.slurm.formats import format_for
 from ccadapter.slurm.formats.records import ParseContext
 from ccadapter.slurm.formats.scontrol import parse_scontrol_jobs
 from ccadapter.slurm.formats.text import version_from_meta
 from ccadapter.slurm.join import build_job, controller_job
-from tests.conftest import fixture_json, fixture_text
+from tests.conftest import collector_settings, fixture_json, fixture_text
+from tests.fakeslurm import RecordedSlurm
 
 VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 
@@ -107,3 +118,46 @@ def test_slurmdbd_unreachable_asks_again(caplog):
     error = SlurmCommandError("sacct", 1, "slurmdbd down")
     assert ended_runs(Collector([], error), [job]) == ([], {job.job_id})
     assert "asked again" in caplog.text
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_record_requeued_before_the_prologs_start_was_asked_is_slurmdbds(version, tmp_path):
+    """A failed PrologSlurmctld has slurmctld requeue the job before the fast path asks
+    about the start its prolog announced; the record it is shown then is the one recorded
+    right after a requeue. Its runs come from slurmdbd; a running later run, or a job
+    never requeued, stays slurmctld's."""
+    _, job = held(version)
+    box = Outbox(tmp_path / "o.sqlite")
+    assert requeued_before_asked(job)
+    assert read_from_slurmdbd(job, box, {HookEvent.START})
+    assert not read_from_slurmdbd(dataclasses.replace(job, restarts=0), box, {HookEvent.START})
+    assert not read_from_slurmdbd(dataclasses.replace(job, state="RUNNING"), box,
+                                  {HookEvent.START})
+    box.close()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_prologs_start_met_by_a_requeue_sends_the_run_that_ended_only(version, tmp_path):
+    """Before: where the record is COMPLETING with the nodes the start was built from it, a
+    run at the requeue moment that cc-backend held running for ever beside the real one (the
+    24.11 matrix's prolog-fails row, once); where it is PENDING nothing was sent until the
+    epilog or the poll."""
+    ctl, job = held(version)
+    found = {run.start_time for run in runs(version)}  # recorded once both runs ended
+    assert ctl.start_time not in found
+    slurm = RecordedSlurm(version, fixture_json(version, "sacct-requeued.json"),
+                          fixture_text(version, "scontrol-requeued.txt"))
+    box = Outbox(tmp_path / "o.sqlite")
+    woken = threading.Event()
+    fast = FastPath(Collector_(slurm, collector_settings(), tz=UTC), box, woken.set,
+                    retry=RetryPolicy(0.05, 0.05, 3)).start()
+    try:
+        fast.submit(HookMessage(job.job_id, HookEvent.START, None))
+        assert woken.wait(5)
+    finally:
+        fast.stop()
+    with box.store.read() as db:
+        got = db.execute("SELECT kind, start_time FROM events WHERE job_id = ? ORDER BY id",
+                         (job.job_id,)).fetchall()
+    box.close()
+    assert sorted(got) == sorted((kind, start) for start in found for kind in ("start", "stop"))
