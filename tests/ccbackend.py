@@ -41,6 +41,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from tests.ccbackend_site import PLOTTED, Nodes, nodes_of, token_in, write_archive, write_env
 from tests.conftest import unavailable
@@ -274,21 +275,49 @@ class CcBackend:
         return token_in(self._cli("-add-user", f"{name}:{roles}:{password}", "-jwt", name), name)
 
     def _serve(self) -> None:
-        with self.log_path.open("a") as log:
-            self._proc = subprocess.Popen([self._binary, "-server", "-loglevel", self.loglevel],
-                                          cwd=self.directory, stdout=log, stderr=log,
-                                          stdin=subprocess.DEVNULL)
-        until = time.time() + 30
-        while True:
+        """cc-backend started and answering this server's own reader token. A port picked
+        free can be taken before cc-backend binds it (another test's server picked it too, or
+        a connection's ephemeral port): the server then exits, and a read through the port
+        reaches the other server, which refuses this one's tokens (401, "token signature is
+        invalid", once seen with 16 servers started at once). A new port then, up to 3."""
+        for _ in range(3):
+            start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with self.log_path.open("a") as log:
+                self._proc = subprocess.Popen(
+                    [self._binary, "-server", "-loglevel", self.loglevel], cwd=self.directory,
+                    stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+            if self._answers():
+                return
+            with self.log_path.open("rb") as log:
+                log.seek(start)
+                taken = b"address already in use" in log.read()
+            self.stop_server()
+            if not taken:
+                break
+            self._move_to(free_port())
+        raise RuntimeError(f"cc-backend did not start: {self.log_path.read_text()[-3000:]}")
+
+    def _answers(self, timeout: float = 30) -> bool:
+        """Whether the server started answers its reader within ``timeout`` (False once it
+        exited: e.g. its port was taken)."""
+        assert self._proc is not None
+        until = time.time() + timeout
+        while self._proc.poll() is None and time.time() < until:
             try:
                 self._get("/api/jobs/?items-per-page=1")
-                return
-            except OSError as exc:
-                if self._proc.poll() is not None or time.time() > until:
-                    self.stop_server()
-                    raise RuntimeError(f"cc-backend did not start ({exc}): "
-                                       f"{self.log_path.read_text()[-3000:]}") from None
+                return self._proc.poll() is None
+            except (OSError, CcBackendError):  # not listening yet, or another server's port
                 time.sleep(0.1)
+        return False
+
+    def _move_to(self, port: int) -> None:
+        """This server on another port: its config, its saved tokens and the proxy's target."""
+        self.port = port
+        self._write_config()
+        saved = json.loads((self.directory / "tokens.json").read_text())
+        (self.directory / "tokens.json").write_text(json.dumps({**saved, "port": port}))
+        if self._proxy is not None:
+            self._proxy.upstream = urlsplit(self.server_url)
 
     # -- the fault proxy ---------------------------------------------------------------------
 
