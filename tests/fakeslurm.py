@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 
 from ccadapter.errors import SlurmCommandError, TransientSlurmError
 from ccadapter.slurm.runner import Completed
-from tests.conftest import fixture_json
+from tests.conftest import fixture_json, fixture_text
 
 RELEASE = {"22.05": "22.05.8", "23.02": "23.02.8", "23.11": "23.11.11", "24.05": "24.05.8",
            "24.11": "24.11.5", "25.05": "25.05.8", "25.11": "25.11.7", "26.05": "26.05.5"}
@@ -138,6 +138,7 @@ class RecordedSlurm:
         self.clock = clock or (lambda: 4e9)
         self.zone = zone
         self.sacct_down = False
+        self.held_jobs: int | None = None  # sdiag's pending count, where a test sets it
         self.controller_down = False
         # job ids whose slurmdbd record breaks `sacct --json` for every batch naming them:
         # it exits 1 ("exit") or prints JSON cut short ("cut")
@@ -172,6 +173,12 @@ class RecordedSlurm:
                                           "controller (connect failure)")
             assert argv[1:5] == ["--all", "-h", "-s", "-O"], argv
             return self._steps(env)
+        if argv[0] == "sdiag":
+            if self.controller_down:
+                raise TransientSlurmError(argv, "exit code 1",
+                                          "slurm_get_statistics: Unable to contact slurm "
+                                          "controller (connect failure)")
+            return self._sdiag(env)
         if argv[0] == "scontrol":
             if self.controller_down:
                 raise TransientSlurmError(argv, "exit code 1",
@@ -232,6 +239,17 @@ class RecordedSlurm:
         yield from (line + "\n" for line in self.controller_text(env).splitlines())
 
     # --- answers ------------------------------------------------------------------------------
+
+    def _sdiag(self, env: Mapping[str, str] | None) -> str:
+        """The release's recorded sdiag, its job counts those of the controller's text (or
+        ``held_jobs`` pending, when a test sets it)."""
+        text = fixture_text(self.version, "sdiag.txt")
+        states = re.findall(r"JobState=(\w+)", self.controller_text(env))
+        held = self.held_jobs
+        pending = held if held is not None else sum(s == "PENDING" for s in states)
+        running = 0 if held is not None else len(states) - pending
+        text = re.sub(r"Jobs pending:\s+\d+", f"Jobs pending:   {pending}", text)
+        return re.sub(r"Jobs running:\s+\d+", f"Jobs running:   {running}", text)
 
     @property
     def cluster(self) -> str:

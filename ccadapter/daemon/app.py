@@ -205,7 +205,8 @@ class App:
                         retry=self.retries.fast_path,
                         on_received=partial(self.hook.received, sync.name),
                         on_drop=self.hook.dropped,
-                        on_unknown=partial(self.hook.unknown, sync.name))
+                        on_unknown=partial(self.hook.unknown, sync.name),
+                        on_paced=partial(self.metrics.fast_path_paced, sync.name))
 
     def _while_active(self, submit: Callable[[HookMessage], None],
                       check_control: Callable[[], None] | None

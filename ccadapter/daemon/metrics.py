@@ -174,6 +174,10 @@ class Metrics:
             "Jobs the hook announced that slurmctld did not show when the fast path asked "
             "(once per id: a repeat is dropped as unknown_job).",
             ["cluster"], registry=registry)
+        self.paced = Gauge("ccadapter_fast_path_paced",
+                           "1 while slurmctld answers the fast path slowly and it asks one "
+                           "part at a time (ccadapter.prep.pace), by cluster.", ["cluster"],
+                           registry=registry)
         self.unmapped = _counter(
             registry, "ccadapter_resources_unmapped",
             "Nodes of a start sent in Slurm's numbering (abstract CPU ids, GRES indices) "
@@ -215,6 +219,9 @@ class Metrics:
 
     def hook_unknown(self, cluster: str = "") -> None:
         self.hook_unknown_jobs.labels(cluster).inc()
+
+    def fast_path_paced(self, cluster: str, paced: bool) -> None:
+        self.paced.labels(cluster).set(int(paced))
 
     def resources_unmapped(self, cluster: str, reason: str) -> None:
         self.unmapped.labels(cluster, reason).inc()
@@ -281,6 +288,7 @@ class Recorder(Protocol):
     def hook_received(self, cluster: str = "") -> None: ...
     def hook_dropped(self, reason: str) -> None: ...
     def hook_unknown(self, cluster: str = "") -> None: ...
+    def fast_path_paced(self, cluster: str, paced: bool) -> None: ...
     def resources_unmapped(self, cluster: str, reason: str) -> None: ...
     def cluster_served(self, cluster: str, served: bool) -> None: ...
     def role(self, role: str) -> None: ...
@@ -314,6 +322,9 @@ class NoMetrics:
         pass
 
     def hook_unknown(self, cluster: str = "") -> None:
+        pass
+
+    def fast_path_paced(self, cluster: str, paced: bool) -> None:
         pass
 
     def resources_unmapped(self, cluster: str, reason: str) -> None:

@@ -51,8 +51,10 @@ from ccadapter.model import Job, base_state
 from ccadapter.outbox import Outbox
 from ccadapter.prep.admission import LANE, Admission, StrangerLane
 from ccadapter.prep.arrays import ArrayScripts
+from ccadapter.prep.dbd_ends import ends_in_slurmdbd
 from ccadapter.prep.guard import JobIdGuard
 from ccadapter.prep.messages import DropReason, HookEvent, HookMessage
+from ccadapter.prep.pace import Pace
 from ccadapter.prep.requeued import ended_runs, read_from_slurmdbd
 from ccadapter.prep.shares import Shares
 from ccadapter.reconcilers.lifecycle import events_for
@@ -74,23 +76,25 @@ DRAIN = 30.0
 class FastPath:
     def __init__(self, collector: Collector, outbox: Outbox, wake: Callable[[], None], *,
                  ignore: re.Pattern[str] | None = None, retry: RetryPolicy | None = None,
-                 max_pending: int = 10_000,
-                 coalesce: float = 0.5, start_settle: float = 0.06, burst: float = 0.02,
+                 max_pending: int = 10_000, coalesce: float = 0.5, start_settle: float = 0.06,
+                 burst: float = 0.02,
                  slots: int = SLOTS, guard: JobIdGuard | None = None,
-                 shares: Shares | None = None,
+                 shares: Shares | None = None, ends_from_slurmdbd: bool = True,
                  on_received: Callable[[], None] | None = None,
                  on_drop: Callable[[DropReason, str], None] | None = None,
-                 on_unknown: Callable[[list[int]], None] | None = None) -> None:
+                 on_unknown: Callable[[list[int]], None] | None = None,
+                 on_paced: Callable[[bool], None] | None = None) -> None:
         """``on_received()``, ``on_drop(reason, detail)`` and ``on_unknown(ids)`` (ids
         slurmctld did not show) count messages for the daemon's metrics and log
-        (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does.
+        (:class:`~ccadapter.prep.tally.HookTally`), as PrepServer's ``on_drop`` does;
+        ``on_paced(paced)`` hears when slurmctld's slowness paces the questions (:mod:`.pace`).
         ``slots``: how many parts are asked of slurmctld at once (:meth:`_take`).
-        ``shares``: what senders may cost slurmctld, shared by every cluster's fast path."""
+        ``shares``: what senders may cost slurmctld, shared by every cluster's fast path.
+        ``ends_from_slurmdbd``: ends whose start is stored are read there (:mod:`.dbd_ends`)."""
         self.collector, self.outbox, self.wake, self.ignore = collector, outbox, wake, ignore
         self.retry = retry or RetryPolicies().fast_path
-        self.max_pending, self.coalesce = max_pending, coalesce
-        self.start_settle, self.burst = start_settle, burst
-        self.slots = max(1, slots)
+        self.max_pending, self.coalesce, self.start_settle = max_pending, coalesce, start_settle
+        self.burst, self.slots, self.ends_from_slurmdbd = burst, max(1, slots), ends_from_slurmdbd
         self.guard = guard or JobIdGuard()
         self.admission = Admission(outbox, self.guard, shares or Shares())
         # id -> (events, attempts, when it is due: monotonic seconds)
@@ -112,6 +116,7 @@ class FastPath:
         # each part's batch scripts, asked beside its jobs (Slurmctld._singles)
         self._scripts = ThreadPoolExecutor(self.slots, f"{self._thread.name}-scripts")
         self.arrays = ArrayScripts()  # one batch script asked per array job
+        self.pace = Pace(collector.costs, self.slots, self.name, on_change=on_paced)
         self.on_received, self.on_drop, self.on_unknown = on_received, on_drop, on_unknown
 
     def start(self) -> FastPath:
@@ -185,35 +190,29 @@ class FastPath:
             with self._cond:
                 while not self._stopping:
                     now = time.monotonic()
-                    self._move_due_later(now)
+                    move_due_later(self._later, self._pending, now)
                     due = min((d for i, (_, _, d) in self._pending.items()
                                if i not in self._asked), default=None)
-                    if due is not None and due <= now and self._free:
+                    free = self.pace.usable(self._free)  # fewer while slurmctld is slow
+                    if due is not None and due <= now and free:
                         break
-                    if not self._free:
+                    if not free:
                         due = None  # until a slot is free (_ask_part notifies)
                     if self._later and (due is None or self._later[0][0] < due):
                         due = self._later[0][0]  # a retry's delay ends first
                     self._cond.wait(None if due is None else max(0.0, due - now))
                 if self._stopping:
                     return
-                parts = self._take(time.monotonic())
+                parts = self._take(time.monotonic(), free)
                 self._free -= len(parts)
                 self._asked.update(i for part in parts for i in part)
             for part in parts:
                 self._asking.submit(self._ask_part, part)
 
-    def _take(self, now: float) -> list[dict[int, tuple[set[HookEvent], int]]]:
-        """Parts for the free slots (:func:`take_parts`), out of the pending jobs."""
-        return take_parts(self._pending, self._asked, self._free, now, self.burst,
+    def _take(self, now: float, free: int) -> list[dict[int, tuple[set[HookEvent], int]]]:
+        """Parts for ``free`` slots (:func:`take_parts`), out of the pending jobs."""
+        return take_parts(self._pending, self._asked, free, now, self.burst,
                           self.collector.costs.prefer_dump)
-
-    def _move_due_later(self, now: float) -> None:
-        """Retries whose delay is over join the pending jobs, due at once."""
-        while self._later and self._later[0][0] <= now:
-            _, job_id, event, attempts = heapq.heappop(self._later)
-            events, _, _ = self._pending.get(job_id, (set(), attempts, now))
-            self._pending[job_id] = (events | {event}, attempts, now)
 
     def _ask_part(self, part: dict[int, tuple[set[HookEvent], int]]) -> None:
         """One slot: a part asked of its own long-lived scontrol and put into the outbox as
@@ -241,7 +240,11 @@ class FastPath:
         """Asks slurmctld about the part's ids and puts their events into the outbox, or
         leaves them to the poll; returns the ids to be asked again. Every job read (a het
         job's components too) counts the announcements of all its ids in the part."""
-        ids = sorted(part)
+        events, again, took_ends = ends_in_slurmdbd(  # those whose start is stored
+            self.collector, self.outbox, self.collector.slurmctld.cluster_name(), part,
+            self.ignore) if self.ends_from_slurmdbd else ([], {}, set())
+        retried = {i for i, n in again.items() if self._retry(i, [i], HookEvent.END, n)}
+        ids = sorted(set(part) - took_ends)
         starts = {i for i, (kinds, _) in part.items() if HookEvent.START in kinds}
         asked = time.monotonic()
         try:
@@ -252,10 +255,9 @@ class FastPath:
                                        starts)
         except CcAdapterError as exc:
             log.warning("%s: %s; %d job(s) left to the poll", self.name, exc, len(ids))
-            return set()
+            ids, jobs, missing = [], [], []
         log.debug("%s: %d job(s) asked in %.3f s", self.name, len(ids),
                   time.monotonic() - asked)
-        events, retried = [], set()
         requeued: list[tuple[Job, int]] = []
         for job in jobs:
             told = [part[i] for i in job.slurm_ids if i in part]  # components: several
@@ -347,6 +349,15 @@ def with_missed_scripts(collector: Collector, outbox: Outbox, jobs: list[Job],
 
 
 Pending = dict[int, tuple[set[HookEvent], int, float]]  # id -> (events, attempts, due)
+
+
+def move_due_later(later: list[tuple[float, int, HookEvent, int]], pending: Pending,
+                   now: float) -> None:
+    """Retries whose delay is over (``later``, a heap) join the pending jobs, due at once."""
+    while later and later[0][0] <= now:
+        _, job_id, event, attempts = heapq.heappop(later)
+        events, _, _ = pending.get(job_id, (set(), attempts, now))
+        pending[job_id] = (events | {event}, attempts, now)
 
 
 def take_parts(pending: Pending, asked: set[int], free: int, now: float, burst: float,

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
 
-from ccadapter.errors import SlurmCommandError
+from ccadapter.errors import CcAdapterError, SlurmCommandError
 from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
 from ccadapter.report.loggate import LogGate
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
@@ -47,6 +47,7 @@ from ccadapter.slurm.details import DetailReader
 from ccadapter.slurm.formats import SUPPORTED, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, LISTING_ENV, RAN, RunStamp, parse_listing
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVersion
+from ccadapter.slurm.formats.text import stores_scripts
 from ccadapter.slurm.hetjob import merge_jobs, merge_stamps
 from ccadapter.slurm.installation import SlurmInstallation
 from ccadapter.slurm.join import GpuPatterns, build_job
@@ -145,6 +146,7 @@ class Collector(SlurmInstallation):
                                    self.settings.fetch_job_scripts, self.cluster_name_cached,
                                    lambda: self._known_version or "unknown", cluster, costs,
                                    config_text)
+        self.slurmctld.stored_scripts = self.stored_scripts
 
     # --- which runs exist -----------------------------------------------------------------
 
@@ -302,6 +304,22 @@ class Collector(SlurmInstallation):
                         ) -> tuple[list[Job], list[int]]:
         """Jobs as slurmctld holds them (:meth:`Slurmctld.jobs`)."""
         return self.slurmctld.jobs(job_ids, cluster, scripts_for, beside)
+
+    def stored_scripts(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The batch scripts slurmdbd stored of these jobs, asked of slurmdbd instead of
+        slurmctld (one ``sacct --json -B`` for them all; a ``write batch_script`` is a
+        slurmctld RPC per job): where its release puts them in the JSON (23.02 on) and
+        ``AccountingStoreFlags`` holds ``job_script``. None found, slurmdbd unreachable, or
+        its release not known yet (no sacct answered yet): {} (slurmctld is asked)."""
+        version = self._known_version or "22."
+        if not job_ids or not stores_scripts(self.config_text) or version.startswith("22."):
+            return {}
+        try:
+            read = self._reader.read(sorted(set(job_ids)), True, clusters_arg(self.cluster))
+        except CcAdapterError as exc:
+            log.debug("batch scripts not read from slurmdbd (%s): asked of slurmctld", exc)
+            return {}
+        return {r.job_id: r.script for r in read.records if r.script}
 
     @property
     def costs(self) -> RouteCosts:

@@ -15,11 +15,12 @@ from concurrent.futures import Executor, wait
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from ccadapter.errors import TransientSlurmError
+from ccadapter.errors import CcAdapterError, TransientSlurmError
 from ccadapter.model import Job, base_state
 from ccadapter.slurm.formats.listing import STEP_FIELDS, TIME_FORMAT_ENV, parse_step_jobs
 from ccadapter.slurm.formats.records import ControllerJob, ParseContext
 from ccadapter.slurm.formats.scontrol import Batch, parse_scontrol_jobs, show_job, write_script
+from ccadapter.slurm.formats.sdiag import parse_sdiag
 from ccadapter.slurm.hetjob import merge_jobs
 from ccadapter.slurm.join import GpuPatterns, controller_job
 from ccadapter.slurm.nodeboot import NodeBoot
@@ -28,6 +29,7 @@ from ccadapter.slurm.runner import CommandRunner
 log = logging.getLogger(__name__)
 
 CONTROLLER_BATCH = 500  # commands per scontrol process
+HELD_JOBS_TTL = 30.0  # seconds an sdiag reading of the jobs slurmctld holds is used
 
 
 @dataclass
@@ -42,9 +44,17 @@ class RouteCosts:
     dump: float | None = None
     min_dump: int = 64  # below this, single requests always (a dump is never that cheap)
     first_dump: int = 500  # before any dump was measured
+    # Never a dump of more jobs than this: slurmctld packs them all under its job read lock,
+    # and every user's sbatch and squeue waits meanwhile (issue 47). How many it holds comes
+    # from ``held_jobs`` (sdiag, :meth:`Slurmctld.held_jobs`); unknown means no dump.
+    max_dump_jobs: int = 2_000
+    held_jobs: Callable[[], int | None] | None = None
 
     def prefer_dump(self, n: int) -> bool:
         if n < self.min_dump:
+            return False
+        held = self.held_jobs() if self.held_jobs is not None else None
+        if held is None or held > self.max_dump_jobs:
             return False
         if self.dump is None:
             return n >= self.first_dump
@@ -72,6 +82,11 @@ class Slurmctld:
         self.gpu_patterns, self.fetch_scripts = gpu_patterns, fetch_scripts
         self.cluster_name, self.version, self.scope = cluster_name, version, scope
         self.costs = costs or RouteCosts()
+        if self.costs.held_jobs is None:
+            self.costs.held_jobs = self.held_jobs
+        self._load: tuple[float, int | None] = (-HELD_JOBS_TTL, None)  # (read at, jobs)
+        # batch scripts slurmdbd keeps, asked there first (Collector.stored_scripts)
+        self.stored_scripts: Callable[[Sequence[int]], dict[int, str]] | None = None
         # asked once, briefly, not retried: the fast path waits on it, and unread means
         # "may boot"; the config the daemon read at its start counts as the first reading
         self.node_boot = NodeBoot(lambda: runner.run(["scontrol", *clusters_arg(scope), "show",
@@ -130,6 +145,23 @@ class Slurmctld:
             jobs.append(job)
         return [j for j in jobs if not (j.het_components and
                                         j.het_components[0].het_job_id in unsure)]
+
+    def held_jobs(self) -> int | None:
+        """How many jobs slurmctld holds (pending and running), by its own count (``sdiag``:
+        no job lock, :mod:`.formats.sdiag`), read at most every ``HELD_JOBS_TTL`` seconds;
+        None when sdiag cannot be asked or read (said at debug level: a dump is not taken)."""
+        read_at, jobs = self._load
+        if time.monotonic() - read_at < HELD_JOBS_TTL:
+            return jobs
+        try:
+            text = self.runner.run(["sdiag", *(["-M", self.scope] if self.scope else [])],
+                                   retry=False, timeout=5)
+            jobs = parse_sdiag(text, self.version()).jobs
+        except CcAdapterError as exc:
+            log.debug("slurmctld's job count unknown (%s): no dump of every job", exc)
+            jobs = None
+        self._load = (time.monotonic(), jobs)
+        return jobs
 
     def scripts(self, job_ids: Sequence[int], cluster: str | None = None) -> dict[int, str]:
         """The batch scripts of these jobs alone, when scripts are fetched at all (a job
@@ -190,7 +222,7 @@ class Slurmctld:
         if not ids and not script_ids:
             return {}, {}, []
         if beside is not None and ids and script_ids:
-            asked = beside.submit(self._singles, [], script_ids, cluster, ctx)
+            asked = beside.submit(self._scripts_of, script_ids, cluster, ctx)
             try:
                 held, _, errors = self._singles(ids, [], cluster, ctx)
             finally:
@@ -211,6 +243,15 @@ class Slurmctld:
         scripts = {job_id: text for job_id, text in zip(script_ids, answers[len(ids):],
                                                         strict=True) if text}
         return held, scripts, errors
+
+    def _scripts_of(self, script_ids: Sequence[int], cluster: str | None, ctx: ParseContext
+                    ) -> tuple[dict[int, ControllerJob], dict[int, str], list[str]]:
+        """The scripts slurmdbd keeps (no slurmctld RPC: issue 47), slurmctld's for the rest
+        (slurmdbd had not recorded the submission yet, or keeps none)."""
+        found = self.stored_scripts(script_ids) if self.stored_scripts else {}
+        rest = [i for i in script_ids if i not in found]
+        _, scripts, errors = self._singles([], rest, cluster, ctx) if rest else ({}, {}, [])
+        return {}, {**found, **scripts}, errors
 
     def _dump(self, ids: Sequence[int], cluster: str | None,
               ctx: ParseContext) -> tuple[dict[int, ControllerJob], list[str]]:

@@ -73,8 +73,8 @@ def record_commands(cluster: Cluster, sub: Submitted, path: Path) -> None:
     collector.stamps(since)  # slurm-window and backfill: the runs that ran
     collector.stamps_of(ids)  # stale-jobs: the runs of given jobs
     collector.controller_jobs([*ids, UNKNOWN_JOB], scripts_for=ids)  # the fast path
-    dump = Collector(runner, settings, clock=lambda: now, costs=RouteCosts(min_dump=1,
-                                                                           first_dump=1))
+    dump = Collector(runner, settings, clock=lambda: now, costs=RouteCosts(
+        min_dump=1, first_dump=1, held_jobs=lambda: 10))
     dump.controller_jobs(ids)  # many jobs at once: the filtered dump
     het = sub.ids["hetjob"]
     collector.stamps_of(het[:1])  # stale-jobs: an open het job, by its leader's id

@@ -94,6 +94,13 @@ def parse_energy_plugin(out: str) -> str | None:
     return m[1]
 
 
+def stores_scripts(out: str) -> bool:
+    """``scontrol show config``: ``AccountingStoreFlags    = job_script`` (with others,
+    comma-separated): slurmdbd keeps every batch script from its submission (20.11 on)."""
+    m = re.search(r"^AccountingStoreFlags\s*=\s*(\S+)", out, re.M)
+    return bool(m) and "job_script" in m[1].split(",")
+
+
 # What lets slurmctld boot a job's nodes after it allocated them, and so reset the job's
 # StartTime once they are up (job_mgr.c job_config_fini): nodes powered down by power saving
 # or defined CLOUD (node_scheduler.c select_nodes sets JOB_POWER_UP_NODE for nodes in

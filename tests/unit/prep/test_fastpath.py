@@ -16,6 +16,7 @@ from ccadapter.prep.peers import Peer
 from ccadapter.prep.shares import Shares, ShareSettings
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
+from ccadapter.slurm.formats.records import ParseContext
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
@@ -71,6 +72,29 @@ def test_start_is_enqueued_from_slurmctld_alone(env):
     assert runner.calls["sacct"] == 0  # no slurmdbd on the fast path
 
 
+def test_a_start_takes_its_script_from_slurmdbd_where_it_keeps_scripts(env):
+    """Issue 47: with ``AccountingStoreFlags=job_script`` (23.02 on: sacct's JSON holds
+    it) the script is slurmdbd's, asked beside slurmctld's ``show job``: one slurmctld RPC
+    a start. A job slurmdbd has no script of yet is asked of slurmctld."""
+    fast, box, runner, _, woken, _ = env
+    ids = fixture_json("24.11", "testbed/workload.json")["ids"]
+    gpu, other = ids["gpujob"][0], ids["timeout"][0]
+    runner.config = "AccountingStoreFlags    = job_script\n"
+    fast.collector.cluster_name()  # the config as the daemon reads it at its start
+    fast.collector._known_version = "24.11.5"
+    runner.scripts = {gpu: "#!/bin/sh\n# from slurmdbd\n"}
+    fast.submit(HookMessage(gpu, HookEvent.START, None))
+    assert wait(woken.is_set)
+    assert stored(box, "start")["metaData"]["jobScript"] == "#!/bin/sh\n# from slurmdbd\n"
+    assert [commands(t) for t in runner.stdins] == [[f"show job {gpu}"]]
+    assert runner.calls["sacct"] == 1
+    assert fast.collector.slurmctld._scripts_of([other], None, ParseContext("24.11", "s"))[1] == {
+        other: "#!/bin/sh\nsleep 1\n"}  # none in slurmdbd: slurmctld's
+    runner.config = ""
+    fast.collector.cluster_name()
+    assert fast.collector.stored_scripts([gpu]) == {}  # slurmdbd keeps none: not asked
+
+
 def test_end_retried_until_slurmctld_has_it(env):
     fast, box, runner, state, _, final = env
     meta = fixture_json("24.11", "testbed/workload.json")
@@ -91,10 +115,55 @@ def stored(box, kind):
     return json.loads(payload)
 
 
-def test_an_end_is_asked_without_its_script_when_the_outbox_holds_the_start(env):
-    """The stored start carries the script into the stop: the end costs slurmctld one
-    request, not two."""
+def test_an_end_whose_start_is_stored_is_read_from_slurmdbd_alone(env):
+    """Issue 47: the stored start carries the allocation and the script into the stop, and
+    slurmdbd has the end: the end costs slurmctld nothing."""
+    fast, box, runner, _, _, _ = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # completed in sacct
+    fast.submit(HookMessage(job, HookEvent.START, None))
+    assert wait(lambda: len(box.queue.due()) == 1)
+    asked, dbd = len(runner.stdins), runner.calls["sacct"]
+    fast.submit(HookMessage(job, HookEvent.END, None))
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    assert len(runner.stdins) == asked and runner.calls["sacct"] > dbd
+    assert stored(box, "stop")["start"]["metaData"]["jobScript"] == "#!/bin/sh\nsleep 1\n"
+    assert stored(box, "start")["resources"][0]["hwthreads"]  # slurmctld's start kept
+
+
+def test_an_end_slurmdbd_does_not_show_ended_is_asked_of_it_again(env):
+    fast, box, runner, _, _, _ = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    fast.submit(HookMessage(job, HookEvent.START, None))
+    assert wait(lambda: len(box.queue.due()) == 1)
+    ended = runner.doc
+    runner.doc = runner.listed = {**ended, "jobs": [
+        {**r, "state": {**r["state"], "current": ["RUNNING"]}, "time": {**r["time"], "end": 0}}
+        if r["job_id"] == job else r for r in ended["jobs"]]}
+    asked, dbd = len(runner.stdins), runner.calls["sacct"]
+    fast.submit(HookMessage(job, HookEvent.END, None))
+    assert wait(lambda: runner.calls["sacct"] >= dbd + 2)  # slurmdbd lags: asked again
+    runner.doc = runner.listed = ended
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    assert len(runner.stdins) == asked
+
+
+def test_an_end_is_asked_of_slurmctld_while_slurmdbd_is_down(env):
     fast, box, runner, state, _, final = env
+    job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
+    fast.submit(HookMessage(job, HookEvent.START, None))
+    assert wait(lambda: len(box.queue.due()) == 1)
+    asked = len(runner.stdins)
+    runner.sacct_down, state["text"] = True, final
+    fast.submit(HookMessage(job, HookEvent.END, None))
+    assert wait(lambda: admin.stats(box.store)["counts"].get("stop:pending") == 1)
+    assert [commands(t) for t in runner.stdins[asked:]] == [[f"show job {job}"]]
+
+
+def test_an_end_is_asked_without_its_script_when_the_outbox_holds_the_start(env):
+    """Where slurmdbd is not asked (unreachable): the stored start carries the script into
+    the stop, and the end costs slurmctld one request, not two."""
+    fast, box, runner, state, _, final = env
+    fast.ends_from_slurmdbd = False
     job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
     fast.submit(HookMessage(job, HookEvent.START, None))
     assert wait(lambda: len(box.queue.due()) == 1)
@@ -283,6 +352,7 @@ def test_a_job_is_not_asked_in_two_lanes_at_once(env):
     """An end announced while its start is being asked waits for that answer: asked
     beside it, it could reach the outbox before its start."""
     fast, box, runner, state, _, final = env
+    fast.ends_from_slurmdbd = False  # ends asked of slurmctld, as where slurmdbd is down
     job = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]  # runs, then completed
     release = threading.Event()
     questions = []
@@ -391,6 +461,7 @@ def test_a_job_slurmctld_does_not_show_is_asked_once(env):
     """A hook socket that anyone reaches may name ids slurmctld never heard of: each is
     asked once, counted, and a message naming it again is dropped unasked."""
     fast, _, runner, _, woken, _ = env
+    fast.ends_from_slurmdbd = False  # the real job's end is asked of slurmctld
     gpu = fixture_json("24.11", "testbed/workload.json")["ids"]["gpujob"][0]
     fast.submit(HookMessage(gpu, HookEvent.START, None))  # slurmctld shows its ids
     assert wait(woken.is_set)

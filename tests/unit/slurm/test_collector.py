@@ -206,6 +206,28 @@ def test_route_by_count_single_requests_or_a_filtered_dump():
     assert costs.prefer_dump(20_000)
 
 
+def test_no_dump_of_every_job_at_a_large_queue_whatever_it_would_save():
+    """Issue 47: a dump packs every job under slurmctld's job read lock; with more than
+    ``max_dump_jobs`` held (sdiag's count, read at most every 30 s) single requests are
+    asked however many, and without a count (sdiag unreadable) too."""
+    slurm = make_slurm("24.11")
+    slurm.held_jobs = 5_000
+    costs = RouteCosts(per_job=0.005, dump=0.01, min_dump=64, first_dump=500)
+    col = Collector(slurm, collector_settings(), clock=lambda: 0, tz=UTC, costs=costs)
+    held = held_ids("24.11")
+    jobs, missing = col.controller_jobs(held + list(range(100_000, 100_600)))
+    assert sorted(j.job_id for j in jobs) == sorted(held) and len(missing) == 600
+    assert not [a for a in slurm.argvs if a[-2:] == ["show", "job"]]  # no dump
+    assert not costs.prefer_dump(20_000)
+    assert slurm.calls["sdiag"] == 1  # its count is kept, not asked per choice
+    slurm.held_jobs = 1_000
+    col.slurmctld._load = (-1e9, None)  # the reading is old: asked again
+    assert costs.prefer_dump(20_000) and slurm.calls["sdiag"] == 2
+    slurm.controller_down = True
+    col.slurmctld._load = (-1e9, None)
+    assert not costs.prefer_dump(20_000)
+
+
 def held_ids(version):
     return [int(p.stem.rsplit("-", 1)[1]) for p in (FIXTURES / version).glob("scontrol-d-*.txt")]
 

@@ -60,6 +60,11 @@ def test_the_window_as_jobs_reads_it(recorded):
     assert runner.calls["sacct"] == 2 and runner.calls["scontrol"] <= 1
 
 
+def dump_always() -> RouteCosts:
+    """A dump at the first question, slurmctld holding few jobs (no sdiag recorded)."""
+    return RouteCosts(min_dump=1, first_dump=1, held_jobs=lambda: 10)
+
+
 def test_questions_about_jobs_are_local(scenario, recorded):
     """Every scontrol question about jobs carries ``--local``: without it scontrol first asks
     slurmctld about a federation, one more request per job (``controller.jobs_scope``;
@@ -69,7 +74,7 @@ def test_questions_about_jobs_are_local(scenario, recorded):
     collector.window(recording["since"])
     collector.controller_jobs([*ids, 999_999], scripts_for=ids)
     collector.nodes()
-    _, dumping, dumper = replay(*scenario, costs=RouteCosts(min_dump=1, first_dump=1))
+    _, dumping, dumper = replay(*scenario, costs=dump_always())
     dumper.controller_jobs(ids)
     argvs = [*runner.argvs, *dumping.argvs]
     about_jobs = [a for a in argvs if a[0] == "scontrol" and "-d" in a]
@@ -111,7 +116,7 @@ def test_fast_path_one_process_and_the_dump_agree(scenario, recorded):
     assert 999_999 in missing
     started = [j for j in jobs if j.started]
     assert started and all(j.job_script.startswith("#!/bin/sh") for j in started)
-    _, _, dumping = replay(*scenario, costs=RouteCosts(min_dump=1, first_dump=1))
+    _, _, dumping = replay(*scenario, costs=dump_always())
     dumped, _ = dumping.controller_jobs(ids)
     # the same records, whichever way they were read (the dump route asked no scripts)
     assert {j.job_id: replace(j, job_script="") for j in jobs} == {j.job_id: j for j in dumped}
