@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import results
+from tests.bench.render_burst import sec_burst, sum_burst
 from tests.bench.render_defects import (
     sec_energy_archive,
     sec_outbox_size,
@@ -738,6 +739,9 @@ SECTIONS: list[Section] = [
     Section("numbering-side-by-side", "Side by side on SMT nodes: resources and metrics "
             "(issue 45)", "flock /tmp/ccadapter-integration.lock .venv/bin/python -m "
             "tests.bench.numbering_side_by_side", sec_numbering, sum_numbering),
+    Section("burst", "A burst at slurmctld: what each job costs it (issue 47)",
+            "flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.burst", sec_burst,
+            sum_burst),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

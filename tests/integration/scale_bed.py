@@ -137,7 +137,8 @@ def scale_testbed() -> Iterator[ScaleCluster]:
         pytest.fail("tests/testbed/slurm info scale: clusterscale is not up after up scale")
     c = info[0]
     yield ScaleCluster(Cluster(c["cluster"], c["version"], tuple(c["prefix"]),
-                               tuple(c["nodes"]), c["gpu_node"]), c["hook_socket"])
+                               tuple(c["nodes"]), c["gpu_node"],
+                               hook_stamps=c.get("hook_stamps", "")), c["hook_socket"])
     _testbed("down", "scale")
 
 

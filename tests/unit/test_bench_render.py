@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.bench import all as bench_all
-from tests.bench import ci_time, render, render_numbering, results
+from tests.bench import ci_time, render, render_burst, render_numbering, results
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "ram_gb": 23.5, "os": "Debian GNU/Linux 12",
            "kernel": "6.1.0", "python": "3.11.7", "commit": "c0ffee1", "dirty": False}
@@ -214,11 +214,35 @@ def synthetic() -> dict[str, dict]:
                                              "sizes": "0", "poll_s": 10}, side_by_side_data()),
         "numbering-side-by-side": doc("numbering-side-by-side", {
             "cluster": "cluster2505", "version": "25.05.8", "poll_s": 10}, numbering_data()),
+        "burst": doc("burst", {"queued": 5000, "tasks": 2000, "cancel": 128, "rate": 20.0,
+                               "steady": 60.0, "poll": 30}, burst_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
                    "tests": 573, "returncode": 0, "source": "timed"}),
     }
+
+
+def burst_data() -> dict:
+    def leg(name: str, jobs: int, single: int, script: int) -> dict:
+        return {"name": name, "jobs": jobs, "seconds": 60.0, "ctld_cpu_s": 3.0,
+                "rpcs": {"REQUEST_SUBMIT_BATCH_JOB": 10, "REQUEST_JOB_INFO_SINGLE": single,
+                         "REQUEST_BATCH_SCRIPT": script},
+                "squeue_ms": {"n": 60, "p50": 20.0, "p99": 80.0},
+                "sbatch_ms": {"n": 60, "p50": 30.0, "p99": 90.0},
+                "start_s": {"p50": 0.2}, "stop_s": {"p50": 0.4}, "problems": []}
+    return {"cluster": "clusterscale", "release": "22.05.8", "plan": {},
+            "products": {"none": [leg("array", 100, 0, 0), leg("steady", 10, 0, 0)],
+                         "ccadapter": [leg("array", 100, 100, 1), leg("steady", 10, 10, 10)]},
+            "not_run": {"cc-slurm-adapter": "supports Slurm 24 and 25 only"}}
+
+
+def test_the_burst_counts_the_products_rpcs_over_the_no_daemon_leg():
+    (row,) = render_burst.sum_burst(synthetic()["burst"])
+    assert row[1:] == ["2.00 (steady)", "≤ 1", "—", "❌"]
+    text = render_burst.sec_burst(synthetic()["burst"])
+    assert "| array | ccadapter | 100 | 1.01 | 1.01 | 0 | 3.0 s | 20 ms / 80 ms |" in text
+    assert "cc-slurm-adapter was not run: supports Slurm 24 and 25 only." in text
 
 
 def numbering_data() -> dict:
