@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import Job
 from ccadapter.outbox import NewEvent, Outbox
+from ccadapter.outbox.events import latest_runs
 from ccadapter.prep.messages import HookEvent
 from ccadapter.reconcilers.lifecycle import events_for
 from ccadapter.slurm.collector import Collector
@@ -34,8 +35,9 @@ Part = Mapping[int, tuple[set[HookEvent], int]]  # id -> (events announced, atte
 def open_ends(outbox: Outbox, cluster: str, part: Part) -> list[int]:
     """The ids of the part announcing only an end whose run the outbox holds open (its start
     stored, no stop)."""
-    return sorted(i for i, (kinds, _) in part.items()
-                  if kinds == {HookEvent.END} and outbox.latest_run(cluster, i) == "start")
+    ends = [i for i, (kinds, _) in part.items() if kinds == {HookEvent.END}]
+    latest = latest_runs(outbox.store, cluster, ends) if ends else {}
+    return sorted(i for i in ends if latest.get(i) == "start")
 
 
 def ends_in_slurmdbd(collector: Collector, outbox: Outbox, cluster: str, part: Part,

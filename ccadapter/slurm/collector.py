@@ -44,7 +44,7 @@ from ccadapter.model import UNKNOWN_ENDED, Job, base_state, known_state
 from ccadapter.report.loggate import LogGate
 from ccadapter.slurm.controller import RouteCosts, Slurmctld, clusters_arg
 from ccadapter.slurm.details import DetailReader
-from ccadapter.slurm.formats import SUPPORTED, newer_than_verified
+from ccadapter.slurm.formats import SUPPORTED, format_for, newer_than_verified
 from ccadapter.slurm.formats.listing import FIELDS, LISTING_ENV, RAN, RunStamp, parse_listing
 from ccadapter.slurm.formats.records import ParseContext, SacctRecord, SlurmVersion
 from ccadapter.slurm.formats.text import stores_scripts
@@ -135,6 +135,7 @@ class Collector(SlurmInstallation):
         self.tz = tz or local_zone()
         self._warned_newer = False  # said once that this release is newer than verified
         self._unknown_states: set[str] = set()  # Slurm job states said to be unknown
+        self._sacct_has_scripts = False  # its release's sacct JSON carries scripts (once read)
         self._reader = DetailReader(runner, self._version_text, self._seen)
         # a record that does not read is asked again (ccadapter.outbox.unparsed), which
         # says the ids it keeps once an hour with the latest error: each record's own error
@@ -284,6 +285,7 @@ class Collector(SlurmInstallation):
         """An answer named its release: kept for messages, said once if newer than
         verified."""
         self._known_version = str(version)
+        self._sacct_has_scripts = format_for(version, "sacct --json").SACCT_HAS_SCRIPTS
         self._say_if_newer(version)
 
     def _say_if_newer(self, version: SlurmVersion) -> None:
@@ -311,8 +313,7 @@ class Collector(SlurmInstallation):
         slurmctld RPC per job): where its release puts them in the JSON (23.02 on) and
         ``AccountingStoreFlags`` holds ``job_script``. None found, slurmdbd unreachable, or
         its release not known yet (no sacct answered yet): {} (slurmctld is asked)."""
-        version = self._known_version or "22."
-        if not job_ids or not stores_scripts(self.config_text) or version.startswith("22."):
+        if not job_ids or not self._sacct_has_scripts or not stores_scripts(self.config_text):
             return {}
         try:
             read = self._reader.read(sorted(set(job_ids)), True, clusters_arg(self.cluster))

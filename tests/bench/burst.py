@@ -41,7 +41,7 @@ from typing import Any
 
 from ccadapter.runtime.lastrun import LastRun
 from tests.bench import results
-from tests.bench.scale_probe import percentiles
+from tests.bench.scale_probe import own_cpu_seconds, percentiles
 from tests.bench.side_by_side import delta, latencies, rpc_counts
 from tests.ccbackend import CcBackend
 from tests.integration.sync_scenario import DaemonProc, exactly_once, wait_for, write_config
@@ -85,9 +85,8 @@ class Leg:
 
 
 def ctld_cpu(pid_file: str) -> float:
-    pid = Path(pid_file).read_text().split()[0]
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, clock ticks
+    """slurmctld's own CPU seconds (its scripts' are not counted: the hook is the product's)."""
+    return own_cpu_seconds(int(Path(pid_file).read_text().split()[0]))
 
 
 class UserProbe(threading.Thread):
@@ -236,16 +235,13 @@ def ccadapter_legs(cluster: Cluster, hook_socket: str, pid_file: str, tmp: Path,
 
 def scale_bed() -> tuple[Cluster, str, str]:
     """clusterscale (up, with the hook), its hook socket and slurmctld's pid file."""
-    from tests.integration.scale_bed import NODES, _testbed
+    from tests.integration.scale_bed import NODES, scale_info
 
-    info = json.loads(_testbed("info", "scale"))
-    if not info or len(info[0]["nodes"]) < NODES:
+    scale = scale_info()
+    if scale is None or len(scale.cluster.nodes) < NODES:
         raise SystemExit("clusterscale is not up: CCADAPTER_HOOK_PY=$PWD/ccadapter/prep/hook.py"
                          f" tests/testbed/slurm up scale --nodes {NODES}")
-    c = info[0]
-    cluster = Cluster(c["cluster"], c["version"], tuple(c["prefix"]), tuple(c["nodes"]),
-                      c["gpu_node"], hook_stamps=c.get("hook_stamps", ""))
-    return cluster, c["hook_socket"], "/run/slurmctld-scale.pid"
+    return scale.cluster, scale.hook_socket, "/run/slurmctld-scale.pid"
 
 
 def main(argv: list[str] | None = None) -> int:

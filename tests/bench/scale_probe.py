@@ -47,6 +47,11 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """User + system seconds of the process alone (utime, stime), without its children."""
+    return sum(int(f) for f in _stat(pid)[11:13]) / TICK
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system seconds of the process, of its children it waited for (the Slurm
     commands it ran: cutime, cstime of /proc/PID/stat) and of those still running (a

@@ -122,6 +122,17 @@ def _testbed(*args: str, env: dict[str, str] | None = None, timeout: float = 600
 
 
 
+def scale_info() -> ScaleCluster | None:
+    """clusterscale as ``tests/testbed/slurm info scale`` describes it; None while it is down."""
+    info = json.loads(_testbed("info", "scale", timeout=60))
+    if not info:
+        return None
+    c = info[0]
+    return ScaleCluster(Cluster(c["cluster"], c["version"], tuple(c["prefix"]),
+                                tuple(c["nodes"]), c["gpu_node"],
+                                hook_stamps=c.get("hook_stamps", "")), c["hook_socket"])
+
+
 @pytest.fixture(scope="session")
 def scale_testbed() -> Iterator[ScaleCluster]:
     """clusterscale up with 16 nodes and the hook, for the session; down afterwards."""
@@ -132,13 +143,10 @@ def scale_testbed() -> Iterator[ScaleCluster]:
         _testbed("up", "scale", "--nodes", str(NODES), env=env)
     except RuntimeError as exc:
         unavailable(str(exc))
-    info = json.loads(_testbed("info", "scale", timeout=60))
-    if not info:
+    scale = scale_info()
+    if scale is None:
         pytest.fail("tests/testbed/slurm info scale: clusterscale is not up after up scale")
-    c = info[0]
-    yield ScaleCluster(Cluster(c["cluster"], c["version"], tuple(c["prefix"]),
-                               tuple(c["nodes"]), c["gpu_node"],
-                               hook_stamps=c.get("hook_stamps", "")), c["hook_socket"])
+    yield scale
     _testbed("down", "scale")
 
 

@@ -16,7 +16,7 @@ from ccadapter.prep.peers import Peer
 from ccadapter.prep.shares import Shares, ShareSettings
 from ccadapter.retry import RetryPolicy
 from ccadapter.slurm.collector import Collector
-from ccadapter.slurm.formats.records import ParseContext
+from ccadapter.slurm.formats.records import ParseContext, SlurmVersion
 from tests.conftest import collector_settings, fixture_json, fixture_text
 from tests.fakeslurm import RecordedSlurm
 
@@ -81,7 +81,7 @@ def test_a_start_takes_its_script_from_slurmdbd_where_it_keeps_scripts(env):
     gpu, other = ids["gpujob"][0], ids["timeout"][0]
     runner.config = "AccountingStoreFlags    = job_script\n"
     fast.collector.cluster_name()  # the config as the daemon reads it at its start
-    fast.collector._known_version = "24.11.5"
+    fast.collector._seen(SlurmVersion(24, 11, 5))  # as the daemon's first sacct answer says
     runner.scripts = {gpu: "#!/bin/sh\n# from slurmdbd\n"}
     fast.submit(HookMessage(gpu, HookEvent.START, None))
     assert wait(woken.is_set)
