@@ -140,7 +140,7 @@ class Slurmctld:
                 continue
             if base_state(job.state) == "CONFIGURING" and self.node_boot.start_final(ctl):
                 job = replace(job, state="RUNNING")
-            if job.started and ctl.batch and job_id in scripts:
+            if ctl.batch and job_id in scripts:  # a CONFIGURING task's too: its array keeps it
                 job = replace(job, job_script=scripts[job_id])
             jobs.append(job)
         return [j for j in jobs if not (j.het_components and

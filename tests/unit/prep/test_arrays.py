@@ -92,3 +92,31 @@ def test_the_fast_path_asks_one_script_for_an_arrays_tasks(tmp_path):
     assert len(asked) == 1
     assert sorted(s["jobId"] for s in starts) == sorted(tasks)
     assert all(s["metaData"]["jobScript"] == SCRIPT for s in starts)
+
+
+def test_a_script_answered_while_the_task_configures_is_kept_for_the_array(tmp_path):
+    """Under a burst slurmctld holds tasks CONFIGURING while their prologs run: the task asked
+    for the array's script is asked again later, and the script answered with it was dropped,
+    so the next part asked again (224 scripts for one 2,000-task array on a loaded
+    clusterscale). Kept, the array's script is asked once."""
+    tasks = fixture_json("24.11", "testbed/workload.json")["ids"]["arr"]
+    final = fixture_text("24.11", "testbed/scontrol-d-final.txt")
+    configuring = final.replace("JobState=COMPLETED", "JobState=CONFIGURING")
+    runner = RecordedSlurm("24.11", fixture_json("24.11", "testbed/sacct-window.json"),
+                           configuring, controller_script=lambda job_id: SCRIPT)
+    box = Outbox(tmp_path / "o.sqlite")
+    fast = FastPath(Collector(runner, collector_settings(), tz=ZoneInfo("UTC")), box,
+                    threading.Event().set, retry=RetryPolicy(0.05, 0.05, 3)).start()
+    try:
+        fast.submit(HookMessage(tasks[0], HookEvent.START, None, array_job_id=min(tasks)))
+        assert wait(lambda: len(runner.stdins) >= 2)  # asked, and asked again: configuring
+        runner.controller = final
+        for job_id in tasks[1:]:
+            fast.submit(HookMessage(job_id, HookEvent.START, None, array_job_id=min(tasks)))
+        assert wait(lambda: len([e for e in box.queue.due() if e.kind == "start"]) == 3)
+    finally:
+        fast.stop()
+        box.close()
+    asked = [line for stdin in runner.stdins for line in stdin.splitlines()
+             if line.startswith("write batch_script")]
+    assert len(asked) == 1
