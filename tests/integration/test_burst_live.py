@@ -6,7 +6,8 @@ asked: at most 1.5 job RPCs per job over the burst beside 22.05's single-job scr
 slurmdbd JSON has none: each is a second RPC), at most 1.5 ``show job`` per job in every leg
 (its start's, again while CONFIGURING; ends are read from slurmdbd), about one batch script
 per array job, and no dump of every job (REQUEST_JOB_INFO) with 5,000 queued. Every run is
-held exactly once with Slurm's fields. The full size (50,000 queued, a 10,000-task array) is ``python -m tests.bench.burst``."""
+held exactly once with Slurm's fields. The full size (50,000 queued, a 10,000-task array) is
+``python -m tests.bench.burst``."""
 
 from __future__ import annotations
 
