@@ -3,7 +3,11 @@ batch script, which the fast path asks for once (ccadapter/prep/arrays.py), not 
 Read by slurmctld's own count (``sdiag``: REQUEST_BATCH_SCRIPT, REQUEST_JOB_INFO_SINGLE)
 around a 30-task array that only the hook announces (the daemon's next poll is 10 minutes
 away), on every release at once, every task held in the real cc-backend with the script in
-its metaData. Before the change a 60-task array cost 60 batch scripts on 22.05."""
+its metaData. Before the change a 60-task array cost 60 batch scripts on 22.05. Where slurmdbd
+already holds the script (23.02 on, AccountingStoreFlags=job_script) when the fast path asks,
+the array costs slurmctld no batch script at all (24.11 to 26.05 here); on 23.02 to 24.05
+slurmdbd had not stored it yet when the first task started (it has it seconds later), so
+slurmctld was asked once. The bound is one per array, whichever route a release takes."""
 
 from __future__ import annotations
 
@@ -77,4 +81,5 @@ def test_an_arrays_tasks_cost_one_batch_script(arrays, version):
     assert len(held) == TASKS
     scripts = {b["metaData"].get("jobScript") for b in held}
     assert len(scripts) == 1 and "sleep 2" in scripts.pop()  # every task's, the one asked
-    assert cost["REQUEST_BATCH_SCRIPT"] == 1
+    assert cost["REQUEST_BATCH_SCRIPT"] <= 1  # once per array, or none: slurmdbd's copy
+    assert cost["REQUEST_JOB_INFO_SINGLE"] <= TASKS * 1.5
