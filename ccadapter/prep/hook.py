@@ -10,8 +10,9 @@ interpreter's start; even ``json`` and ``socket`` cost about as much again as th
 because they pull in ``re`` and ``enum``). So it writes its one JSON object itself, reads the
 one key it needs from the config file itself, and talks through ``_socket``. Run it so that its
 compiled form is used (a script given by path is compiled anew on every run), as
-``hooks/ccadapter-hook.sh`` does (its wall time against the bare interpreter's: BENCHMARKS.md,
-section "Prolog/Epilog fast path")::
+``hooks/ccadapter-hook.sh`` does for a UNIX socket; a TCP socket that script tells in bash
+alone, cheaper still (BENCHMARKS.md, "What the hook and the daemon cost the controller
+host")::
 
     python3 -I -S -c "import sys; sys.path.insert(0, '.../ccadapter/prep'); import hook; \\
         sys.exit(hook.main())" --config /etc/cc-slurm-adapter/config.json

@@ -1,6 +1,8 @@
 """The daemon's end of the hook: UNIX and TCP listeners on one selector thread.
 
-Each connection carries one message (the hook shuts its side after sending). A connection
+Each connection carries one message, ended by the sender's shutdown (the Python hook) or by
+a newline (the bash hook, which cannot shut one side of a socket; it stays connected until
+the "ok", as the kernel names a TCP peer's uid only while its socket is open). A connection
 gets a second to deliver at most 64 KiB; what is too large, too slow or not a valid message
 is dropped, and the server goes on. Valid messages go to ``on_message``, which may refuse
 one by raising :class:`BadMessage` (a cluster it does not serve); drops are told to
@@ -213,12 +215,14 @@ class PrepServer:
             chunk = b""
             buf.clear()
         if chunk:
-            buf.extend(chunk)
-            if len(buf) <= MAX_MESSAGE:
+            line_end = chunk.find(b"\n")
+            buf.extend(chunk if line_end < 0 else chunk[:line_end])
+            if len(buf) > MAX_MESSAGE:
+                self._drop(DropReason.TOO_LARGE, f"message over {MAX_MESSAGE} bytes")
+                self._close(conn)
                 return
-            self._drop(DropReason.TOO_LARGE, f"message over {MAX_MESSAGE} bytes")
-            self._close(conn)
-            return
+            if line_end < 0:
+                return
         self._handle(conn, bytes(buf), cluster, sender)
 
     def _handle(self, conn: socket.socket, data: bytes, cluster: str | None,

@@ -48,6 +48,7 @@ from tests.bench.render_defects import (
     sum_energy_archive,
     sum_outbox_size,
 )
+from tests.bench.render_footprint import sec_footprint, sum_footprint
 from tests.bench.render_life import sec_life, sec_soak, sum_life, sum_soak
 from tests.bench.render_numbering import sec_numbering, sum_numbering
 from tests.bench.render_regression import sec_regression, sum_regression
@@ -742,6 +743,9 @@ SECTIONS: list[Section] = [
     Section("burst", "A burst at slurmctld: what each job costs it (issue 47)",
             "flock /tmp/clusterscale.lock .venv/bin/python -m tests.bench.burst", sec_burst,
             sum_burst),
+    Section("footprint", "What the hook and the daemon cost the controller host (issue 47)",
+            "flock /tmp/ccadapter-integration.lock .venv/bin/python -m tests.bench.footprint",
+            sec_footprint, sum_footprint),
     Section("ci", "CI duration (issue 13)",
             ".venv/bin/python -m tests.bench.ci_time -- tests/run -v -p no:cacheprovider",
             sec_ci, sum_ci),

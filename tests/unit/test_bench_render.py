@@ -12,7 +12,14 @@ import sys
 import pytest
 
 from tests.bench import all as bench_all
-from tests.bench import ci_time, render, render_burst, render_numbering, results
+from tests.bench import (
+    ci_time,
+    render,
+    render_burst,
+    render_footprint,
+    render_numbering,
+    results,
+)
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "ram_gb": 23.5, "os": "Debian GNU/Linux 12",
            "kernel": "6.1.0", "python": "3.11.7", "commit": "c0ffee1", "dirty": False}
@@ -216,6 +223,8 @@ def synthetic() -> dict[str, dict]:
             "cluster": "cluster2505", "version": "25.05.8", "poll_s": 10}, numbering_data()),
         "burst": doc("burst", {"queued": 5000, "tasks": 2000, "cancel": 128, "rate": 20.0,
                                "steady": 60.0, "poll": 30}, burst_data()),
+        "footprint": doc("footprint", {"runs": 50, "jobs": 10, "idle": 60.0,
+                                       "cluster": "cluster2505"}, footprint_data()),
         "ci": doc("ci", {"run": ["tests/run"], "log": None},
                   {"total_s": 1800.0, "pytest_s": 1500.0, "passed": 560, "failed": 0,
                    "errors": 0, "skipped": 2, "xfailed": 11, "xpassed": 0, "deselected": 0,
@@ -235,6 +244,36 @@ def burst_data() -> dict:
             "products": {"none": [leg("array", 100, 0, 0), leg("steady", 10, 0, 0)],
                          "ccadapter": [leg("array", 100, 100, 1), leg("steady", 10, 10, 10)]},
             "not_run": {"cc-slurm-adapter": "supports Slurm 24 and 25 only"}}
+
+
+def footprint_data() -> dict:
+    def call(name: str, cpu: float) -> dict:
+        return {"name": name, "runs": 50, "cpu_ms": cpu, "wall_ms": cpu + 1}
+
+    def rest(start: float, idle: float, rss: float) -> dict:
+        return {"start_cpu_s": start, "idle_cpu_s": idle, "idle_s": 60.0, "rss": rss,
+                "pss": rss - 10, "pss_anon": rss - 20}
+    return {"release": "25.05.8",
+            "hook": [call(render_footprint.BASH_HOOK, 2.0),
+                     call(render_footprint.PYTHON_FLOOR, 8.0)],
+            "prolog": {"Python hook alone": {"jobs": 10, "p50_ms": 30.0, "max_ms": 50.0},
+                       render_footprint.BASH_HOOK: {"jobs": 0, "p50_ms": None,
+                                                    "max_ms": None}},
+            "daemon": {"ccadapter": rest(0.3, 0.2, 44.0),
+                       "cc-slurm-adapter": rest(0.05, 0.3, 14.0)},
+            "floor": {"bare interpreter": {"rss": 10.0, "pss": 5.0, "pss_anon": 4.0}},
+            "imports": [{"package": "ccadapter", "ms": 60.0}]}
+
+
+def test_the_footprint_compares_the_hook_with_an_interpreter_and_the_daemons():
+    rows = render_footprint.sum_footprint(synthetic()["footprint"])
+    assert rows[0][1:] == ["2.0 ms (0.25x of 8.0 ms)", "< 1x", "—", "✅"]
+    assert rows[1][1:] == ["44.0 / 34.0 MB", "RSS ≤ 40 MB", "14.0 / 4.0 MB", "❌"]
+    assert rows[2][1:] == ["0.50 s", "≤ cc-slurm-adapter's (0.35 s)", "0.35 s", "❌"]
+    text = render_footprint.sec_footprint(synthetic()["footprint"])
+    assert f"| {render_footprint.BASH_HOOK} | 10 | 30 ms |" not in text
+    assert f"| {render_footprint.BASH_HOOK} | 0 | — | — |" in text
+    assert "| ccadapter | 0.30 s | 0.20 s | 44.0 MB | 34.0 MB | 24.0 MB |" in text
 
 
 def test_the_burst_counts_the_products_rpcs_over_the_no_daemon_leg():
