@@ -36,7 +36,7 @@ from ccadapter.daemon.app import App
 from ccadapter.daemon.build import build
 from ccadapter.daemon.cluster_sync import LastRuns, last_runs
 from ccadapter.daemon.loop import Routine
-from ccadapter.daemon.metrics import MetricsServer
+from ccadapter.daemon.recorder import MetricsEndpoint
 from ccadapter.errors import CcAdapterError
 from ccadapter.model import last_run_path
 from ccadapter.ops.checks import Identity, config_problems, startup_warnings
@@ -208,7 +208,7 @@ def _serving(app: App) -> str:
     return f"clusters {', '.join(app.roster.names())}"
 
 
-def _serve_metrics(app: App) -> MetricsServer | None:
+def _serve_metrics(app: App) -> MetricsEndpoint | None:
     try:
         return app.serve_metrics()
     except OSError as exc:

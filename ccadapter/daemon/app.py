@@ -18,7 +18,7 @@ from ccadapter.daemon.control import Control
 from ccadapter.daemon.cost import costed
 from ccadapter.daemon.deliverer import Deliverer
 from ccadapter.daemon.loop import Daemon
-from ccadapter.daemon.metrics import Metrics, MetricsServer, Recorder
+from ccadapter.daemon.recorder import MetricsEndpoint, Recorder
 from ccadapter.outbox import Outbox
 from ccadapter.prep.fastpath import FastPath
 from ccadapter.prep.messages import DropReason, HookMessage
@@ -229,13 +229,13 @@ class App:
 
         return on_message
 
-    def serve_metrics(self) -> MetricsServer | None:
+    def serve_metrics(self) -> MetricsEndpoint | None:
         """``/metrics`` on ``metricsListen`` (started by the daemon only); None when off.
         Raises OSError when the address cannot be listened on."""
         address = self.config.metrics_address()
-        if address is None or not isinstance(self.metrics, Metrics):
+        if address is None:
             return None
-        return self.metrics.serve(*address)
+        return self.metrics.serve(*address)  # None: metrics off (NoMetrics)
 
     def compact(self) -> dict[str, int]:
         return {"forgotten": self.outbox.compact(self.config.slurm_query_max_span)}

@@ -47,7 +47,7 @@ from ccadapter.daemon.cluster_sync import (
 )
 from ccadapter.daemon.control import Control, Role
 from ccadapter.daemon.deliverer import Deliverer, nats_first
-from ccadapter.daemon.metrics import Metrics, NoMetrics, Recorder
+from ccadapter.daemon.recorder import NoMetrics, Recorder
 from ccadapter.model import ALL_CLUSTERS
 from ccadapter.notify.nats_delivery import NatsDelivery, Subjects
 from ccadapter.numbering.renumber import (
@@ -81,7 +81,11 @@ def build(config: Config, outbox: Outbox | None = None, last_run: LastRuns | Non
     ["*"]`` the roster starts empty: :meth:`App.refresh_clusters` (or the daemon's
     ``slurm-clusters`` routine) fills it. ``clock``: what every part reads the time from
     and how the daemon's routines wait (:mod:`ccadapter.runtime.clock`)."""
-    recorder: Recorder = Metrics() if metrics and config.metrics_address() else NoMetrics()
+    recorder: Recorder = NoMetrics()
+    if metrics and config.metrics_address():
+        from ccadapter.daemon.metrics import Metrics  # prometheus_client where it is read
+
+        recorder = Metrics()
     retries = RetryPolicies.from_config(config)
     stop = StopFlag()  # the daemon's stop, read by its routines and their Slurm commands
     owned: list[SlurmRunner] = []  # the runners built here, whose scontrol close() ends

@@ -3,9 +3,11 @@
 One :class:`Metrics` object owns one ``CollectorRegistry``; ``app.build`` makes it (only for
 the daemon, only when ``metricsListen`` is set) and hands its bound methods to the components
 as callbacks. Components never import this module: each takes an optional callback, so unit
-tests and the one-shot commands run without metrics. :class:`NoMetrics` is the stand-in
-with the same methods that does nothing. prometheus_client's global ``REGISTRY`` is never
-used: two daemons in one test process must not share counters.
+tests and the one-shot commands run without metrics; nor does the daemon unless
+``metricsListen`` is set (``ccadapter.daemon.recorder`` holds the callbacks' Protocol and
+:class:`~ccadapter.daemon.recorder.NoMetrics`, which does nothing with them).
+prometheus_client's global ``REGISTRY`` is never used: two daemons in one test process must
+not share counters.
 
 The outbox figures are read from ``outbox.admin.stats()`` when Prometheus scrapes (a custom
 collector), not polled: a scrape is the only moment they are needed. Label values are names
@@ -26,17 +28,17 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import PurePath
 from threading import Thread
-from typing import Any, Protocol, TypeVar
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from ccadapter.daemon.recorder import MetricsEndpoint, OutboxStats, T
 from ccadapter.errors import Stopped
 from ccadapter.model import EventKind
 from ccadapter.outbox import DeliveryStatus, Event, Result, admin, unparsed
-from ccadapter.outbox.store import Store
 from ccadapter.prep.messages import DropReason
 
 log = logging.getLogger(__name__)
@@ -49,9 +51,6 @@ ROLES = ("active", "standby")  # ccadapter.daemon.control.Role
 SLURM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 CC_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
-T = TypeVar("T")
-
-
 def _counter(registry: CollectorRegistry, name: str, doc: str, labels: list[str], *,
              present: Iterable[tuple[str, ...]]) -> Counter:
     """A counter whose series for the label values in ``present`` exist from the start, at
@@ -60,13 +59,6 @@ def _counter(registry: CollectorRegistry, name: str, doc: str, labels: list[str]
     for values in present:
         counter.labels(*values)
     return counter
-
-
-class OutboxStats(Protocol):
-    """An outbox whose figures are read at scrape time (``admin.stats`` of its store)."""
-
-    @property
-    def store(self) -> Store: ...
 
 
 @dataclass
@@ -268,79 +260,12 @@ class Metrics:
     def watch_outbox(self, outbox: OutboxStats) -> None:
         self.registry.register(OutboxCollector(outbox))
 
-    def serve(self, host: str, port: int) -> MetricsServer:
+    def serve(self, host: str, port: int) -> MetricsEndpoint | None:
         """Serve ``/metrics`` on a daemon thread; raises OSError when it cannot listen."""
         server, thread = start_http_server(port, host, registry=self.registry)
         log.info("serving metrics on http://%s:%d/metrics",
                  f"[{host}]" if ":" in host else host, server.server_address[1])
         return MetricsServer(server, thread)
-
-
-class Recorder(Protocol):
-    """The callbacks app.build hands to the components; :class:`Metrics` records them."""
-
-    def events_enqueued(self, kind: EventKind, count: int) -> None: ...
-    def delivery_result(self, event: Event, result: Result) -> None: ...
-    def nats_result(self, event: Event, result: Result) -> None: ...
-    def slurm_command(self, command: str, seconds: float, ok: bool,
-                      cluster: str = "") -> None: ...
-    def cc_request(self, endpoint: str, status: int, seconds: float) -> None: ...
-    def hook_received(self, cluster: str = "") -> None: ...
-    def hook_dropped(self, reason: str) -> None: ...
-    def hook_unknown(self, cluster: str = "") -> None: ...
-    def fast_path_paced(self, cluster: str, paced: bool) -> None: ...
-    def resources_unmapped(self, cluster: str, reason: str) -> None: ...
-    def cluster_served(self, cluster: str, served: bool) -> None: ...
-    def role(self, role: str) -> None: ...
-    def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]: ...
-    def watch_outbox(self, outbox: OutboxStats) -> None: ...
-
-
-class NoMetrics:
-    """Metrics switched off (one-shot commands, no ``metricsListen``): the same callbacks,
-    doing nothing, so the components need no "if metrics" of their own."""
-
-    def events_enqueued(self, kind: EventKind, count: int) -> None:
-        pass
-
-    def delivery_result(self, event: Event, result: Result) -> None:
-        pass
-
-    def nats_result(self, event: Event, result: Result) -> None:
-        pass
-
-    def slurm_command(self, command: str, seconds: float, ok: bool, cluster: str = "") -> None:
-        pass
-
-    def cc_request(self, endpoint: str, status: int, seconds: float) -> None:
-        pass
-
-    def hook_received(self, cluster: str = "") -> None:
-        pass
-
-    def hook_dropped(self, reason: str) -> None:
-        pass
-
-    def hook_unknown(self, cluster: str = "") -> None:
-        pass
-
-    def fast_path_paced(self, cluster: str, paced: bool) -> None:
-        pass
-
-    def resources_unmapped(self, cluster: str, reason: str) -> None:
-        pass
-
-    def cluster_served(self, cluster: str, served: bool) -> None:
-        pass
-
-    def role(self, role: str) -> None:
-        pass
-
-    def observed(self, name: str, cycle: Callable[[], T], cluster: str = "") -> Callable[[], T]:
-        return cycle
-
-    def watch_outbox(self, outbox: OutboxStats) -> None:
-        pass
 
 
 class OutboxCollector:

@@ -26,7 +26,8 @@ from ccadapter.cc.rest_delivery import RestDelivery
 from ccadapter.config.keys import Config
 from ccadapter.daemon.build import build
 from ccadapter.daemon.deliverer import Deliverer
-from ccadapter.daemon.metrics import Metrics, NoMetrics, Recorder
+from ccadapter.daemon.metrics import Metrics
+from ccadapter.daemon.recorder import NoMetrics, Recorder
 from ccadapter.errors import CcAdapterError, TransientSlurmError
 from ccadapter.outbox import DeliveryStatus, Event, NewEvent, Outbox, Result
 from ccadapter.prep import hook
