@@ -51,8 +51,9 @@ for key in SLURM_SCRIPT_CONTEXT SLURM_JOB_ID SLURM_CLUSTER_NAME SLURM_ARRAY_JOB_
     value=${value//\\/\\\\}
     msg+="\"$key\":\"${value//\"/\\\"}\","
 done
-sent=${EPOCHREALTIME/,/.}  # a locale's decimal comma
-msg+="\"CCADAPTER_HOOK_SENT\":\"$sent\"}"
+sent=${EPOCHREALTIME/,/.}  # a locale's decimal comma; bash before 5.0 has none
+[[ -n $sent ]] && msg+="\"CCADAPTER_HOOK_SENT\":\"$sent\","
+msg="${msg%,}}"
 
 # The connection, in a child bash (a fork, no program), so that a daemon whose listen queue
 # is full cannot hold the job longer than the hook's second: the parent waits for the
