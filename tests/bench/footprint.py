@@ -44,10 +44,9 @@ from tests.bench.delivery import cpu_seconds
 from tests.ccbackend import CcBackend
 from tests.integration.workload import Cluster, testbed_clusters
 from tests.predecessor import site_config, start_ccadapter, start_predecessor
-from tests.unit.prep.test_hook_and_server import free_port
+from tests.unit.prep.test_hook_and_server import free_port, python_venv, site_hook
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = REPO / "hooks" / "ccadapter-hook.sh"
 LOGS = Path(os.environ.get("TESTBED_DIR", "/var/lib/ccadapter-testbed")) / "logs"
 HOOK_CMD = "import sys; sys.path.insert(0, {!r}); import hook; sys.exit(hook.main())"
 # what the daemon imports from outside the standard library, for the floor
@@ -82,20 +81,12 @@ def spawn_cost(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 def script(tmp: Path, spec: str) -> Path:
     """The shipped script as a site installs it, its config naming ``spec``."""
-    venv = tmp / "venv"
-    prep = venv / "lib" / "python3.11" / "site-packages" / "ccadapter"
-    prep.mkdir(parents=True, exist_ok=True)
-    if not (prep / "prep").exists():
-        (prep / "prep").symlink_to(REPO / "ccadapter" / "prep")
-    (venv / "bin").mkdir(exist_ok=True)
-    if not (venv / "bin" / "python3").exists():
-        (venv / "bin" / "python3").symlink_to("/usr/bin/python3")
+    venv = python_venv(tmp, "/usr/bin/python3")
     name = "tcp" if spec.startswith("tcp:") else "unix"
     cfg = tmp / f"config-{name}.json"
     cfg.write_text(json.dumps({"prepSockConnectPath": spec}, indent=2))
     out = tmp / f"hook-{name}.sh"
-    out.write_text(SHIPPED.read_text().replace("VENV=/opt/ccadapter", f"VENV={venv}")
-                   .replace("CONFIG=/etc/cc-slurm-adapter/config.json", f"CONFIG={cfg}"))
+    out.write_text(site_hook(venv, cfg))
     out.chmod(0o755)
     return out
 
@@ -190,10 +181,10 @@ def prolog_wall(cluster: Cluster, tmp: Path, jobs: int) -> dict[str, dict]:
     return out
 
 
-def smaps(pid: int) -> dict[str, float]:
-    """RSS and PSS (and the PSS of anonymous pages, the process's own) in MB."""
-    rows = dict(line.split(":", 1) for line in
-                Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+def rollup(text: str) -> dict[str, float]:
+    """RSS and PSS (and the PSS of anonymous pages, the process's own) in MB, from the text
+    of /proc/PID/smaps_rollup."""
+    rows = dict(line.split(":", 1) for line in text.splitlines()[1:] if ":" in line)
     return {k.lower(): round(int(rows[k].split()[0]) / 1024, 1)
             for k in ("Rss", "Pss", "Pss_Anon")}
 
@@ -201,11 +192,8 @@ def smaps(pid: int) -> dict[str, float]:
 def floor(modules: tuple[str, ...]) -> dict[str, float]:
     code = ("import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
             "print(open('/proc/self/smaps_rollup').read())")
-    out = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
-    rows = dict(line.split(":", 1) for line in out.splitlines()[1:] if ":" in line)
-    return {k.lower(): round(int(rows[k].split()[0]) / 1024, 1)
-            for k in ("Rss", "Pss", "Pss_Anon")}
+    return rollup(subprocess.run([sys.executable, "-c", code, *modules], capture_output=True,
+                                 text=True, check=True, timeout=60).stdout)
 
 
 def import_times() -> list[dict]:
@@ -251,7 +239,8 @@ def daemon_at_rest(cluster: Cluster, tmp: Path, idle: float) -> dict[str, dict]:
                 time.sleep(idle)
                 out[product] = {"start_cpu_s": round(start, 2),
                                 "idle_cpu_s": round(sum(cpu_seconds(pid)) - start, 2),
-                                "idle_s": idle, **smaps(pid)}
+                                "idle_s": idle,
+                                   **rollup(Path(f"/proc/{pid}/smaps_rollup").read_text())}
             finally:
                 daemon.stop()
     return out

@@ -31,17 +31,28 @@ def hook_socket(cluster: Cluster) -> str:
 
 
 def start_daemon(cluster: Cluster, receiver: CcBackend, tmp: Path,
-                 poll: int = 60, **extra) -> DaemonProc:
-    """A daemon listening for the hook, its first poll cycle passed; ``poll`` seconds to the
-    next (600: what arrives later came through the hook). ``extra``: more config keys."""
+                 poll: int = 60, listen: str | None = None, **extra) -> DaemonProc:
+    """A daemon listening for the hook (on ``listen``, else where the test bed's wrapper
+    sends), its first poll cycle passed; ``poll`` seconds to the next (600: what arrives
+    later came through the hook). ``extra``: more config keys."""
     cfg = write_config(cluster, receiver, tmp, slurmPollInterval=poll, ccPollInterval=3600,
-                       prepSockListenPath=hook_socket(cluster), **extra)
+                       prepSockListenPath=listen or hook_socket(cluster), **extra)
     LastRun(tmp / "lastrun").set(time.time() - 5)
     daemon = DaemonProc(cfg, tmp / "daemon.log")
     daemon.start()
     daemon.wait_listening()
     time.sleep(1)  # let the first poll cycle pass
     return daemon
+
+
+def assert_started_at_once(cc: CcBackend, cluster: Cluster, ids: list[int]) -> None:
+    """Each job held once, its start taken by cc-backend within 3 s of Slurm's StartTime."""
+    assert exactly_once(cc, cluster, ids) == []
+    truth = sacct_truth(cluster, ids)
+    starts = {r.body["jobId"]: r.time for r in cc.requests("/api/jobs/start_job/")
+              if r.status == 201}
+    for job_id in ids:  # Slurm's StartTime has whole seconds: allow one more
+        assert starts[job_id] - truth[job_id]["start"] < 3.0, job_id
 
 
 def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):
@@ -53,12 +64,7 @@ def test_jobs_arrive_through_the_hook_within_seconds(cluster, tmp_path):
                      "not delivered within 25 s although the poll interval is 60 s")
         finally:
             assert daemon.terminate() == 0
-        assert exactly_once(cc, cluster, ids) == []
-        truth = sacct_truth(cluster, ids)
-        starts = {r.body["jobId"]: r.time for r in cc.requests("/api/jobs/start_job/")
-                  if r.status == 201}
-        for job_id in ids:  # Slurm's StartTime has whole seconds: allow one more
-            assert starts[job_id] - truth[job_id]["start"] < 3.0, job_id
+        assert_started_at_once(cc, cluster, ids)
         log = daemon.log.read_text()
         assert "Traceback" not in log and cc.token not in log
 

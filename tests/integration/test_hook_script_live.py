@@ -9,27 +9,18 @@ port nobody listens on during the test: what the daemon hears came from the scri
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from ccadapter.runtime.lastrun import LastRun
 from tests.ccbackend import CcBackend
 from tests.conftest import HEAVY_VERSIONS
-from tests.integration.sync_scenario import (
-    DaemonProc,
-    exactly_once,
-    submit_batch,
-    wait_for,
-    write_config,
-)
-from tests.integration.workload import Cluster, sacct_truth
-from tests.unit.prep.test_hook_and_server import free_port
+from tests.integration.sync_scenario import submit_batch, wait_for
+from tests.integration.test_hook_live import assert_started_at_once, start_daemon
+from tests.integration.workload import Cluster
+from tests.unit.prep.test_hook_and_server import free_port, site_hook
 
 pytestmark = pytest.mark.integration
-
-SHIPPED = Path(__file__).resolve().parents[2] / "hooks" / "ccadapter-hook.sh"
 
 
 def install(cluster: Cluster, port: int, where: Path) -> Path:
@@ -43,10 +34,7 @@ def install(cluster: Cluster, port: int, where: Path) -> Path:
     (host_dir / "config.json").write_text(json.dumps(
         {"prepSockConnectPath": f"tcp:127.0.0.1:{port}"}, indent=2))
     script = host_dir / "ccadapter-hook.sh"
-    script.write_text(SHIPPED.read_text()
-                      .replace("VENV=/opt/ccadapter", f"VENV={where}/no-venv")
-                      .replace("CONFIG=/etc/cc-slurm-adapter/config.json",
-                               f"CONFIG={where}/config.json"))
+    script.write_text(site_hook(f"{where}/no-venv", f"{where}/config.json"))
     script.chmod(0o755)
     also = Path(cluster.hook_also)
     tmp = also.with_suffix(".new")
@@ -64,26 +52,15 @@ def test_bash_alone_tells_the_daemon_of_every_job(cluster, tmp_path):
     stderr = install(cluster, port, Path(f"/tmp/ccadapter-bash-hook-{port}"))
     try:
         with CcBackend(tmp_path / "cc-backend", [cluster]) as cc:
-            cfg = write_config(cluster, cc, tmp_path, slurmPollInterval=600,
-                               ccPollInterval=3600,
-                               prepSockListenPath=f"tcp:127.0.0.1:{port}")
-            LastRun(tmp_path / "lastrun").set(time.time() - 5)
-            daemon = DaemonProc(cfg, tmp_path / "daemon.log")
-            daemon.start()
-            daemon.wait_listening()
-            time.sleep(1)  # the first poll cycle passed: the next is 10 minutes away
+            daemon = start_daemon(cluster, cc, tmp_path, poll=600,
+                                  listen=f"tcp:127.0.0.1:{port}")
             try:
                 ids = submit_batch(cluster, "bashhook", 6)
                 wait_for(lambda: {b["jobId"] for b in cc.stopped()} >= set(ids), 40,
                          "not delivered within 40 s although the poll interval is 600 s")
             finally:
                 assert daemon.terminate() == 0
-            assert exactly_once(cc, cluster, ids) == []
-            truth = sacct_truth(cluster, ids)
-            starts = {r.body["jobId"]: r.time for r in cc.requests("/api/jobs/start_job/")
-                      if r.status == 201}
-            for job_id in ids:  # Slurm's StartTime has whole seconds: allow one more
-                assert starts[job_id] - truth[job_id]["start"] < 3.0, job_id
+            assert_started_at_once(cc, cluster, ids)
     finally:
         Path(cluster.hook_also).unlink(missing_ok=True)
     assert (stderr.read_text() if stderr.exists() else "") == ""

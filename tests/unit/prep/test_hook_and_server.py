@@ -412,22 +412,38 @@ def test_a_config_the_hook_may_not_read_means_the_default_socket(tmp_path, monke
         in capsys.readouterr().err
 
 
+SHIPPED_HOOK = Path(__file__).resolve().parents[3] / "hooks" / "ccadapter-hook.sh"
+
+
+def python_venv(tmp: Path, python: str = sys.executable, lib: str = "python3.11") -> Path:
+    """A venv as the shipped script finds it: ``bin/python3`` and the hook module under
+    ``lib/LIB/site-packages/ccadapter/prep`` (this checkout's)."""
+    venv = tmp / "venv"
+    prep = venv / "lib" / lib / "site-packages" / "ccadapter"
+    prep.mkdir(parents=True, exist_ok=True)
+    if not (prep / "prep").exists():
+        (prep / "prep").symlink_to(Path(hook.__file__).parent)
+    (venv / "bin").mkdir(exist_ok=True)
+    if not (venv / "bin" / "python3").exists():
+        (venv / "bin" / "python3").symlink_to(python)
+    return venv
+
+
+def site_hook(venv: Path | str, config: Path | str) -> str:
+    """hooks/ccadapter-hook.sh with a site's VENV and CONFIG set, as its comment asks."""
+    return (SHIPPED_HOOK.read_text().replace("VENV=/opt/ccadapter", f"VENV={venv}")
+            .replace("CONFIG=/etc/cc-slurm-adapter/config.json", f"CONFIG={config}"))
+
+
 def test_the_shipped_script_finds_the_hook_in_any_python_of_the_venv(tmp_path):
     """hooks/ccadapter-hook.sh as a site installs it: VENV and CONFIG set, the module found
     by a glob over the venv's lib/python3.* (it hard-coded python3.11)."""
-    venv = tmp_path / "venv"
-    prep = venv / "lib" / "python3.42" / "site-packages" / "ccadapter"
-    prep.mkdir(parents=True)
-    (prep / "prep").symlink_to(Path(hook.__file__).parent)
-    (venv / "bin").mkdir()
-    (venv / "bin" / "python3").symlink_to(sys.executable)
+    venv = python_venv(tmp_path, lib="python3.42")
     spec = f"unix:{tmp_path}/d.sock"
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"prepSockConnectPath": spec}))
     script = tmp_path / "ccadapter-hook.sh"
-    shipped = (Path(__file__).resolve().parents[3] / "hooks" / "ccadapter-hook.sh").read_text()
-    script.write_text(shipped.replace("VENV=/opt/ccadapter", f"VENV={venv}")
-                      .replace("CONFIG=/etc/cc-slurm-adapter/config.json", f"CONFIG={cfg}"))
+    script.write_text(site_hook(venv, cfg))
     script.chmod(0o755)
     lst = Listener([spec])
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,9 +14,8 @@ import pytest
 
 import ccadapter.prep.hook as hook
 from ccadapter.prep.messages import HookEvent
-from tests.unit.prep.test_hook_and_server import Listener, free_port
+from tests.unit.prep.test_hook_and_server import Listener, free_port, python_venv, site_hook
 
-SHIPPED = Path(__file__).resolve().parents[3] / "hooks" / "ccadapter-hook.sh"
 SLURM = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "42",
          "SLURM_CLUSTER_NAME": "c1", "SLURM_JOB_NAME": 'a "quoted" name'}
 
@@ -29,21 +27,9 @@ def installed(tmp_path: Path, spec: str | None, venv: Path | None = None) -> Pat
     cfg.write_text(json.dumps({"ccRestUrl": "http://x", "prepSockConnectPath": spec}
                               if spec is not None else {}, indent=2))
     script = tmp_path / "ccadapter-hook.sh"
-    script.write_text(SHIPPED.read_text()
-                      .replace("VENV=/opt/ccadapter", f"VENV={venv or tmp_path / 'no-venv'}")
-                      .replace("CONFIG=/etc/cc-slurm-adapter/config.json", f"CONFIG={cfg}"))
+    script.write_text(site_hook(venv or tmp_path / "no-venv", cfg))
     script.chmod(0o755)
     return script
-
-
-def python_venv(tmp_path: Path) -> Path:
-    venv = tmp_path / "venv"
-    prep = venv / "lib" / "python3.11" / "site-packages" / "ccadapter"
-    prep.mkdir(parents=True)
-    (prep / "prep").symlink_to(Path(hook.__file__).parent)
-    (venv / "bin").mkdir()
-    (venv / "bin" / "python3").symlink_to(sys.executable)
-    return venv
 
 
 def run(script: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
